@@ -1,0 +1,30 @@
+# The two commands a user needs: `make demo` and `make test`. Both set up .venv on first use.
+.PHONY: setup demo test lint format clean
+
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_TABLE ?= data/digits
+PYTEST_ARGS ?=
+
+setup:
+	@bash scripts/setup_env.sh
+
+# Ingest scikit-learn's digits into a local Delta table (once), train the digits recipe on it,
+# log and register it in ./mlflow.db.
+demo: setup
+	$(BIN)/keras-dl ingest sklearn-digits --to $(DEMO_TABLE) --mode ignore
+	$(BIN)/python -m recipes.digits --set data.table=$(DEMO_TABLE)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check keras_dl recipes tests
+	$(BIN)/ruff format --check keras_dl recipes tests
+
+format: setup
+	$(BIN)/ruff check --fix keras_dl recipes tests
+	$(BIN)/ruff format keras_dl recipes tests
+
+clean:
+	rm -rf $(VENV) runs mlflow.db mlartifacts data spark-warehouse

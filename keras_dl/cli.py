@@ -1,0 +1,148 @@
+"""``keras-dl``: train, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
+
+Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
+with status 2; nothing else is swallowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+
+from keras_dl.errors import KerasDLError
+
+EXIT_USER_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``keras-dl`` command line; return the exit status."""
+    _quiet_libraries()
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USER_ERROR
+    try:
+        return args.func(args) or 0
+    except KerasDLError as exc:
+        print(f"error: {textwrap.fill(str(exc), 100)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def run_recipe(name: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m recipes.NAME [--config F] [--set K=V ...]``: train that recipe."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return main(["train", name, *argv])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="keras-dl", description="Keras 3 training on Delta/Parquet tables, tracked in MLflow."
+    )
+    sub = p.add_subparsers(dest="command")
+
+    t = sub.add_parser("train", help="train a recipe (see `keras-dl recipes`)")
+    t.add_argument("recipe", help="recipe name: a module under recipes/")
+    _add_config_args(t)
+    t.set_defaults(func=_cmd_train)
+
+    r = sub.add_parser("recipes", help="list the recipes with their defaults")
+    r.set_defaults(func=_cmd_recipes)
+
+    i = sub.add_parser("ingest", help="write a dataset into a Delta table")
+    isub = i.add_subparsers(dest="source")
+    d = isub.add_parser("sklearn-digits", help="scikit-learn's bundled 8x8 digits (1,797 images)")
+    _add_ingest_args(d, rows_per_group=128)
+    d.set_defaults(func=_cmd_ingest_digits)
+    return p
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file of {section: {key: value}} overrides")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value (repeatable), e.g. --set train.epochs=5",
+    )
+
+
+def _add_ingest_args(p: argparse.ArgumentParser, rows_per_group: int) -> None:
+    p.add_argument("--to", required=True, help="Delta table path or URI to write")
+    p.add_argument(
+        "--mode",
+        default="error",
+        choices=["error", "append", "overwrite", "ignore"],
+        help="what to do when the table exists (default: error)",
+    )
+    p.add_argument(
+        "--rows-per-group",
+        type=int,
+        default=rows_per_group,
+        help=f"rows per Parquet row group (default: {rows_per_group})",
+    )
+
+
+def _cmd_train(args) -> int:
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe)
+    exp = resolve(recipe.defaults, args.config, args.sets)
+    from keras_dl import tracking
+    from keras_dl.train import fit
+
+    result = fit(exp, recipe)
+    if result.run_id:
+        print(f"run id: {result.run_id}")
+        for k, v in sorted(result.metrics.items()):
+            print(f"{k}: {v:.4f}")
+        if result.registered_version is not None:
+            name = exp.tracking.registered_model
+            print(f"registered model: models:/{name}/{result.registered_version}")
+        print(f"MLflow UI: {tracking.ui_command(exp.tracking.uri)}")
+    return 0
+
+
+def _cmd_recipes(args) -> int:
+    from keras_dl.recipe import list_recipes, load_recipe
+
+    for name in list_recipes():
+        r = load_recipe(name)
+        d = r.defaults
+        print(f"{name:10s} {r.description}")
+        print(
+            f"{'':10s} defaults: epochs={d.train.epochs} batch_size={d.train.batch_size} "
+            f"learning_rate={d.train.learning_rate} optimizer={d.train.optimizer} "
+            f"table={d.data.table or '-'}"
+        )
+    return 0
+
+
+def _cmd_ingest_digits(args) -> int:
+    from keras_dl.data.ingest import ingest_sklearn_digits
+
+    report = ingest_sklearn_digits(args.to, mode=args.mode, rows_per_group=args.rows_per_group)
+    print(report)
+    return 0
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""What a recipe is, and how one is found by name.
+
+A recipe is a module ``recipes/NAME.py`` that defines ``RECIPE = Recipe(...)``: the model, its
+loss and metrics, the kinds of columns it reads, optional vectorized tf.data preprocessing, and
+its default experiment. The module system is the registry: ``load_recipe("digits")`` imports
+``recipes.digits``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from keras_dl.config import Experiment
+from keras_dl.data.features import NUMERIC
+from keras_dl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A Keras model plus its defaults.
+
+    Args:
+        name: The module name under ``recipes/``.
+        description: One line for ``keras-dl recipes``.
+        defaults: The default experiment (``recipe`` set to ``name``).
+        build_model: ``fn(data: DataSplits, exp: Experiment) -> keras.Model`` (not compiled),
+            called inside the strategy's scope.
+        loss: A Keras loss. Defaults to sparse categorical cross-entropy.
+        metrics: Keras metrics. Defaults to ("accuracy",).
+        compile_options: ``fn(data, exp) -> {"loss": ..., "metrics": [...]}`` for recipes whose
+            loss depends on the data (regression vs classification). Defaults to None.
+        accept: Feature kinds the model consumes. Defaults to numeric only.
+        preprocess: Vectorized ``fn(features, label)`` run in tf.data on every split.
+            Defaults to None.
+        preprocess_train: Replaces ``preprocess`` on the training split (augmentation).
+            Defaults to None.
+    """
+
+    name: str
+    description: str
+    defaults: Experiment
+    build_model: Callable[..., Any]
+    loss: Any = "sparse_categorical_crossentropy"
+    metrics: Any = ("accuracy",)
+    compile_options: Callable | None = None
+    accept: tuple[str, ...] = (NUMERIC,)
+    preprocess: Callable | None = None
+    preprocess_train: Callable | None = None
+
+
+def load_recipe(name: str) -> Recipe:
+    """Import ``recipes.NAME`` and return its ``RECIPE``.
+
+    Raises:
+        ConfigError: When there is no such recipe, listing the ones there are.
+    """
+    if not name.isidentifier():
+        raise ConfigError(
+            f"Recipe name {name!r} is not valid. Recipes: {', '.join(list_recipes())}."
+        )
+    try:
+        module = importlib.import_module(f"recipes.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"recipes.{name}", "recipes"):
+            raise
+        raise ConfigError(
+            f"There is no recipe {name!r}. Recipes: {', '.join(list_recipes())} "
+            "(or add recipes/{name}.py defining RECIPE)."
+        ) from None
+    recipe = getattr(module, "RECIPE", None)
+    if not isinstance(recipe, Recipe):
+        raise ConfigError(f"recipes/{name}.py does not define RECIPE = Recipe(...).")
+    return recipe
+
+
+def list_recipes() -> list[str]:
+    """Names of the modules in the ``recipes`` package."""
+    import recipes
+
+    return sorted(
+        m.name for m in pkgutil.iter_modules(recipes.__path__) if not m.name.startswith("_")
+    )

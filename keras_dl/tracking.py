@@ -1,0 +1,150 @@
+"""MLflow: one run per training, holding the config, lineage, metrics, model and registry version.
+
+Only the chief calls these. The default store is a SQLite file in the working directory, with
+artifacts in ``mlartifacts/`` next to it, so a run is self-contained on a laptop or in a test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from keras_dl.config import Experiment, to_flat_dict
+
+log = logging.getLogger(__name__)
+
+
+def setup_mlflow(uri: str, experiment: str) -> str:
+    """Point MLflow at ``uri`` and make sure ``experiment`` exists; return its id.
+
+    For a SQLite URI, new experiments keep artifacts in ``mlartifacts/`` beside the database.
+    """
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    existing = mlflow.get_experiment_by_name(experiment)
+    if existing is not None:
+        return existing.experiment_id
+    artifact_location = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        artifact_location = (db.parent / "mlartifacts").absolute().as_uri()
+    try:
+        return mlflow.create_experiment(experiment, artifact_location=artifact_location)
+    except Exception:  # created concurrently by another process
+        return mlflow.get_experiment_by_name(experiment).experiment_id
+
+
+def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = None) -> str:
+    """Start (or, with ``run_id``, resume) the run of ``exp``; log its config as params.
+
+    Returns:
+        The run id.
+    """
+    import mlflow
+
+    experiment_id = setup_mlflow(exp.tracking.uri, exp.tracking.experiment)
+    run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id)
+    if run_id is None:
+        mlflow.log_params({k: _param(v) for k, v in to_flat_dict(exp).items()})
+    mlflow.set_tags({"keras_dl.recipe": exp.recipe, **tags, **git_tags()})
+    return run.info.run_id
+
+
+def end_run(status: str = "FINISHED") -> None:
+    """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one."""
+    import mlflow
+
+    if mlflow.active_run() is not None:
+        mlflow.end_run(status=status)
+
+
+def log_keras_model(
+    model: Any,
+    sample_input: Any,
+    registered_model: str | None,
+    tags: Mapping[str, str] = (),
+) -> tuple[str, int | None]:
+    """Log ``model`` to the active run with a signature inferred from ``sample_input``.
+
+    Args:
+        model: A Keras 3 model.
+        sample_input: A small batch of model input (numpy array or dict of arrays).
+        registered_model: Registry name, or None/"none" to skip registration.
+        tags: Tags set on the registered version (lineage). Defaults to none.
+
+    Returns:
+        The model URI and the registered version (None when not registered).
+    """
+    import mlflow
+
+    prediction = model.predict(sample_input, verbose=0)
+    signature = make_signature(sample_input, prediction)
+    register = registered_model if registered_model and registered_model != "none" else None
+    info = mlflow.keras.log_model(
+        model, name="model", signature=signature, registered_model_name=register
+    )
+    version = getattr(info, "registered_model_version", None)
+    if register and version is not None:
+        client = mlflow.MlflowClient()
+        for key, value in dict(tags).items():
+            client.set_model_version_tag(register, str(version), key, str(value))
+    return info.model_uri, None if version is None else int(version)
+
+
+def make_signature(sample_input: Any, prediction: Any):
+    """The model signature for ``sample_input``: MLflow's inferred tensor signature, except that
+    floating-point inputs are declared float64.
+
+    MLflow's Keras flavor requires tensor signatures, and tensor inputs must match the declared
+    dtype exactly. pandas holds floats as float64, so declaring float64 lets a DataFrame of raw
+    values score as is; the model casts to its own input dtype.
+    """
+    import numpy as np
+    from mlflow.models import infer_signature
+
+    def widen(x):
+        x = np.asarray(x)
+        return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+    if isinstance(sample_input, dict):
+        sample = {k: widen(v) for k, v in sample_input.items()}
+    else:
+        sample = widen(sample_input)
+    return infer_signature(
+        sample, np.asarray(prediction) if not isinstance(prediction, dict) else prediction
+    )
+
+
+def git_tags() -> dict[str, str]:
+    """``mlflow.source.git.commit`` for the code's git checkout, when there is one."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"mlflow.source.git.commit": commit} if commit else {}
+
+
+def ui_command(uri: str) -> str:
+    """The shell command that opens the MLflow UI on ``uri``."""
+    if uri.startswith("sqlite:///"):
+        rel = os.path.relpath(uri[len("sqlite:///") :])
+        uri = f"sqlite:///{rel}" if not rel.startswith("..") else uri
+    return f".venv/bin/mlflow ui --backend-store-uri {uri} --port 5000"
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return "" if value is None else str(value)

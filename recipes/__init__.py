@@ -1,0 +1,1 @@
+"""Recipes: one module per model, each runnable with ``python -m recipes.NAME``."""

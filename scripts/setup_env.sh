@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create or refresh .venv with the pinned stack. Idempotent: it does nothing when the environment
+# matches setup.cfg + requirements/, and rebuilds it from scratch when any of them changed.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+VENV=.venv
+STAMP="$VENV/.keras-dl-env"
+want=$(cat setup.cfg pyproject.toml requirements/*.txt scripts/setup_env.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c 'import keras_dl' 2>/dev/null; then
+  exit 0
+fi
+
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for cand in python3.11 python3.12 python3.10 python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(not ((3,10) <= sys.version_info[:2] <= (3,12)))'; then
+      PY=$cand; break
+    fi
+  done
+fi
+[ -n "$PY" ] || { echo "ERROR: keras-dl needs Python 3.10-3.12 (TensorFlow 2.21). Install python3.11." >&2; exit 1; }
+
+if ! command -v java >/dev/null; then
+  echo ">>> installing Java 17 for Spark"
+  if command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "ERROR: Spark needs Java 17 and apt-get is not available: install a JRE 17." >&2; exit 1
+  fi
+fi
+
+echo ">>> creating $VENV with $($PY --version)"
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+extra=cpu
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then extra=gpu; fi
+echo ">>> installing keras-dl[$extra,dev] with the pins in requirements/constraints.txt"
+"$VENV/bin/pip" install -q -c requirements/constraints.txt -e ".[$extra,dev]"
+bash scripts/build_horovod.sh "$VENV"
+"$VENV/bin/python" -c 'import tensorflow, keras, petastorm, deltalake, mlflow, pyspark, keras_dl' \
+  || { echo "ERROR: the environment in $VENV does not import its core packages." >&2; exit 1; }
+echo "$want" > "$STAMP"
+echo ">>> environment ready in $VENV"

@@ -1,0 +1,58 @@
+"""Shared fixtures: real Delta tables on disk, a real SQLite-backed MLflow in a temp dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def digits_table(tmp_path_factory) -> str:
+    """scikit-learn's digits as a Delta table partitioned by split (written once per session)."""
+    from keras_dl.data.ingest import ingest_sklearn_digits
+
+    path = str(tmp_path_factory.mktemp("tables") / "digits")
+    ingest_sklearn_digits(path)
+    return path
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path, monkeypatch) -> str:
+    """A fresh SQLite tracking store; fails the test if it leaks an active run."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    leaked = mlflow.active_run()
+    if leaked is not None:
+        mlflow.end_run()
+        pytest.fail(f"test leaked an active MLflow run {leaked.info.run_id}")
+
+
+def run_cli(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 600):
+    """Run ``keras-dl ARGS`` (or ``python -m ...`` when args start with -m) in a subprocess."""
+    cmd = (
+        [sys.executable, *args]
+        if args[0] == "-m"
+        else [sys.executable, "-m", "keras_dl.cli", *args]
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def runs_in(uri: str):
+    """Every run of every experiment in the store at ``uri``."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(exps) if exps else []

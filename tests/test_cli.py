@@ -1,0 +1,123 @@
+"""The command line: bad input ends in one clear paragraph, a non-zero exit, and no RUNNING run."""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from tests.conftest import run_cli, runs_in
+
+
+def _train(table, tmp_path, *sets):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_cli(
+        "train",
+        "digits",
+        "--set",
+        f"data.table={table}",
+        "--set",
+        f"tracking.uri={uri}",
+        "--set",
+        "train.epochs=1",
+        *[a for s in sets for a in ("--set", s)],
+        cwd=tmp_path,
+    )
+    return proc, uri
+
+
+def _assert_clear_failure(proc, uri, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    # TensorFlow's C++ start-up lines may come first; the error is one paragraph at the end.
+    lines = proc.stderr.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert len(starts) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    text = " ".join(lines[starts[0] :])
+    assert len(text) < 1200, text
+    for fragment in fragments:
+        assert fragment in text, text
+    db = uri[len("sqlite:///") :]
+    if os.path.exists(db):
+        assert all(r.info.status != "RUNNING" for r in runs_in(uri))
+
+
+@pytest.mark.slow
+def test_missing_table(tmp_path):
+    proc, uri = _train(tmp_path / "nope", tmp_path)
+    _assert_clear_failure(proc, uri, "does not exist", "keras-dl ingest sklearn-digits")
+
+
+@pytest.mark.slow
+def test_column_the_table_lacks_lists_its_columns(digits_table, tmp_path):
+    proc, uri = _train(digits_table, tmp_path, "data.label=digit")
+    _assert_clear_failure(proc, uri, "'digit'", "pixels, label, split")
+
+
+@pytest.mark.slow
+def test_non_numeric_feature_column(tmp_path):
+    table = str(tmp_path / "t")
+    write_deltalake(
+        table, pa.table({"pixels": [f"p{i}" for i in range(64)], "label": np.arange(64) % 10})
+    )
+    proc, uri = _train(table, tmp_path, "data.split_column=null")
+    _assert_clear_failure(proc, uri, "'pixels'", "type string")
+
+
+@pytest.mark.slow
+def test_empty_table(tmp_path):
+    table = str(tmp_path / "t")
+    write_deltalake(
+        table,
+        pa.table(
+            {"pixels": pa.array([], pa.list_(pa.float32())), "label": pa.array([], pa.int64())}
+        ),
+    )
+    proc, uri = _train(table, tmp_path, "data.split_column=null")
+    _assert_clear_failure(proc, uri, "is empty")
+
+
+@pytest.mark.slow
+def test_delta_version_that_does_not_exist(digits_table, tmp_path):
+    proc, uri = _train(digits_table, tmp_path, "data.version=5")
+    _assert_clear_failure(proc, uri, "no version 5")
+
+
+def test_unknown_config_key_fails_before_any_work(tmp_path):
+    proc, uri = _train(tmp_path / "nope", tmp_path, "train.epoch=3")
+    _assert_clear_failure(proc, uri, "Unknown config key 'train.epoch'", "train.epochs")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_ingest_then_train_module_entry(tmp_path):
+    table = str(tmp_path / "digits")
+    proc = run_cli("ingest", "sklearn-digits", "--to", table, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "1797 rows" in proc.stdout and "version 0" in proc.stdout
+    again = run_cli("ingest", "sklearn-digits", "--to", table, cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    ignored = run_cli("ingest", "sklearn-digits", "--to", table, "--mode", "ignore", cwd=tmp_path)
+    assert ignored.returncode == 0 and "version 0" in ignored.stdout
+    proc = run_cli(
+        "-m",
+        "recipes.digits",
+        "--set",
+        f"data.table={table}",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "train.verbose=0",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "run id: " in proc.stdout and "test_accuracy: " in proc.stdout
+    assert "mlflow ui --backend-store-uri sqlite:///mlflow.db" in proc.stdout
+    (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert run.info.status == "FINISHED"
+
+
+def test_recipes_lists_digits():
+    proc = run_cli("recipes")
+    assert proc.returncode == 0 and "digits" in proc.stdout and "epochs=30" in proc.stdout

@@ -1,0 +1,87 @@
+"""The first slice end to end: Delta table -> Petastorm -> tf.data -> Keras -> MLflow."""
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_digits
+
+from keras_dl.config import resolve
+from keras_dl.recipe import load_recipe
+from keras_dl.train import fit
+from tests.conftest import runs_in
+
+
+@pytest.fixture(scope="module")
+def trained(digits_table, tmp_path_factory):
+    """The digits recipe trained once with its default settings, tracked in a fresh store."""
+    tmp = tmp_path_factory.mktemp("train")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    recipe = load_recipe("digits")
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={digits_table}",
+            f"tracking.uri={uri}",
+            f"runtime.run_dir={tmp / 'run'}",
+            "train.verbose=0",
+        ],
+    )
+    result = fit(exp, recipe)
+    assert mlflow.active_run() is None
+    return exp, result, uri
+
+
+@pytest.mark.slow
+def test_digits_reaches_the_accuracy_bar(trained):
+    _, result, _ = trained
+    assert result.metrics["test_accuracy"] >= 0.97
+
+
+@pytest.mark.slow
+def test_one_run_holds_config_metrics_tags_model_and_version(trained, digits_table):
+    exp, result, uri = trained
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED" and run.info.run_id == result.run_id
+    params = run.data.params
+    assert params["train.batch_size"] == "32" and params["train.learning_rate"] == "0.001"
+    assert params["data.table"] == digits_table and params["train.mixed_precision"] == "False"
+    assert params["runtime.strategy"] == "auto" and params["tracking.registered_model"] == "digits"
+    tags = run.data.tags
+    assert tags["keras_dl.recipe"] == "digits"
+    assert tags["data.table"] == digits_table and tags["data.version"] == "0"
+    client = mlflow.MlflowClient(uri)
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        history = client.get_metric_history(result.run_id, key)
+        assert [m.step for m in history] == list(range(exp.train.epochs)), key
+    assert run.data.metrics["test_accuracy"] == pytest.approx(result.metrics["test_accuracy"])
+    (version,) = client.search_model_versions("name='digits'")
+    assert int(version.version) == result.registered_version == 1
+    assert version.run_id == result.run_id
+    assert version.tags["data.table"] == digits_table and version.tags["data.version"] == "0"
+
+
+@pytest.mark.slow
+def test_registered_model_predicts_on_a_dataframe_of_raw_pixels(trained):
+    _, result, uri = trained
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model(f"models:/digits/{result.registered_version}")
+    assert str(model.metadata.signature.inputs.inputs[0].shape) == "(-1, 64)"
+    digits = load_digits()
+    frame = pd.DataFrame(digits.data[:200])  # raw 0-16 pixels, as pandas holds them (float64)
+    probs = np.asarray(model.predict(frame))
+    assert probs.shape == (200, 10)
+    assert (probs.argmax(1) == digits.target[:200]).mean() >= 0.95
+    # The same numbers as the in-process model.
+    np.testing.assert_allclose(probs, result.model.predict(digits.data[:200], verbose=0), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_resolved_config_is_saved_with_the_run(trained):
+    exp, _, _ = trained
+    from pathlib import Path
+
+    import yaml
+
+    saved = yaml.safe_load((Path(exp.runtime.run_dir) / "config.yaml").read_text())
+    assert saved["train"]["epochs"] == exp.train.epochs and saved["recipe"] == "digits"
