@@ -1,0 +1,148 @@
+"""Plan which columns become which tensors, from a table's schema, before any row is read.
+
+Every check that can be done from the schema and Parquet footers happens here, so a bad column
+stops the run in seconds with a message that names it: missing columns, non-numeric features,
+nulls (from the footer statistics) and list columns without a fixed length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from keras_dl.data.sources import TableSnapshot
+from keras_dl.errors import DataError
+
+NUMERIC = "numeric"
+STRING = "string"
+BINARY = "binary"
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One column as a tensor: its numpy dtype and per-row shape (``()`` for a scalar)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...] = ()
+    kind: str = NUMERIC
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """The feature and label columns of a dataset, in model-input order."""
+
+    features: tuple[FeatureSpec, ...]
+    label: FeatureSpec | None
+
+    @property
+    def columns(self) -> list[str]:
+        names = [f.name for f in self.features]
+        return names + ([self.label.name] if self.label else [])
+
+
+def plan_columns(
+    snapshot: TableSnapshot,
+    features: Sequence[str] = (),
+    label: str | None = "label",
+    exclude: Sequence[str] = (),
+    accept: Sequence[str] = (NUMERIC,),
+) -> ColumnPlan:
+    """Choose and type-check the feature and label columns of ``snapshot``.
+
+    Args:
+        snapshot: The table to read.
+        features: Feature columns; empty means all columns except the label, the partition
+            columns and ``exclude``. Defaults to ().
+        label: Label column, or None for unlabeled data. Defaults to "label".
+        exclude: Columns never used as features (for example the split column). Defaults to ().
+        accept: Feature kinds the recipe can consume: "numeric", "string", "binary".
+            Defaults to numeric only.
+
+    Raises:
+        DataError: For a missing column, a column of a kind the recipe does not accept, or a
+            list column whose rows have different lengths.
+    """
+    schema = snapshot.schema
+    names = list(schema.names)
+    if label is not None and label not in names:
+        raise DataError(_missing(snapshot, [label], "data.label"))
+    if features:
+        missing = [f for f in features if f not in names]
+        if missing:
+            raise DataError(_missing(snapshot, missing, "data.features"))
+        chosen = list(features)
+    else:
+        skip = {label, *snapshot.partition_columns, *exclude}
+        chosen = [n for n in names if n not in skip]
+        if not chosen:
+            raise DataError(f"Table {snapshot.uri!r} has no feature column besides {label!r}.")
+    specs = tuple(_spec(snapshot, schema.field(n), accept, "feature") for n in chosen)
+    label_spec = None
+    if label is not None:
+        label_spec = _spec(snapshot, schema.field(label), (NUMERIC, STRING), "label")
+    return ColumnPlan(specs, label_spec)
+
+
+def _spec(snapshot: TableSnapshot, field: pa.Field, accept: Sequence[str], role: str) -> FeatureSpec:
+    t = field.type
+    shape: tuple[int, ...] = ()
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        if pa.types.is_fixed_size_list(t):
+            shape += (t.list_size,)
+        else:
+            shape += (_list_length(snapshot, field.name, len(shape)),)
+        t = t.value_type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        kind, dtype = NUMERIC, np.dtype(t.to_pandas_dtype()).name
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        kind, dtype = STRING, "string"
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        kind, dtype = BINARY, "binary"
+    else:
+        kind, dtype = "unsupported", str(t)
+    if kind not in accept:
+        raise DataError(
+            f"Column {field.name!r} of table {snapshot.uri!r} has type {field.type}, which this "
+            f"recipe cannot use as a {role} (it accepts {', '.join(accept)} columns). Drop it "
+            f"from data.features, or convert it to a number when writing the table."
+        )
+    if kind != NUMERIC and shape:
+        raise DataError(f"Column {field.name!r}: lists of {kind} values are not supported.")
+    return FeatureSpec(field.name, dtype, shape, kind)
+
+
+def _list_length(snapshot: TableSnapshot, column: str, depth: int) -> int:
+    """The length of a list column's rows, taken from the first non-empty row group."""
+    for path in snapshot.files:
+        pf = pq.ParquetFile(path)
+        if column not in pf.schema_arrow.names:
+            continue
+        for rg in range(pf.num_row_groups):
+            col = pf.read_row_group(rg, columns=[column]).column(0).combine_chunks()
+            for _ in range(depth):
+                col = col.flatten()
+            lengths = col.value_lengths() if len(col) else pa.array([], pa.int32())
+            if len(lengths) == 0:
+                continue
+            lo, hi = pa.compute.min(lengths).as_py(), pa.compute.max(lengths).as_py()
+            if lo != hi:
+                raise DataError(
+                    f"List column {column!r} has rows of different lengths ({lo} to {hi}) in "
+                    f"file {path!r}, row group {rg}. A feature needs a fixed shape: pad or "
+                    "truncate the lists when writing the table, or drop the column."
+                )
+            return int(lo)
+    raise DataError(f"List column {column!r} of table {snapshot.uri!r} has no rows.")
+
+
+def _missing(snapshot: TableSnapshot, missing: list[str], key: str) -> str:
+    return (
+        f"Column(s) {', '.join(repr(m) for m in missing)} named in {key} are not in table "
+        f"{snapshot.uri!r}. The table has these columns: {', '.join(snapshot.schema.names)}. "
+        f"Fix {key} (for example --set {key}=<column>)."
+    )

@@ -1,0 +1,113 @@
+"""From a :class:`~keras_dl.config.DataConfig` to the train, validation and test datasets.
+
+This is the data module a training run uses: it resolves the table once (one version for all
+splits), plans the columns from the schema, and builds each split's pipeline sharded for this
+process's rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from keras_dl.config import DataConfig
+from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
+from keras_dl.data.sources import TableSnapshot, open_table, select
+from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
+from keras_dl.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DataSplits:
+    """The datasets of one run, their column plan and the table's lineage."""
+
+    train: SplitData
+    validation: SplitData | None
+    test: SplitData | None
+    plan: ColumnPlan
+    snapshot: TableSnapshot
+
+
+def make_splits(
+    data: DataConfig,
+    batch_size: int,
+    rank: int = 0,
+    world_size: int = 1,
+    accept: Sequence[str] = (NUMERIC,),
+    preprocess: Callable | None = None,
+    preprocess_train: Callable | None = None,
+) -> DataSplits:
+    """Open ``data.table`` and build the train/validation/test pipelines for this rank.
+
+    Args:
+        data: The data config.
+        batch_size: Rows per batch of this rank's datasets.
+        rank: This process's rank, which is its shard of the training rows. Defaults to 0.
+        world_size: Number of ranks. Defaults to 1.
+        accept: Feature kinds the recipe consumes. Defaults to numeric.
+        preprocess: Vectorized ``fn(features, label)`` for every split. Defaults to None.
+        preprocess_train: Replaces ``preprocess`` on the training split (augmentation).
+            Defaults to None.
+    """
+    snapshot = open_table(data.table, data.version, data.timestamp)
+    train_snap = _split(snapshot, data, data.train_split, "data.train_split")
+    if not snapshot.files:
+        raise DataError(
+            f"Table {snapshot.uri!r} (version {snapshot.version}) is empty: it has no data files. "
+            "Write rows to it first, or point data.table/data.version at a table with data."
+        )
+    if train_snap is None or not train_snap.files:
+        raise DataError(
+            f"Table {snapshot.uri!r} has no rows with {data.split_column} = {data.train_split!r}"
+            f" (its partitions: {_partition_values(snapshot, data.split_column)}). Fix "
+            "data.train_split or data.split_column."
+        )
+    exclude = [data.split_column] if data.split_column else []
+    plan = plan_columns(train_snap, data.features, data.label, exclude=exclude, accept=accept)
+    common = dict(shuffle=data.shuffle, shuffle_buffer=data.shuffle_buffer, seed=data.seed,
+                  workers=data.workers)
+    train = make_dataset(
+        train_snap,
+        plan,
+        ReadOptions(batch_size, training=True, shard=rank, num_shards=world_size, **common),
+        preprocess_train or preprocess,
+    )
+    evals = {}
+    for name, table, split in (
+        ("validation", data.validation_table, data.validation_split),
+        ("test", data.test_table, data.test_split),
+    ):
+        snap = open_table(table) if table else _split(snapshot, data, split, f"data.{name}_split")
+        if snap is None or not snap.files:
+            evals[name] = None
+            continue
+        try:
+            evals[name] = make_dataset(snap, plan, ReadOptions(batch_size, **common), preprocess)
+        except DataError as exc:
+            if table or "has no rows" not in str(exc):
+                raise
+            log.warning("No %s rows in %s; skipping %s.", name, snapshot.uri, name)
+            evals[name] = None
+    return DataSplits(train, evals["validation"], evals["test"], plan, train_snap)
+
+
+def _split(snapshot: TableSnapshot, data: DataConfig, value: str, key: str):
+    if not data.split_column:
+        return snapshot if key == "data.train_split" else None
+    if not value:
+        return None
+    if data.split_column not in snapshot.schema.names:
+        raise DataError(
+            f"data.split_column={data.split_column!r} is not a column of table "
+            f"{snapshot.uri!r}. Its columns: {', '.join(snapshot.schema.names)}."
+        )
+    return select(snapshot, [(data.split_column, "=", value)])
+
+
+def _partition_values(snapshot: TableSnapshot, column: str | None) -> str:
+    if not column or column not in snapshot.partition_columns:
+        return "n/a"
+    return ", ".join(sorted({p.get(column, "") for p in snapshot.partitions})) or "none"

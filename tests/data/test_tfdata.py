@@ -1,0 +1,103 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from keras_dl.config import DataConfig
+from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, plan_columns
+from keras_dl.errors import DataError
+
+
+def _write(path, n=1000, rows_per_group=100, **extra):
+    table = pa.table(
+        {
+            "f": np.arange(n, dtype=np.float32),
+            "v": pa.array([[float(i)] * 4 for i in range(n)], pa.list_(pa.float32())),
+            "label": np.arange(n, dtype=np.int64) % 3,
+            **extra,
+        }
+    )
+    write_deltalake(path, table, max_rows_per_group=rows_per_group,
+                    min_rows_per_group=rows_per_group, max_rows_per_file=10 * rows_per_group)
+    return path
+
+
+def _collect(split, steps):
+    xs, ys = [], []
+    for x, y in split.dataset.take(steps):
+        xs.append(x)
+        ys.append(y.numpy())
+    return xs, np.concatenate(ys)
+
+
+def test_every_row_arrives_once_per_epoch_as_dense_batches(tmp_path):
+    snap = open_table(_write(str(tmp_path / "t")))
+    plan = plan_columns(snap, ("f", "v"), "label")
+    assert [(s.name, s.dtype, s.shape) for s in plan.features] == [
+        ("f", "float32", ()), ("v", "float32", (4,))]
+    split = make_dataset(snap, plan, ReadOptions(batch_size=32))
+    assert split.steps == 32 and split.stats.rows == 1000 and split.stats.row_groups == 10
+    xs, _ = _collect(split, split.steps)
+    f = np.concatenate([x["f"].numpy() for x in xs])
+    v = np.concatenate([x["v"].numpy() for x in xs])
+    assert sorted(f.tolist()) == list(range(1000))
+    assert v.shape == (1000, 4) and np.all(v[:, 0] == f)
+
+
+def test_training_split_repeats_shuffled_with_equal_steps_per_shard(tmp_path):
+    snap = open_table(_write(str(tmp_path / "t")))
+    plan = plan_columns(snap, ("f",), "label")
+    shards = [
+        make_dataset(snap, plan, ReadOptions(batch_size=16, training=True, shard=r, num_shards=2,
+                                             shuffle_buffer=200))
+        for r in range(2)
+    ]
+    # Steps come from row counts over the whole world: the same on every rank.
+    assert shards[0].steps == shards[1].steps == 1000 // 32
+    seen = []
+    for s in shards:
+        batches = [x.numpy() for x, _ in s.dataset.take(s.steps * 3)]  # three epochs, no re-open
+        assert all(b.shape == (16,) for b in batches)
+        seen.append(np.concatenate(batches[: s.steps]))
+    # The shards read disjoint row groups, and the order is shuffled.
+    assert not set(seen[0][:100].tolist()) & set(seen[1][:100].tolist())
+    assert not np.all(np.diff(seen[0]) > 0)
+
+
+def test_fewer_row_groups_than_shards_says_how_to_fix(tmp_path):
+    snap = open_table(_write(str(tmp_path / "t"), n=100, rows_per_group=100))
+    plan = plan_columns(snap, ("f",), "label")
+    with pytest.raises(DataError, match=r"1 row group\(s\) but 2 shards.*more, smaller row groups"):
+        make_dataset(snap, plan, ReadOptions(batch_size=8, training=True, shard=0, num_shards=2))
+
+
+def test_missing_column_lists_the_columns_the_table_has(tmp_path):
+    path = _write(str(tmp_path / "t"))
+    with pytest.raises(DataError, match=r"'pixels'.*data.features.*has these columns: f, v, label"):
+        make_splits(DataConfig(table=path, features=("pixels",)), batch_size=8)
+    with pytest.raises(DataError, match=r"'target'.*data.label"):
+        make_splits(DataConfig(table=path, label="target"), batch_size=8)
+
+
+def test_non_numeric_feature_is_rejected_by_name(tmp_path):
+    path = _write(str(tmp_path / "t"), n=10, rows_per_group=5, name=[f"r{i}" for i in range(10)])
+    with pytest.raises(DataError, match=r"Column 'name'.*type string.*cannot use as a feature"):
+        make_splits(DataConfig(table=path), batch_size=2)
+
+
+def test_empty_table_is_a_clear_error(tmp_path):
+    path = str(tmp_path / "empty")
+    write_deltalake(path, pa.table({"f": pa.array([], pa.float32()), "label": pa.array([], pa.int64())}))
+    with pytest.raises(DataError, match="is empty|has no rows"):
+        make_splits(DataConfig(table=path), batch_size=2)
+
+
+def test_digits_splits_come_from_the_split_partition(digits_table):
+    data = make_splits(
+        DataConfig(table=digits_table, features=("pixels",), split_column="split"), batch_size=32
+    )
+    assert data.train.stats.rows + data.validation.stats.rows + data.test.stats.rows == 1797
+    assert data.test.stats.rows == 360
+    x, y = next(iter(data.train.dataset))
+    assert x.shape == (32, 64) and x.dtype.name == "float32" and y.dtype.name == "int64"
+    assert data.snapshot.lineage["data.version"] == "0"
