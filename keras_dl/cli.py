@@ -61,7 +61,40 @@ def _parser() -> argparse.ArgumentParser:
     d = isub.add_parser("sklearn-digits", help="scikit-learn's bundled 8x8 digits (1,797 images)")
     _add_ingest_args(d, rows_per_group=128)
     d.set_defaults(func=_cmd_ingest_digits)
+    for name in ("tfds", "images"):
+        # Each ingest source owns its arguments: keras_dl.data.ingest_<name>.add_arguments/run.
+        _add_module_command(isub, name, f"keras_dl.data.ingest_{name}", _add_ingest_args)
+
+    b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
+    bsub = b.add_subparsers(dest="bench")
+    for name in ("input", "distributed", "callbacks"):
+        _add_module_command(bsub, name, f"keras_dl.bench.{name}")
+
+    _add_module_command(sub, "predict", "keras_dl.inference")
+    _add_module_command(sub, "promote", "keras_dl.registry")
     return p
+
+
+def _add_module_command(sub, name: str, module: str, common=None) -> None:
+    """A sub-command implemented by ``module.add_arguments(parser)`` and ``module.run(args)``.
+
+    Such modules are imported to build the parser, so they must import TensorFlow, Spark and
+    other heavy packages inside their functions, not at module level.
+    """
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise
+        return  # not built yet
+    help_text = (mod.__doc__ or name).strip().splitlines()[0]
+    p = sub.add_parser(name, help=help_text, description=mod.__doc__)
+    if common is not None:
+        common(p, rows_per_group=getattr(mod, "ROWS_PER_GROUP", 1024))
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -101,7 +134,12 @@ def _cmd_train(args) -> int:
     from keras_dl import tracking
     from keras_dl.train import fit
 
-    result = fit(exp, recipe)
+    if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
+        from keras_dl.distribute.runner import launch
+
+        result = launch(exp)  # HorovodRunner semantics: np < 0 local processes, np > 0 Spark tasks
+    else:
+        result = fit(exp, recipe)
     if result.run_id:
         print(f"run id: {result.run_id}")
         for k, v in sorted(result.metrics.items()):

@@ -7,8 +7,8 @@ nulls (from the footer statistics) and list columns without a fixed length.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -88,7 +88,9 @@ def plan_columns(
     return ColumnPlan(specs, label_spec)
 
 
-def _spec(snapshot: TableSnapshot, field: pa.Field, accept: Sequence[str], role: str) -> FeatureSpec:
+def _spec(
+    snapshot: TableSnapshot, field: pa.Field, accept: Sequence[str], role: str
+) -> FeatureSpec:
     t = field.type
     shape: tuple[int, ...] = ()
     while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):

@@ -7,8 +7,8 @@ Row groups are the unit of sharding and shuffling, so ingest writes them at a de
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -81,7 +81,9 @@ def write_table(
     files = dt.file_uris()
     groups = sum(pq.ParquetFile(f).num_row_groups for f in files)
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    return IngestReport(table=to, version=dt.version(), rows=rows, files=len(files), row_groups=groups)
+    return IngestReport(
+        table=to, version=dt.version(), rows=rows, files=len(files), row_groups=groups
+    )
 
 
 def ingest_sklearn_digits(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow.parquet as pq

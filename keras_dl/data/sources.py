@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -235,7 +236,11 @@ def _open_delta(table: str, version: int | None, timestamp: str | None) -> Table
         files.append(rel if "://" in rel or rel.startswith("/") else f"{root}/{rel}")
         parts.append(
             {
-                c: ("" if actions[f"partition.{c}"][i] is None else str(actions[f"partition.{c}"][i]))
+                c: (
+                    ""
+                    if actions[f"partition.{c}"][i] is None
+                    else str(actions[f"partition.{c}"][i])
+                )
                 for c in partition_columns
                 if f"partition.{c}" in actions
             }

@@ -8,8 +8,8 @@ process's rank.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from keras_dl.config import DataConfig
 from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
@@ -67,8 +67,12 @@ def make_splits(
         )
     exclude = [data.split_column] if data.split_column else []
     plan = plan_columns(train_snap, data.features, data.label, exclude=exclude, accept=accept)
-    common = dict(shuffle=data.shuffle, shuffle_buffer=data.shuffle_buffer, seed=data.seed,
-                  workers=data.workers)
+    common = dict(
+        shuffle=data.shuffle,
+        shuffle_buffer=data.shuffle_buffer,
+        seed=data.seed,
+        workers=data.workers,
+    )
     train = make_dataset(
         train_snap,
         plan,

@@ -9,8 +9,8 @@ parallel and prefetches. Training data repeats forever and ``fit`` runs a fixed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.reader import TableStats, iter_row_groups, scan_table, shuffle_rows

@@ -17,8 +17,13 @@ def _write(path, n=1000, rows_per_group=100, **extra):
             **extra,
         }
     )
-    write_deltalake(path, table, max_rows_per_group=rows_per_group,
-                    min_rows_per_group=rows_per_group, max_rows_per_file=10 * rows_per_group)
+    write_deltalake(
+        path,
+        table,
+        max_rows_per_group=rows_per_group,
+        min_rows_per_group=rows_per_group,
+        max_rows_per_file=10 * rows_per_group,
+    )
     return path
 
 
@@ -34,7 +39,9 @@ def test_every_row_arrives_once_per_epoch_as_dense_batches(tmp_path):
     snap = open_table(_write(str(tmp_path / "t")))
     plan = plan_columns(snap, ("f", "v"), "label")
     assert [(s.name, s.dtype, s.shape) for s in plan.features] == [
-        ("f", "float32", ()), ("v", "float32", (4,))]
+        ("f", "float32", ()),
+        ("v", "float32", (4,)),
+    ]
     split = make_dataset(snap, plan, ReadOptions(batch_size=32))
     assert split.steps == 32 and split.stats.rows == 1000 and split.stats.row_groups == 10
     xs, _ = _collect(split, split.steps)
@@ -48,8 +55,11 @@ def test_training_split_repeats_shuffled_with_equal_steps_per_shard(tmp_path):
     snap = open_table(_write(str(tmp_path / "t")))
     plan = plan_columns(snap, ("f",), "label")
     shards = [
-        make_dataset(snap, plan, ReadOptions(batch_size=16, training=True, shard=r, num_shards=2,
-                                             shuffle_buffer=200))
+        make_dataset(
+            snap,
+            plan,
+            ReadOptions(batch_size=16, training=True, shard=r, num_shards=2, shuffle_buffer=200),
+        )
         for r in range(2)
     ]
     # Steps come from row counts over the whole world: the same on every rank.
@@ -87,7 +97,9 @@ def test_non_numeric_feature_is_rejected_by_name(tmp_path):
 
 def test_empty_table_is_a_clear_error(tmp_path):
     path = str(tmp_path / "empty")
-    write_deltalake(path, pa.table({"f": pa.array([], pa.float32()), "label": pa.array([], pa.int64())}))
+    write_deltalake(
+        path, pa.table({"f": pa.array([], pa.float32()), "label": pa.array([], pa.int64())})
+    )
     with pytest.raises(DataError, match="is empty|has no rows"):
         make_splits(DataConfig(table=path), batch_size=2)
 
