@@ -6,8 +6,8 @@
 # uses Gloo (no MPI) and TensorFlow only. The wheel is cached per (Horovod, TF, Python, this script)
 # under ~/.cache/keras-dl so a second environment on the same machine does not rebuild it.
 set -euo pipefail
-VENV=${1:-.venv}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV=$(cd "${1:-$ROOT/.venv}" && pwd)  # absolute: the build below runs in another directory
 PY="$VENV/bin/python"
 HVD_VERSION=0.28.1
 
