@@ -50,6 +50,16 @@ class DataConfig:
         shuffle: Shuffle row groups and rows (seeded). Defaults to True.
         shuffle_buffer: Rows mixed in memory when shuffling. Defaults to 4096.
         seed: Seed for row-group order and the shuffle buffer. Defaults to 42.
+        deterministic: Reproducible row order run after run: the seeded shuffle with one reader
+            thread (slower). Defaults to False.
+        filters: Row filters "COLUMN OP VALUE" (OP one of = != < <= > >= in, "in" values
+            separated by "|"), e.g. ("year >= 2020", "country in US|FR"). Filters on partition
+            columns skip whole files. Defaults to ().
+        cache_dir: Copy the table's files to this local folder once and read them from there
+            (for remote or slow storage). Defaults to None (read in place).
+        image_size: (height, width) for image recipes; empty keeps the recipe's. Defaults to ().
+        on_bad_image: "fail" on an undecodable image, or "skip" it and count it (logged to
+            MLflow as data.bad_images_skipped). Defaults to "fail".
     """
 
     table: str = ""
@@ -67,6 +77,11 @@ class DataConfig:
     shuffle: bool = True
     shuffle_buffer: int = 4096
     seed: int = 42
+    deterministic: bool = False
+    filters: tuple[str, ...] = ()
+    cache_dir: str | None = None
+    image_size: tuple[int, ...] = ()
+    on_bad_image: str = "fail"
 
 
 @dataclass(frozen=True)
@@ -252,6 +267,13 @@ def validate(exp: Experiment) -> Experiment:
         )
     if exp.data.workers < 1:
         raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
+    if exp.data.on_bad_image not in ("fail", "skip"):
+        raise ConfigError(f"data.on_bad_image={exp.data.on_bad_image!r} is not one of fail, skip.")
+    if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
+        raise ConfigError(
+            f"data.image_size={list(exp.data.image_size)} must be two positive integers "
+            "(height, width), e.g. --set data.image_size=128,128."
+        )
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
     if not exp.data.table:
