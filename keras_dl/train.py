@@ -131,6 +131,10 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
             data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0
         )
         metrics = {f"test_{k}": float(v) for k, v in scores.items()}
+    skipped = data.bad_images_skipped()  # data.on_bad_image=skip: rows dropped, every read
+    if skipped:
+        log.warning("Skipped %d undecodable image(s) (counted over every epoch read).", skipped)
+        metrics["data.bad_images_skipped"] = float(skipped)
     result = TrainResult(run_id=run_id, metrics=metrics, history=dict(history.history), model=model)
     if not world.is_chief:
         return result
