@@ -38,6 +38,9 @@ class Recipe:
             Defaults to None.
         preprocess_train: Replaces ``preprocess`` on the training split (augmentation).
             Defaults to None.
+        prepare: ``fn(exp) -> Recipe`` called once by ``fit`` before any data is read, for
+            recipes that adapt to the table (e.g. the classes of a string label, mapped to
+            integers in ``preprocess``). Defaults to None.
     """
 
     name: str
@@ -50,6 +53,7 @@ class Recipe:
     accept: tuple[str, ...] = (NUMERIC,)
     preprocess: Callable | None = None
     preprocess_train: Callable | None = None
+    prepare: Callable | None = None
 
 
 def load_recipe(name: str) -> Recipe:

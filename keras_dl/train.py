@@ -50,6 +50,8 @@ def fit(exp: Experiment, recipe: Recipe | None = None, callbacks: Sequence = ())
     import keras
 
     recipe = recipe or load_recipe(exp.recipe)
+    if recipe.prepare is not None:
+        recipe = recipe.prepare(exp)  # table-dependent parts, e.g. a string label's classes
     world = current_world()
     if exp.train.batch_size % world.size:
         raise ConfigError(
