@@ -145,6 +145,44 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
+class CallbacksConfig:
+    """The default callbacks: early stopping, checkpoints, throughput, plots.
+
+    Args:
+        monitor: Metric early stopping watches. Defaults to "val_loss".
+        mode: "min", "max" or "auto" (max for accuracy-like names). Defaults to "auto".
+        min_delta: Smallest change that counts as an improvement. Defaults to 0.0.
+        patience: Epochs without improvement before stopping; None never stops on patience.
+            Defaults to None.
+        stopping_threshold: Stop as soon as ``monitor`` is better than this. Defaults to None.
+        divergence_threshold: Stop as soon as ``monitor`` is worse than this. Defaults to None.
+        check_finite: Stop on a NaN or infinite loss or monitored value. Defaults to True.
+        restore_best_weights: Restore the best epoch's weights when stopping early.
+            Defaults to False.
+        checkpoint_every_n_steps: Also checkpoint every N steps (0: each epoch only).
+            Defaults to 0.
+        keep_checkpoints: Checkpoints kept in ``runtime.run_dir``/checkpoints. Defaults to 3.
+        log_every_n_steps: Also log step metrics and throughput every N steps (0: per epoch
+            only). Defaults to 0.
+        plots: Log loss/metric curves (and a confusion matrix for classifiers) as PNG
+            artifacts at the end. Defaults to True.
+    """
+
+    monitor: str = "val_loss"
+    mode: str = "auto"
+    min_delta: float = 0.0
+    patience: int | None = None
+    stopping_threshold: float | None = None
+    divergence_threshold: float | None = None
+    check_finite: bool = True
+    restore_best_weights: bool = False
+    checkpoint_every_n_steps: int = 0
+    keep_checkpoints: int = 3
+    log_every_n_steps: int = 0
+    plots: bool = True
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One training run: a recipe name plus its four config sections and the recipe's model config.
 
@@ -157,11 +195,12 @@ class Experiment:
     train: TrainConfig = field(default_factory=TrainConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
     model: Any = None
 
     def sections(self) -> dict[str, Any]:
         """The config sections by name, the recipe's ``model`` section included when present."""
-        out = {s: getattr(self, s) for s in ("data", "train", "runtime", "tracking")}
+        out = {s: getattr(self, s) for s in ("data", "train", "runtime", "tracking", "callbacks")}
         if self.model is not None:
             out["model"] = self.model
         return out
@@ -273,6 +312,12 @@ def validate(exp: Experiment) -> Experiment:
         raise ConfigError(
             f"data.image_size={list(exp.data.image_size)} must be two positive integers "
             "(height, width), e.g. --set data.image_size=128,128."
+        )
+    if exp.callbacks.mode not in ("auto", "min", "max"):
+        raise ConfigError(f"callbacks.mode={exp.callbacks.mode!r} is not one of auto, min, max.")
+    if exp.callbacks.keep_checkpoints < 1:
+        raise ConfigError(
+            f"callbacks.keep_checkpoints must be >= 1, got {exp.callbacks.keep_checkpoints}."
         )
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
