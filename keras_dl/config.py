@@ -118,12 +118,24 @@ class RuntimeConfig:
         np: Horovod processes: < 0 runs -np on this host, > 0 runs np Spark tasks. Defaults to 0.
         run_dir: Folder for the resolved config and checkpoints. Defaults to "runs/<recipe>".
         resume: Resume from the last checkpoint in ``run_dir``. Defaults to True.
+        lr_scaling: "none" or "linear": multiply the learning rate by the number of replicas.
+            ``train.batch_size`` is global, so "none" keeps the optimization the same on any
+            world size; use "linear" when you grow the batch with the world. Defaults to "none".
+        warmup_epochs: Epochs over which the learning rate ramps up to its (scaled) value.
+            Defaults to 0.
+        fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
+        start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
+            failing. Defaults to 120.
     """
 
     strategy: str = "auto"
     np: int = 0
     run_dir: str = ""
     resume: bool = True
+    lr_scaling: str = "none"
+    warmup_epochs: float = 0.0
+    fp16_allreduce: bool = False
+    start_timeout: int = 120
 
 
 @dataclass(frozen=True)
@@ -303,6 +315,17 @@ def validate(exp: Experiment) -> Experiment:
     if exp.runtime.strategy not in STRATEGIES:
         raise ConfigError(
             f"runtime.strategy={exp.runtime.strategy!r} is not one of {', '.join(STRATEGIES)}."
+        )
+    if exp.runtime.lr_scaling not in ("none", "linear"):
+        raise ConfigError(
+            f"runtime.lr_scaling={exp.runtime.lr_scaling!r} is not one of none, linear."
+        )
+    if exp.runtime.warmup_epochs < 0 or exp.runtime.start_timeout < 1:
+        raise ConfigError("runtime.warmup_epochs must be >= 0 and runtime.start_timeout >= 1.")
+    if exp.runtime.np not in (0, 1) and exp.runtime.strategy != "horovod":
+        raise ConfigError(
+            f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
+            f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
         )
     if exp.data.workers < 1:
         raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
