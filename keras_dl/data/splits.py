@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from keras_dl.config import DataConfig
 from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
+from keras_dl.data.images import configure
 from keras_dl.data.sources import TableSnapshot, open_table, select
 from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
 from keras_dl.errors import DataError
@@ -29,6 +30,11 @@ class DataSplits:
     test: SplitData | None
     plan: ColumnPlan
     snapshot: TableSnapshot
+    hooks: tuple = field(default=(), repr=False)
+
+    def bad_images_skipped(self) -> int:
+        """Undecodable images dropped so far by the image hooks (``data.on_bad_image=skip``)."""
+        return sum(h.skipped() for h in self.hooks if hasattr(h, "skipped"))
 
 
 def make_splits(
@@ -52,6 +58,8 @@ def make_splits(
         preprocess_train: Replaces ``preprocess`` on the training split (augmentation).
             Defaults to None.
     """
+    # data.image_size / data.on_bad_image reach the recipe's image hooks here.
+    preprocess, preprocess_train = configure(preprocess, data), configure(preprocess_train, data)
     snapshot = open_table(data.table, data.version, data.timestamp)
     train_snap = _split(snapshot, data, data.train_split, "data.train_split")
     if not snapshot.files:
@@ -95,7 +103,8 @@ def make_splits(
                 raise
             log.warning("No %s rows in %s; skipping %s.", name, snapshot.uri, name)
             evals[name] = None
-    return DataSplits(train, evals["validation"], evals["test"], plan, train_snap)
+    hooks = tuple(h for h in (preprocess, preprocess_train) if h is not None)
+    return DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks)
 
 
 def _split(snapshot: TableSnapshot, data: DataConfig, value: str, key: str):

@@ -9,10 +9,11 @@ parallel and prefetches. Training data repeats forever and ``fit`` runs a fixed
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
+from keras_dl.data.features import BINARY, NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.reader import TableStats, iter_row_groups, scan_table, shuffle_rows
 from keras_dl.data.sources import TableSnapshot
 from keras_dl.errors import DataError
@@ -52,11 +53,27 @@ class SplitData:
     stats: TableStats
     snapshot: TableSnapshot
     errors: list = field(default_factory=list)
+    image_columns: tuple[str, ...] = ()
 
     def raise_error(self) -> None:
-        """Re-raise the first error the reader hit inside tf.data, without TF's wrapping."""
+        """Re-raise the first error the reader hit inside tf.data, without TF's wrapping.
+
+        Called from an ``except`` block: when the exception being handled is an image decoding
+        failure, the table is re-scanned and the error names the file, row group and row.
+        """
         if self.errors:
             raise self.errors[0]
+        exc = sys.exc_info()[1]
+        if exc is None or not self.image_columns or not _is_image_error(exc):
+            return
+        from keras_dl.data.images import BAD_IMAGE_MARKER, bad_image_error, locate_bad_images
+
+        for column in self.image_columns:
+            marked = f"{BAD_IMAGE_MARKER} column=" in str(exc)
+            if marked and f"column={column}:" not in str(exc):
+                continue
+            if locate_bad_images(self.snapshot, column, limit=1):
+                raise bad_image_error(self.snapshot, column, exc) from None
 
 
 def make_dataset(
@@ -143,7 +160,14 @@ def make_dataset(
     # Sharding is done by row group in the reader: tf.distribute must not shard again.
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     ds = ds.with_options(opts)
-    return SplitData(dataset=ds, steps=steps, stats=stats, snapshot=snapshot, errors=errors)
+    return SplitData(
+        dataset=ds,
+        steps=steps,
+        stats=stats,
+        snapshot=snapshot,
+        errors=errors,
+        image_columns=tuple(f.name for f in plan.features if f.kind == BINARY),
+    )
 
 
 def _structure(values: dict, plan: ColumnPlan):
@@ -162,6 +186,15 @@ def _tensor_spec(spec: FeatureSpec):
 
     dtype = tf.as_dtype(spec.dtype) if spec.kind == NUMERIC else tf.string
     return tf.TensorSpec(shape=(None, *spec.shape), dtype=dtype)
+
+
+def _is_image_error(exc: BaseException) -> bool:
+    from keras_dl.data.images import BAD_IMAGE_MARKER
+
+    text = str(exc)
+    return BAD_IMAGE_MARKER in text or any(
+        m in text for m in ("Unknown image file format", "Invalid JPEG", "Invalid PNG", "jpeg::")
+    )
 
 
 def _all_specs(plan: ColumnPlan) -> list[FeatureSpec]:
