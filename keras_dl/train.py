@@ -36,19 +36,33 @@ class TrainResult:
     model: Any = None
 
 
-def fit(exp: Experiment, recipe: Recipe | None = None, callbacks: Sequence = ()) -> TrainResult:
+def fit(
+    exp: Experiment,
+    recipe: Recipe | None = None,
+    callbacks: Sequence = (),
+    run_id: str | None = None,
+) -> TrainResult:
     """Train ``exp``'s recipe on its table and track everything in MLflow.
+
+    With ``runtime.strategy=horovod`` every rank calls this (under ``horovodrun`` or
+    :class:`~keras_dl.distribute.runner.HorovodRunner`); it joins the Horovod world first.
 
     Args:
         exp: A resolved experiment (see :func:`keras_dl.config.resolve`).
         recipe: The recipe; defaults to ``load_recipe(exp.recipe)``.
         callbacks: Extra Keras callbacks. Defaults to ().
+        run_id: An MLflow run to attach to (the launcher creates it, so that it can end it
+            FAILED if rank 0 dies). Defaults to None (a new run).
 
     Returns:
         The run id, test metrics, model URI and registered version.
     """
     import keras
 
+    if exp.runtime.strategy == "horovod":
+        from keras_dl.distribute.horovod import init
+
+        init()  # every rank joins the Horovod world before it shards data by rank
     recipe = recipe or load_recipe(exp.recipe)
     if recipe.prepare is not None:
         recipe = recipe.prepare(exp)  # table-dependent parts, e.g. a string label's classes
@@ -71,10 +85,10 @@ def fit(exp: Experiment, recipe: Recipe | None = None, callbacks: Sequence = ())
         preprocess=recipe.preprocess,
         preprocess_train=recipe.preprocess_train,
     )
-    run_id = None
+    attach, run_id = run_id, None
     if world.is_chief:
         save(exp, Path(exp.runtime.run_dir) / "config.yaml")
-        run_id = tracking.start_run(exp, tags=data.snapshot.lineage)
+        run_id = tracking.start_run(exp, tags=data.snapshot.lineage, run_id=attach)
     try:
         try:
             result = _fit(exp, recipe, data, strategy, world, run_id, list(callbacks))
@@ -97,6 +111,7 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     import mlflow
 
     from keras_dl.callbacks.mlflow_logger import MLflowLogger
+    from keras_dl.distribute.lr import scale_learning_rate
 
     with strategy.scope():
         model = recipe.build_model(data, exp)
@@ -106,7 +121,17 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         lr = exp.train.learning_rate
         if exp.train.lr_schedule == "cosine":
             lr = keras.optimizers.schedules.CosineDecay(lr, exp.train.epochs * data.train.steps)
-        model.compile(optimizer=make_optimizer(exp.train.optimizer, lr), **options)
+        lr = scale_learning_rate(
+            lr,
+            exp.runtime.lr_scaling,
+            replicas=world.size * strategy.num_replicas_in_sync,
+            warmup_steps=round(exp.runtime.warmup_epochs * data.train.steps),
+        )
+        optimizer = make_optimizer(exp.train.optimizer, lr)
+        if exp.runtime.strategy == "horovod":
+            optimizer, more = _horovod_optimizer(optimizer, exp)
+            options.update(more)
+        model.compile(optimizer=optimizer, **options)
     if world.is_chief:
         callbacks = [MLflowLogger(run_id=run_id, end_run=False), *callbacks]
         mlflow.log_params(
@@ -116,6 +141,12 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
                 "train.steps_per_epoch": data.train.steps,
             }
         )
+    if exp.runtime.strategy == "horovod":
+        from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+
+        # Averaged metrics first, so MLflow, early stopping and checkpoints agree on every rank;
+        # the broadcast last, so it sends what a resuming callback restored on rank 0.
+        callbacks = [MetricAverage(), *callbacks, BroadcastState()]
     val = data.validation
     history = model.fit(
         data.train.dataset,
@@ -145,10 +176,29 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     if exp.tracking.log_model:
         sample = _sample_input(data)
         lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
+        scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
         result.model_uri, result.registered_version = tracking.log_keras_model(
-            model, sample, exp.tracking.registered_model, tags=lineage
+            model,
+            sample,
+            exp.tracking.registered_model,
+            tags={**lineage, **scores},
+            description=tracking.describe_version(exp, lineage, metrics),
         )
     return result
+
+
+def _horovod_optimizer(optimizer, exp: Experiment):
+    """The optimizer that averages gradients over ranks, and the compile options it needs."""
+    import keras
+
+    from keras_dl.distribute.horovod import distributed_optimizer
+
+    if exp.train.mixed_precision:
+        # Wrap the loss-scaled optimizer, so its overflow check sees the averaged gradients
+        # and every rank skips the same steps.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer = distributed_optimizer(optimizer, fp16_allreduce=exp.runtime.fp16_allreduce)
+    return optimizer, {"jit_compile": False}  # Horovod's ops have no XLA kernels here
 
 
 def make_optimizer(name: str, learning_rate):

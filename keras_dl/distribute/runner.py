@@ -1,0 +1,329 @@
+"""Launch a function on N Horovod ranks, with Databricks ``HorovodRunner`` semantics.
+
+``HorovodRunner(np=-2).run(main, **kwargs)`` runs ``main(**kwargs)`` in 2 processes on this host
+(Gloo); ``HorovodRunner(np=4)`` runs it in 4 Spark tasks of the active SparkSession's cluster
+(``horovod.spark.run``). It returns rank 0's return value. Worker output is streamed back,
+each line prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
+:class:`~keras_dl.errors.DistributedError` names the rank and the cause.
+
+Example:
+    >>> def main(lr):
+    ...     import horovod.tensorflow as hvd      # imports inside: the function must pickle
+    ...     hvd.init()
+    ...     return hvd.rank(), lr
+    >>> HorovodRunner(np=-2).run(main, lr=0.1)          # doctest: +SKIP
+    (0, 0.1)
+
+:func:`launch` is what ``keras-dl train ... --set runtime.strategy=horovod --set runtime.np=N``
+runs: ``keras_dl.train.fit`` on every rank, with the MLflow run created (and, on failure,
+ended FAILED) by this driver process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from keras_dl.distribute.slots import wait_for_free_slots
+from keras_dl.errors import DistributedError
+
+# A rank that raises prints this line (then its traceback) before it exits; the driver reads it
+# back from the rank's stderr to name the cause.
+_MARKER = "keras_dl rank failed:"
+_MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) cause=(.*)")
+
+
+class HorovodRunner:
+    """Run a function on ``abs(np)`` Horovod ranks and return rank 0's result.
+
+    Args:
+        np: ``< 0``: run ``-np`` processes on this host with Gloo. ``> 0``: run ``np`` Spark
+            tasks on the active SparkSession's cluster (one process per task).
+        start_timeout: Seconds to wait for every process or Spark task to start. Defaults to 120.
+        env: Extra environment variables for the ranks. Defaults to None.
+    """
+
+    def __init__(self, np: int, start_timeout: int = 120, env: dict[str, str] | None = None):
+        if np == 0:
+            raise DistributedError(
+                "HorovodRunner(np=0) runs nothing: use np=-N for N processes on this host or "
+                "np=N for N Spark tasks."
+            )
+        self.np = np
+        self.start_timeout = start_timeout
+        self.env = dict(env or {})
+
+    def run(self, main: Callable, **kwargs) -> Any:
+        """Run ``main(**kwargs)`` on every rank; return what rank 0 returned.
+
+        ``main`` and ``kwargs`` are pickled (cloudpickle) to the ranks: import what ``main``
+        needs inside its body, and do not close over locks, sessions or open files.
+
+        Raises:
+            DistributedError: When ``main`` does not pickle, Horovod is missing, there are not
+                enough free Spark task slots, or a rank fails (naming it and the cause).
+        """
+        payload = _check_pickles(main, kwargs)
+        from keras_dl.distribute.horovod import import_horovod
+
+        import_horovod()  # a clear error here rather than in every rank
+        env = _rank_env(self.env)
+        with tempfile.TemporaryDirectory(prefix="keras_dl_hvd_") as logs:
+            try:
+                if self.np < 0:
+                    results = self._run_local(payload, env, logs)
+                else:
+                    results = self._run_spark(payload, env, logs)
+            except DistributedError:
+                raise
+            except Exception as exc:
+                raise _rank_failure(exc, logs) from exc
+        return results[0]
+
+    def _run_local(self, payload: bytes, env: dict, logs: str) -> list:
+        from horovod.runner import run as horovod_run
+
+        n = -self.np
+        # Each rank's stdout/stderr goes to sys.stdout/sys.stderr prefixed "[rank]<stdout>:",
+        # and a copy to logs/rank.N/ which the driver reads to name a failure's cause.
+        with _environ(env):  # horovod.runner.run passes the driver's environment to the ranks
+            return horovod_run(
+                _rank_main,
+                args=(payload,),
+                num_proc=n,
+                hosts=f"localhost:{n}",
+                use_gloo=True,
+                start_timeout=self.start_timeout,
+                output_filename=logs,
+                verbose=0,
+            )
+
+    def _run_spark(self, payload: bytes, env: dict, logs: str) -> list:
+        import horovod.spark
+
+        wait_for_free_slots(self.np, timeout=min(self.start_timeout, 30))
+        out = _Tee(sys.stdout, Path(logs) / "spark.out")
+        err = _Tee(sys.stderr, Path(logs) / "spark.err")
+        try:
+            return horovod.spark.run(
+                _rank_main,
+                args=(payload,),
+                num_proc=self.np,
+                start_timeout=self.start_timeout,
+                use_gloo=True,
+                env=env,
+                stdout=out,
+                stderr=err,
+                verbose=0,
+            )
+        finally:
+            out.close()
+            err.close()
+
+
+def launch(exp, main: Callable | None = None) -> Any:
+    """Train ``exp`` on ``runtime.np`` Horovod ranks; return rank 0's result.
+
+    The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
+    attaches to it and ends it. If the job fails for any reason (a rank raised, was killed,
+    did not start), the driver ends the run FAILED and raises.
+
+    Args:
+        exp: A resolved experiment with ``runtime.strategy="horovod"`` and ``runtime.np != 0``.
+        main: ``fn(exp, run_id)`` run on every rank. Defaults to :func:`train_rank`.
+
+    Returns:
+        What ``main`` returned on rank 0 (a :class:`~keras_dl.train.TrainResult` by default).
+    """
+    if exp.runtime.strategy != "horovod":
+        exp = dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, strategy="horovod"))
+    runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
+    run_id = _create_run(exp)
+    try:
+        result = runner.run(main or train_rank, exp=exp, run_id=run_id)
+    except BaseException:
+        _end_run(exp.tracking.uri, run_id, "FAILED")
+        raise
+    return result
+
+
+def train_rank(exp, run_id: str | None = None):
+    """What every rank runs under :func:`launch`: ``fit`` on its shard of the data.
+
+    The Keras model itself stays on the rank (load it from ``result.model_uri``).
+    """
+    import warnings
+
+    from keras_dl.train import fit
+
+    # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+    result = fit(exp, run_id=run_id)
+    result.model = None
+    return result
+
+
+# -- private helpers ---------------------------------------------------------------------------
+
+
+def _rank_main(payload: bytes):
+    """Entry point on each rank: unpickle ``(main, kwargs)`` and run it; report failures."""
+    import cloudpickle
+
+    main, kwargs = cloudpickle.loads(payload)
+    try:
+        return main(**kwargs)
+    except BaseException as exc:
+        rank = os.environ.get("HOROVOD_RANK", "?")
+        cause = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
+        sys.stderr.write(f"{_MARKER} rank={rank} cause={cause}\n")
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        # Exit now: the other ranks may be blocked in a collective with this one, and Horovod's
+        # background thread could keep this interpreter alive. The launcher sees the non-zero
+        # exit and terminates the rest of the job.
+        os._exit(1)
+
+
+def _check_pickles(main: Callable, kwargs: dict) -> bytes:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps((main, kwargs))
+    except Exception as exc:
+        name = getattr(main, "__qualname__", repr(main))
+        raise DistributedError(
+            f"The function {name!r} (or its arguments {sorted(kwargs)}) cannot be pickled to "
+            f"the Horovod ranks: {type(exc).__name__}: {exc}. Define it at module level or as a "
+            "plain closure, do the imports it needs inside its body, and pass data, not locks, "
+            "sessions, open files or models."
+        ) from None
+
+
+def _rank_env(extra: dict) -> dict:
+    """Environment for the ranks: our import path (so keras_dl and recipes import) and quiet TF."""
+    paths = [p for p in (os.getcwd(), str(Path(__file__).resolve().parents[2])) if p]
+    old = os.environ.get("PYTHONPATH", "")
+    env = {
+        "PYTHONPATH": os.pathsep.join([*paths, *([old] if old else [])]),
+        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        "PYTHONUNBUFFERED": "1",  # stream rank output as it is printed
+    }
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        env["MLFLOW_TRACKING_URI"] = os.environ["MLFLOW_TRACKING_URI"]
+    return {**env, **extra}
+
+
+@contextlib.contextmanager
+def _environ(values: dict):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _rank_failure(exc: Exception, logs: str) -> DistributedError:
+    """Turn Horovod's "a process exited non-zero" into an error naming the rank and the cause."""
+    text = str(exc)
+    causes: dict[int, str] = {}
+    for f in Path(logs).rglob("*"):
+        if f.is_file():
+            for line in f.read_text(errors="replace").splitlines():
+                m = _MARKER_RE.search(line)
+                if m:
+                    causes.setdefault(int(m.group(1)), m.group(2).strip())
+    first = re.search(r"Process name: (\S+)\s+Exit code: (-?\d+)", text)
+    if causes:
+        rank = min(causes)
+        return DistributedError(
+            f"Horovod rank {rank} failed: {causes[rank]} (its traceback is above, lines "
+            f"prefixed [{rank}]). The other ranks were stopped."
+        )
+    if first:
+        rank, code = first.group(1), int(first.group(2))
+        return DistributedError(
+            f"Horovod rank {rank} died: {_describe_exit(code)}, so the job was stopped. Check "
+            f"its output above (lines prefixed [{rank}]) and the machine's memory (OOM killer)."
+        )
+    if "Timed out" in text or "timeout" in text.lower():
+        return DistributedError(
+            f"The Horovod ranks did not all start: {text.strip()} Check that the cluster has "
+            "enough free task slots, or raise runtime.start_timeout."
+        )
+    return DistributedError(f"The Horovod job failed: {type(exc).__name__}: {text.strip()}")
+
+
+def _describe_exit(code: int) -> str:
+    sig = -code if code < 0 else code - 128 if code > 128 else 0
+    if sig:
+        try:
+            return f"killed by signal {sig} ({signal.Signals(sig).name})"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exit status {code}"
+
+
+def _create_run(exp) -> str:
+    """Create (not activate) the job's MLflow run in the driver, with the config as params."""
+    import mlflow
+    from mlflow.entities import Param
+
+    from keras_dl import config, tracking
+
+    config.save(exp, Path(exp.runtime.run_dir) / "config.yaml")
+    experiment_id = tracking.setup_mlflow(exp.tracking.uri, exp.tracking.experiment)
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    tags = {"keras_dl.recipe": exp.recipe, "keras_dl.np": str(exp.runtime.np)}
+    run = client.create_run(experiment_id, tags={**tags, **tracking.git_tags()})
+    params = [Param(k, _param(v)) for k, v in config.to_flat_dict(exp).items()]
+    for i in range(0, len(params), 100):  # MLflow's limit per batch
+        client.log_batch(run.info.run_id, params=params[i : i + 100])
+    return run.info.run_id
+
+
+def _end_run(uri: str, run_id: str, status: str) -> None:
+    import mlflow
+
+    mlflow.MlflowClient(uri).set_terminated(run_id, status)
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+class _Tee:
+    """A text stream that writes to ``stream`` and keeps a copy in ``path``."""
+
+    def __init__(self, stream, path: Path):
+        self.stream = stream
+        self.file = open(path, "w")  # noqa: SIM115 (closed by close())
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.file.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
