@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from keras_dl.config import Experiment, to_flat_dict
+from keras_dl.config import Experiment, to_dict, to_flat_dict
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id)
     if run_id is None:
         mlflow.log_params({k: _param(v) for k, v in to_flat_dict(exp).items()})
+        mlflow.log_dict(to_dict(exp), "config.yaml")  # the resolved config, for lineage
     mlflow.set_tags({"keras_dl.recipe": exp.recipe, **tags, **git_tags()})
     return run.info.run_id
 
@@ -68,32 +69,61 @@ def log_keras_model(
     sample_input: Any,
     registered_model: str | None,
     tags: Mapping[str, str] = (),
+    description: str | None = None,
 ) -> tuple[str, int | None]:
     """Log ``model`` to the active run with a signature inferred from ``sample_input``.
+
+    A model whose inputs are named scalar columns (a dict of 1-D arrays) is logged as a
+    :class:`keras_dl.frame_model.KerasFrameModel` pyfunc with a column-based signature, because
+    MLflow's Keras flavor cannot feed string columns to Keras 3; any other model with the Keras
+    flavor and a tensor signature.
 
     Args:
         model: A Keras 3 model.
         sample_input: A small batch of model input (numpy array or dict of arrays).
         registered_model: Registry name, or None/"none" to skip registration.
-        tags: Tags set on the registered version (lineage). Defaults to none.
+        tags: Tags set on the registered version (lineage); the git commit is added.
+            Defaults to none.
+        description: Description of the registered version. Defaults to None.
 
     Returns:
         The model URI and the registered version (None when not registered).
     """
     import mlflow
 
-    prediction = model.predict(sample_input, verbose=0)
-    signature = make_signature(sample_input, prediction)
+    from keras_dl.frame_model import is_frame_input, log_frame_model
+
     register = registered_model if registered_model and registered_model != "none" else None
-    info = mlflow.keras.log_model(
-        model, name="model", signature=signature, registered_model_name=register
-    )
+    if is_frame_input(sample_input):
+        info = log_frame_model(model, sample_input, register)
+    else:
+        prediction = model.predict(sample_input, verbose=0)
+        signature = make_signature(sample_input, prediction)
+        info = mlflow.keras.log_model(
+            model, name="model", signature=signature, registered_model_name=register
+        )
     version = getattr(info, "registered_model_version", None)
     if register and version is not None:
         client = mlflow.MlflowClient()
-        for key, value in dict(tags).items():
+        for key, value in {**dict(tags), **git_tags()}.items():
             client.set_model_version_tag(register, str(version), key, str(value))
+        if description:
+            client.update_model_version(register, str(version), description=description)
     return info.model_uri, None if version is None else int(version)
+
+
+def describe_version(exp: Experiment, lineage: Mapping[str, str], metrics: Mapping) -> str:
+    """A registered version's description: what it was trained on, its metrics, its config."""
+    import yaml
+
+    scores = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())) or "none"
+    return (
+        f"Recipe {exp.recipe} trained on {lineage.get('data.table')} "
+        f"(version {lineage.get('data.version') or 'n/a'}), git commit "
+        f"{git_tags().get('mlflow.source.git.commit', 'unknown')}. Test metrics: {scores}.\n\n"
+        f"Resolved config (also config.yaml in the run's artifacts):\n\n"
+        + yaml.safe_dump(to_dict(exp), sort_keys=False)
+    )
 
 
 def make_signature(sample_input: Any, prediction: Any):

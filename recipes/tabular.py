@@ -1,0 +1,326 @@
+"""
+Title: tabular, a feed-forward network for any Delta or Parquet table
+Description: point it at a table and a label column; it reads the schema and builds the model.
+
+Train on a table it has never seen, with no code::
+
+    python -m recipes.tabular --set data.table=data/houses --set data.label=price
+    python -m recipes.tabular --set data.table=data/churn --set data.label=churned \\
+        --set data.split_column=split --set data.features=age,plan,monthly_fee
+
+What it infers from the schema:
+
+- **Features**: every column but the label (and the split column), or ``data.features``.
+  Numeric columns (ints, floats, bools, fixed-length lists of numbers) go through a
+  ``Normalization`` layer fitted on the training rows; string columns go through a
+  ``StringLookup`` fitted on their most frequent values (one-hot, or an embedding when there are
+  many). Both layers live *inside* the model, so the registered model takes raw columns.
+- **Task**: a string, boolean or integer label means classification (softmax over the label's
+  classes, accuracy); a float label means regression (mean squared error, MAE and RMSE).
+  ``--set model.task=regression`` overrides it, e.g. for an integer count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from keras_dl.config import DataConfig, Experiment, TrainConfig
+from keras_dl.data.features import NUMERIC, STRING
+from keras_dl.data.sources import TableSnapshot, match_mask, open_table
+from keras_dl.errors import ConfigError, DataError
+from keras_dl.recipe import Recipe
+
+log = logging.getLogger(__name__)
+TASKS = ("auto", "classification", "regression")
+MAX_CLASSES = 1000
+
+# ## Defaults
+
+
+@dataclass(frozen=True)
+class TabularModel:
+    """The network and how it reads the table.
+
+    Args:
+        task: "auto" (from the label's type), "classification" or "regression".
+            Defaults to "auto".
+        hidden: Units of each hidden dense layer. Defaults to (64, 32).
+        dropout: Dropout after each hidden layer. Defaults to 0.1.
+        max_vocabulary: Most frequent values kept per string column; the rest share one
+            out-of-vocabulary slot. Defaults to 1000.
+        embed_above: String columns with more values than this are embedded instead of
+            one-hot encoded. Defaults to 32.
+        embedding_dim: Size of those embeddings. Defaults to 8.
+        stats_rows: Training rows read to fit the normalization and vocabularies.
+            Defaults to 100000.
+    """
+
+    task: str = "auto"
+    hidden: tuple[int, ...] = (64, 32)
+    dropout: float = 0.1
+    max_vocabulary: int = 1000
+    embed_above: int = 32
+    embedding_dim: int = 8
+    stats_rows: int = 100_000
+
+
+DEFAULTS = Experiment(
+    recipe="tabular",
+    data=DataConfig(table="", label="label"),
+    train=TrainConfig(epochs=20, batch_size=64, learning_rate=1e-3),
+    model=TabularModel(),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What ``prepare`` learned about the label: the task, the classes or the label's scale."""
+
+    task: str
+    classes: tuple = ()
+    mean: float = 0.0
+    std: float = 1.0
+
+
+# ## Reading the label: classification or regression
+
+
+def prepare(exp: Experiment) -> Recipe:
+    """Read the label column of the whole table and specialise the recipe to it.
+
+    The classes come from every row (all splits), so a validation row never holds a class the
+    model has no output for.
+    """
+    m: TabularModel = exp.model
+    if m.task not in TASKS:
+        raise ConfigError(f"model.task={m.task!r} is not one of {', '.join(TASKS)}.")
+    snapshot = open_table(exp.data.table, exp.data.version, exp.data.timestamp)
+    label = exp.data.label
+    if label not in snapshot.schema.names:
+        raise DataError(
+            f"Label column {label!r} is not in table {snapshot.uri!r}. Its columns: "
+            f"{', '.join(snapshot.schema.names)}. Set data.label to one of them."
+        )
+    values = _read_column(snapshot, label)
+    target = _make_target(values, snapshot.schema.field(label).type, m.task, label)
+    names = list(exp.data.features) or [
+        n
+        for n in snapshot.schema.names
+        if n not in {label, exp.data.split_column, *snapshot.partition_columns}
+    ]
+    single = names[0] if len(names) == 1 else None
+    preprocess = partial(_encode_label, _make_label_table(target), single)
+    return dataclasses.replace(
+        RECIPE,
+        build_model=partial(build_model, target=target),
+        compile_options=partial(compile_options, target=target),
+        preprocess=preprocess,
+        prepare=None,
+    )
+
+
+def compile_options(data, exp: Experiment, target: Target) -> dict:
+    """Loss and metrics for the task; on the chief, the run records the task and classes."""
+    import keras
+    import mlflow
+
+    if mlflow.active_run() is not None:  # only the chief has a run
+        mlflow.set_tags({"keras_dl.task": target.task, "keras_dl.classes": _classes_tag(target)})
+    if target.task == "classification":
+        return {"loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}
+    return {
+        "loss": "mean_squared_error",
+        "metrics": [
+            keras.metrics.MeanAbsoluteError(name="mae"),
+            keras.metrics.RootMeanSquaredError(name="rmse"),
+        ],
+    }
+
+
+# ## The model
+
+
+def build_model(data, exp: Experiment, target: Target | None = None):
+    """One input per column, each normalized or looked up inside the model, then an MLP."""
+    import keras
+    from keras import layers
+
+    if target is None:
+        raise ConfigError(
+            "The tabular recipe is trained through keras_dl.train.fit (it calls prepare)."
+        )
+    m: TabularModel = exp.model
+    columns = _read_features(data.snapshot, data.plan.features, m.stats_rows)
+    inputs, encoded = {}, []
+    for spec in data.plan.features:
+        values = columns[spec.name]
+        if spec.kind == STRING:
+            inp = keras.Input(shape=(), dtype="string", name=spec.name)
+            vocab = _vocabulary(values, m.max_vocabulary)
+            if len(vocab) + 1 <= m.embed_above:
+                x = layers.StringLookup(vocabulary=vocab, output_mode="one_hot")(inp)
+            else:
+                x = layers.StringLookup(vocabulary=vocab)(inp)
+                x = layers.Embedding(len(vocab) + 1, m.embedding_dim)(x)
+        else:
+            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=spec.name)
+            x = layers.Reshape((int(np.prod(spec.shape)),))(keras.ops.cast(inp, "float32"))
+            flat = values.reshape(len(values), -1).astype(np.float64)
+            # Constant columns have zero variance; 1 keeps them finite (they carry no signal).
+            var = np.where(flat.var(0) > 0, flat.var(0), 1.0)
+            x = layers.Normalization(mean=flat.mean(0), variance=var)(x)
+        inputs[spec.name] = inp
+        encoded.append(x)
+    x = layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
+    for units in m.hidden:
+        x = layers.Dense(units, activation="relu")(x)
+        x = layers.Dropout(m.dropout)(x)
+    if target.task == "classification":
+        outputs = layers.Dense(len(target.classes), activation="softmax", dtype="float32")(x)
+    else:
+        # The network learns the standardized label; the output layer restores its scale.
+        x = layers.Dense(1, dtype="float32")(x)
+        outputs = layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="tabular_mlp")
+
+
+RECIPE = Recipe(
+    name="tabular",
+    description="MLP for any Delta/Parquet table: numeric + string features, classification or regression",
+    defaults=DEFAULTS,
+    build_model=build_model,
+    accept=(NUMERIC, STRING),
+    prepare=prepare,
+)
+
+
+# ## Helpers
+
+
+def _make_target(values: np.ndarray, arrow_type, task: str, label: str) -> Target:
+    if task == "auto":
+        task = "regression" if pa.types.is_floating(arrow_type) else "classification"
+    if task == "regression":
+        if values.dtype.kind not in "fiub":
+            raise DataError(
+                f"Label {label!r} is {arrow_type}, which cannot be a regression target. Set "
+                "model.task=classification, or pick a numeric label."
+            )
+        values = values.astype(np.float64)
+        return Target("regression", mean=float(values.mean()), std=float(values.std() or 1.0))
+    classes = np.unique(values)
+    if len(classes) > MAX_CLASSES:
+        raise DataError(
+            f"Label {label!r} has {len(classes)} distinct values, too many for classification "
+            f"(at most {MAX_CLASSES}). For a numeric label set model.task=regression."
+        )
+    if len(classes) < 2:
+        raise DataError(f"Label {label!r} has a single value {classes!r}: nothing to classify.")
+    return Target("classification", classes=tuple(c.item() if hasattr(c, "item") else c for c in classes))
+
+
+def _make_label_table(target: Target):
+    """A lookup from label value to class index, built once, outside the tf.data function."""
+    import tensorflow as tf
+
+    if target.task != "classification":
+        return None
+    keys = list(target.classes)
+    if keys == list(range(len(keys))):
+        return None  # already 0..K-1
+    key_dtype = tf.string if isinstance(keys[0], str) else tf.int64
+    keys = [int(k) for k in keys] if key_dtype == tf.int64 else keys
+    init = tf.lookup.KeyValueTensorInitializer(
+        tf.constant(keys, key_dtype), tf.range(len(keys), dtype=tf.int64)
+    )
+    return tf.lookup.StaticHashTable(init, default_value=-1)
+
+
+def _encode_label(table, single: str | None, features, label):
+    """Classes as integers; features always as a dict keyed by column (one-column tables too)."""
+    import tensorflow as tf
+
+    if single is not None and not isinstance(features, dict):
+        features = {single: features}
+    if table is not None:
+        if label.dtype != tf.string:
+            label = tf.cast(label, tf.int64)
+        label = table.lookup(label)
+    elif label.dtype == tf.bool:
+        label = tf.cast(label, tf.int64)
+    return features, label
+
+
+def _read_column(snapshot: TableSnapshot, column: str) -> np.ndarray:
+    return _read_features(snapshot, [_Col(column)], rows=None)[column]
+
+
+@dataclass(frozen=True)
+class _Col:
+    name: str
+
+
+def _read_features(snapshot: TableSnapshot, specs, rows: int | None) -> dict[str, np.ndarray]:
+    """The first ``rows`` rows (all when None) of some columns, honoring the row filters."""
+    names = [s.name for s in specs]
+    filter_cols = [c for c, _, _ in snapshot.row_filters]
+    chunks: dict[str, list] = {n: [] for n in names}
+    seen = 0
+    for path, part in zip(snapshot.files, snapshot.partitions):
+        pf = pq.ParquetFile(path)
+        wanted = [c for c in dict.fromkeys(names + filter_cols) if c in pf.schema_arrow.names]
+        for rg in range(pf.num_row_groups):
+            t = pf.read_row_group(rg, columns=wanted)
+            cols = {c: _to_numpy(t.column(c)) for c in wanted}
+            for c in names + filter_cols:  # partition columns live in the path, not the file
+                if c not in cols:
+                    cols[c] = np.full(t.num_rows, part.get(c, ""), dtype=object)
+            mask = np.ones(t.num_rows, dtype=bool)
+            for col, op, value in snapshot.row_filters:
+                mask &= match_mask(cols[col], op, value)
+            for n in names:
+                chunks[n].append(cols[n][mask])
+            seen += int(mask.sum())
+            if rows is not None and seen >= rows:
+                break
+        if rows is not None and seen >= rows:
+            break
+    return {n: np.concatenate(v)[:rows] if v else np.array([]) for n, v in chunks.items()}
+
+
+def _to_numpy(chunked: pa.ChunkedArray) -> np.ndarray:
+    col = chunked.combine_chunks()  # pyarrow 12: only Array.to_numpy takes zero_copy_only
+    t = col.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return np.stack(col.to_numpy(zero_copy_only=False)) if len(col) else np.zeros((0, 1))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+    return col.to_numpy()
+
+
+def _vocabulary(values: np.ndarray, limit: int) -> list[str]:
+    """The ``limit`` most frequent values, most frequent first (ties by value, deterministic)."""
+    counts = pc.value_counts(pa.array(values.tolist(), pa.string()))
+    pairs = sorted(((-c.as_py(), v.as_py()) for v, c in zip(counts.field(0), counts.field(1))))
+    return [v for _, v in pairs[:limit] if v is not None]
+
+
+def _classes_tag(target: Target) -> str:
+    return json.dumps(list(target.classes)) if target.task == "classification" else "[]"
+
+
+# ## Run it
+
+if __name__ == "__main__":
+    from keras_dl.cli import run_recipe
+
+    raise SystemExit(run_recipe("tabular"))

@@ -1,0 +1,140 @@
+"""The tabular recipe on tables it has never seen: classification from a string label, regression
+from a float label, each with numeric and string features, served from raw columns."""
+
+import json
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from keras_dl.config import resolve
+from keras_dl.errors import DataError
+from keras_dl.recipe import load_recipe
+from keras_dl.train import fit
+from tests.conftest import run_cli, runs_in
+
+
+def _frame(rows: int, seed: int = 0) -> pd.DataFrame:
+    """Two numeric columns, a string column, and labels that depend on all three."""
+    rng = np.random.default_rng(seed)
+    size = rng.normal(50.0, 20.0, rows)  # a large scale: normalization must handle it
+    rooms = rng.integers(1, 6, rows)
+    city = rng.choice(["north", "south", "east"], rows)
+    bonus = np.select([city == "north", city == "south"], [2.0, -2.0], 0.0)
+    score = (size - 50.0) / 20.0 + 0.5 * (rooms - 3) + bonus
+    return pd.DataFrame(
+        {
+            "size": size,
+            "rooms": rooms.astype(np.int64),
+            "city": city,
+            "tier": np.where(score > 0.5, "high", np.where(score < -0.5, "low", "mid")),
+            "price": 1000.0 * score + 5000.0,
+            "split": np.where(np.arange(rows) % 5 == 0, "validation", "train"),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tabular")
+    frame = _frame(1200)
+    delta = str(root / "houses")
+    write_deltalake(
+        delta,
+        pa.Table.from_pandas(frame, preserve_index=False),
+        partition_by=["split"],
+        max_rows_per_group=200,
+        min_rows_per_group=200,
+    )
+    return root, delta, frame
+
+
+def _fit(table, tmp, *sets):
+    recipe = load_recipe("tabular")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={table}",
+            f"tracking.uri={uri}",
+            f"runtime.run_dir={tmp / 'run'}",
+            "data.split_column=split",
+            "train.verbose=0",
+            *sets,
+        ],
+    )
+    return fit(exp, recipe), uri
+
+
+@pytest.mark.slow
+def test_string_label_is_classification_served_from_raw_columns(tables, tmp_path):
+    _, delta, frame = tables
+    result, uri = _fit(
+        delta, tmp_path, "data.label=tier", "data.features=size,rooms,city", "train.epochs=15"
+    )
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["keras_dl.task"] == "classification"
+    assert json.loads(run.data.tags["keras_dl.classes"]) == ["high", "low", "mid"]
+    assert result.history["val_accuracy"][-1] >= 0.85, result.history
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/tabular/1")
+    inputs = {i.name: i.type.name for i in model.metadata.signature.inputs.inputs}
+    assert inputs == {"size": "double", "rooms": "long", "city": "string"}
+    raw = frame[["size", "rooms", "city"]].head(300).copy()
+    raw.loc[0, "city"] = "atlantis"  # an unseen category goes to the out-of-vocabulary slot
+    probs = np.asarray(model.predict(raw))
+    assert probs.shape == (300, 3)
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+    classes = np.array(["high", "low", "mid"])
+    assert (classes[probs.argmax(1)][1:] == frame["tier"].head(300)[1:]).mean() >= 0.85
+
+
+@pytest.mark.slow
+def test_float_label_is_regression_through_the_module_entry(tables, tmp_path):
+    root, _, frame = tables
+    parquet = root / "houses_parquet"  # plain Parquet, hive-partitioned by split
+    for split, rows in frame.drop(columns=["tier"]).groupby("split"):
+        (parquet / f"split={split}").mkdir(parents=True, exist_ok=True)
+        rows.drop(columns=["split"]).to_parquet(parquet / f"split={split}" / "part-0.parquet", index=False)
+    proc = run_cli(
+        "-m",
+        "recipes.tabular",
+        "--set",
+        f"data.table={parquet}",
+        "--set",
+        "data.label=price",
+        "--set",
+        "data.split_column=split",
+        "--set",
+        "train.epochs=12",
+        "--set",
+        "train.verbose=0",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert run.data.tags["keras_dl.task"] == "regression"
+    metrics = run.data.metrics
+    assert "val_mae" in metrics and "val_rmse" in metrics and "val_accuracy" not in metrics
+    # The label's spread is ~1500; a model that learned nothing has an RMSE around that.
+    assert metrics["val_rmse"] < 500, metrics
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    model = mlflow.pyfunc.load_model("models:/tabular/1")
+    pred = np.asarray(model.predict(frame[["size", "rooms", "city"]].head(50))).ravel()
+    assert np.abs(pred - frame["price"].head(50)).mean() < 500
+
+
+def test_missing_label_lists_the_columns(tables, tmp_path):
+    _, delta, _ = tables
+    with pytest.raises(DataError, match=r"'target' is not in table .*size, rooms, city, tier"):
+        _fit(delta, tmp_path, "data.label=target")
+
+
+def test_float_label_forced_to_classification_with_too_many_classes(tables, tmp_path):
+    _, delta, _ = tables
+    with pytest.raises(DataError, match="too many for classification"):
+        _fit(delta, tmp_path, "data.label=price", "model.task=classification")
