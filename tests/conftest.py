@@ -56,3 +56,31 @@ def runs_in(uri: str):
     client = mlflow.MlflowClient(uri)
     exps = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(exps) if exps else []
+
+
+@pytest.fixture(scope="session")
+def digits_model(digits_table, tmp_path_factory):
+    """The digits recipe trained briefly and registered as ``digits`` version 1 in its own
+    SQLite store (once per session). Returns ``(tracking_uri, TrainResult)``."""
+    import mlflow
+
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from keras_dl.train import fit
+
+    tmp = tmp_path_factory.mktemp("digits_model")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    recipe = load_recipe("digits")
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={digits_table}",
+            f"tracking.uri={uri}",
+            f"runtime.run_dir={tmp / 'run'}",
+            "train.epochs=4",
+            "train.verbose=0",
+        ],
+    )
+    result = fit(exp, recipe)
+    assert mlflow.active_run() is None and result.registered_version == 1
+    return uri, result
