@@ -37,7 +37,7 @@ class IngestReport:
 
 
 def write_table(
-    table: pa.Table,
+    table: pa.Table | pa.RecordBatchReader,
     to: str,
     partition_by: Sequence[str] = (),
     mode: str = "error",
@@ -46,7 +46,8 @@ def write_table(
     """Write an Arrow table as a Delta table with row groups of ``rows_per_group`` rows.
 
     Args:
-        table: The rows to write.
+        table: The rows to write: a table, or a ``RecordBatchReader`` to stream rows that do
+            not fit in memory (one Delta commit either way).
         to: Delta table path or URI.
         partition_by: Partition columns. Defaults to ().
         mode: "error" if the table exists, "append", "overwrite", or "ignore" (keep the
@@ -74,7 +75,7 @@ def write_table(
             partition_by=list(partition_by) or None,
             mode="overwrite" if mode == "ignore" else mode,
             max_rows_per_group=rows_per_group,
-            min_rows_per_group=min(rows_per_group, max(1, table.num_rows)),
+            min_rows_per_group=min(rows_per_group, max(1, getattr(table, "num_rows", 1 << 62))),
             max_rows_per_file=max(rows_per_group * 64, rows_per_group),
         )
     dt = DeltaTable(to)
@@ -84,6 +85,50 @@ def write_table(
     return IngestReport(
         table=to, version=dt.version(), rows=rows, files=len(files), row_groups=groups
     )
+
+
+def rows_per_group_for(row_bytes: float, target_bytes: int = 16 << 20) -> int:
+    """Rows per group so that a group holds about ``target_bytes`` (a power of 2, 64-16384).
+
+    Row groups are what a reader holds in memory and what shards and shuffles: ~16 MB keeps a
+    few of them cheap to buffer while giving a mid-size dataset dozens of groups to spread.
+    """
+    rows = max(1.0, target_bytes / max(row_bytes, 1.0))
+    return int(min(16384, max(64, 2 ** int(np.log2(rows)))))
+
+
+def assign_splits(labels: np.ndarray, fractions: Sequence[float], seed: int = 0) -> np.ndarray:
+    """A "train"/"validation"/"test" name per row, by ``fractions``, stratified by label.
+
+    Args:
+        labels: One label per row (the split keeps each class's proportions).
+        fractions: Train, validation and test fractions, summing to 1 (a zero drops a split).
+        seed: Shuffle seed, so the same rows land in the same split every time. Defaults to 0.
+    """
+    if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1.0) > 1e-6:
+        raise DataError(
+            f"Split fractions {list(fractions)} must be three non-negative numbers (train, "
+            "validation, test) that sum to 1, for example 0.8,0.1,0.1."
+        )
+    rng = np.random.default_rng(seed)
+    out = np.empty(len(labels), dtype=object)
+    bounds = np.cumsum(fractions)[:2]
+    for value in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == value))
+        cut = np.round(bounds * len(idx)).astype(int)
+        for name, part in zip(("train", "validation", "test"), np.split(idx, cut)):
+            out[part] = name
+    return out
+
+
+def parse_fractions(text: str) -> tuple[float, ...]:
+    """``"0.8,0.1,0.1"`` -> ``(0.8, 0.1, 0.1)``; an empty string -> ``()``."""
+    if not text:
+        return ()
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise DataError(f"--resplit {text!r} must be three numbers like 0.8,0.1,0.1.") from None
 
 
 def ingest_sklearn_digits(
