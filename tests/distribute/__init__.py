@@ -1,0 +1,1 @@
+"""Distributed training: MirroredStrategy, Horovod on this host and on a Spark cluster."""

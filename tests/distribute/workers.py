@@ -1,0 +1,79 @@
+"""Functions and callbacks that the distributed tests ship to real Horovod ranks.
+
+They live in an importable module (not in a test file) so that they pickle by reference: the
+ranks import ``tests.distribute.workers`` from the repository on their ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import keras
+
+
+class Recorder(keras.callbacks.Callback):
+    """Per epoch: the logs this rank's callbacks see, and its own (local, unaveraged) metrics."""
+
+    def on_train_begin(self, logs=None):
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Without validation the model's metric objects still hold this rank's epoch values.
+        local = {k: float(v) for k, v in self.model.get_metrics_result().items()}
+        self.epochs.append({"logs": {k: float(v) for k, v in logs.items()}, "local": local})
+
+
+class Fault(keras.callbacks.Callback):
+    """On ``rank`` at ``epoch``/``batch``: raise, or SIGKILL this process; note the time first."""
+
+    def __init__(self, mode: str, rank: int, epoch: int, batch: int, stamp: str):
+        super().__init__()
+        self.mode, self.rank, self.epoch, self.batch, self.stamp = mode, rank, epoch, batch, stamp
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        import horovod.tensorflow as hvd
+
+        if hvd.rank() != self.rank or (self._epoch, batch) != (self.epoch, self.batch):
+            return
+        with open(self.stamp, "w") as f:
+            f.write(str(time.time()))
+        if self.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected fault on rank {self.rank} at epoch {self.epoch}")
+
+
+def train_and_report(exp, run_id=None):
+    """Train with a Recorder; rank 0 returns its TrainResult plus every rank's digest and logs."""
+    import hashlib
+
+    import horovod.tensorflow as hvd
+    import numpy as np
+
+    from keras_dl.train import fit
+
+    recorder = Recorder()
+    result = fit(exp, callbacks=[recorder], run_id=run_id)
+    weights = b"".join(np.ascontiguousarray(w).tobytes() for w in result.model.get_weights())
+    mine = {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "digest": hashlib.sha256(weights).hexdigest(),
+        "epochs": recorder.epochs,
+    }
+    ranks = hvd.allgather_object(mine)  # collective: every rank's report, in rank order
+    result.model = None
+    return {"result": result, "ranks": ranks}
+
+
+def train_with_fault(exp, run_id=None, mode="raise", rank=1, epoch=1, batch=2, stamp=""):
+    """Train, injecting a fault on one rank mid-epoch."""
+    from keras_dl.train import fit
+
+    fit(exp, callbacks=[Fault(mode, rank, epoch, batch, stamp)], run_id=run_id)
+    return "finished"
