@@ -88,7 +88,12 @@ def fit(
     attach, run_id = run_id, None
     if world.is_chief:
         save(exp, Path(exp.runtime.run_dir) / "config.yaml")
+        from keras_dl.callbacks.defaults import record_run_id, resume_run_id
+
+        # Re-running with the same runtime.run_dir continues the interrupted run (issue 5).
+        attach = attach or resume_run_id(exp)
         run_id = tracking.start_run(exp, tags=data.snapshot.lineage, run_id=attach)
+        record_run_id(exp, run_id)
     try:
         try:
             result = _fit(exp, recipe, data, strategy, world, run_id, list(callbacks))
@@ -110,7 +115,7 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     import keras
     import mlflow
 
-    from keras_dl.callbacks.mlflow_logger import MLflowLogger
+    from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
     from keras_dl.distribute.lr import scale_learning_rate
 
     with strategy.scope():
@@ -132,8 +137,9 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
             optimizer, more = _horovod_optimizer(optimizer, exp)
             options.update(more)
         model.compile(optimizer=optimizer, **options)
+    callbacks = [*make_callbacks(exp, world, run_id, data), *callbacks]
+    prepare_fit(callbacks, model, data)  # resume: rank 0 restores the last checkpoint
     if world.is_chief:
-        callbacks = [MLflowLogger(run_id=run_id, end_run=False), *callbacks]
         mlflow.log_params(
             {
                 "data.train_rows": data.train.stats.rows,

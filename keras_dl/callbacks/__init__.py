@@ -1,5 +1,14 @@
-"""Keras callbacks usable in any ``model.fit``; each is rank-aware."""
+"""Keras callbacks usable in any ``model.fit``; each is rank-aware (side effects on rank 0 only).
 
+Example:
+    >>> from keras_dl.callbacks import Checkpoint, EarlyStopping, MLflowLogger, Throughput
+"""
+
+from keras_dl.callbacks.checkpoint import Checkpoint
+from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
+from keras_dl.callbacks.plots import Plots
+from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.throughput import Throughput
 
-__all__ = ["MLflowLogger"]
+__all__ = ["Checkpoint", "EarlyStopping", "MLflowLogger", "Plots", "ProgressBar", "Throughput"]

@@ -1,13 +1,16 @@
-"""MLflowLogger: per-epoch metrics (and params, and the model) to MLflow from any ``model.fit``.
+"""MLflowLogger: params, per-epoch metrics and the model to MLflow from any ``model.fit``.
 
-Logging never kills training: MLflow calls run on a background thread, failures are warned
-about once and the values stay buffered until the store answers again. At the end of training
-the buffer is flushed; what still cannot be sent is reported with its count.
+Logging never kills training and never waits on the tracking store: values go to a queue that
+a background thread sends. When the store is unreachable the thread warns once, keeps the
+values buffered, and retries every few seconds (for an HTTP server it first checks the server's
+``/health``, so a dead server costs no blocking retries); when the store answers again the
+buffer is flushed in order, with the original timestamps and steps. At the end of training it
+waits up to ``flush_timeout`` seconds for the buffer to empty, then reports plainly how many
+values could not be sent (``unsent``).
 
 Example:
-    >>> import keras, mlflow
-    >>> logger = MLflowLogger(experiment="my-exp", params={"lr": 1e-3})   # doctest: +SKIP
-    >>> model.fit(x, y, epochs=3, callbacks=[logger])                      # doctest: +SKIP
+    >>> logger = MLflowLogger(experiment="my-exp", params={"lr": 1e-3}, log_model=True)  # doctest: +SKIP
+    >>> model.fit(x, y, epochs=3, callbacks=[logger])                                   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
 
+_MAX_BATCH = 900  # MLflow's log_batch takes at most 1000 values per call
+
 
 class MLflowLogger(keras.callbacks.Callback):
     """Log params and per-epoch metrics to an MLflow run, asynchronously, on rank 0 only.
@@ -33,15 +38,17 @@ class MLflowLogger(keras.callbacks.Callback):
     Args:
         run_id: Run to attach to. Defaults to the active run, or a new run.
         experiment: Experiment for a new run. Defaults to MLflow's default experiment.
-        tracking_uri: Tracking URI for a new run. Defaults to MLflow's current URI.
+        tracking_uri: Tracking URI. Defaults to MLflow's current URI.
         params: Params logged once at the start of training. Defaults to None.
-        log_every_n_steps: Also log batch metrics every N steps (0 = epochs only). Defaults to 0.
-        log_model: Log the model (with a signature from ``sample_input``) at the end.
-            Defaults to False.
-        sample_input: A small input batch for the model signature. Defaults to None.
+        log_every_n_steps: Also log batch metrics every N steps, as ``step_<name>`` against the
+            global step (0 = epochs only). Defaults to 0.
+        log_model: Log the model with a signature at the end. Defaults to False.
+        sample_input: A small input batch for the model signature. Defaults to None (a batch of
+            zeros shaped like the model's inputs).
         registered_model_name: Register the logged model under this name. Defaults to None.
         end_run: End a run this callback started when training ends. Defaults to True.
         flush_timeout: Seconds to wait for buffered values at the end. Defaults to 30.
+        retry_interval: Seconds between attempts while the store is unreachable. Defaults to 2.
     """
 
     def __init__(
@@ -56,6 +63,7 @@ class MLflowLogger(keras.callbacks.Callback):
         registered_model_name: str | None = None,
         end_run: bool = True,
         flush_timeout: float = 30.0,
+        retry_interval: float = 2.0,
     ):
         super().__init__()
         self.run_id = run_id
@@ -68,45 +76,51 @@ class MLflowLogger(keras.callbacks.Callback):
         self.registered_model_name = registered_model_name
         self.end_run = end_run
         self.flush_timeout = flush_timeout
-        self.step_offset = 0
+        self.retry_interval = retry_interval
+        self.step_offset = 0  # added to epoch indices, for fit calls that restart at epoch 0
         self.unsent = 0
+        self._fit_params: dict = {}
+        # Without step logging the batch hook does nothing that needs the step's values, so
+        # Keras may keep dispatching batch callbacks asynchronously (no device sync per step).
+        self.async_safe = not log_every_n_steps
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self._active = current_world().is_chief
         self._queue: queue.Queue = queue.Queue()
         self._pending: list = []
-        self._warned = False
+        self._lock = threading.Lock()
+        self._failing = False
         self._started_run = False
+        self._deadline = float("inf")
         self.unsent = 0
-        self._global_step = 0
         if not self._active:
             return
+        # Steps continue from the optimizer's counter, so a resumed run adds no duplicates.
+        self._global_step = int(self.model.optimizer.iterations) if self.model.optimizer else 0
         import mlflow
 
-        if self.tracking_uri:
-            mlflow.set_tracking_uri(self.tracking_uri)
-        self._client = mlflow.MlflowClient()
+        uri = self.tracking_uri or mlflow.get_tracking_uri()
+        self._client = mlflow.MlflowClient(uri)
+        self._uri = uri
         if self.run_id is None:
             active = mlflow.active_run()
             if active is not None:
                 self.run_id = active.info.run_id
             else:
-                exp_id = None
-                if self.experiment:
-                    exp = mlflow.get_experiment_by_name(self.experiment)
-                    exp_id = exp.experiment_id if exp else mlflow.create_experiment(self.experiment)
-                self.run_id = self._client.create_run(exp_id or "0").info.run_id
+                self.run_id = self._create_run()
                 self._started_run = True
-        if self.params:
-            self._submit("params", {k: str(v) for k, v in self.params.items()}, None)
+        params = {**self._model_params(), **self.params}
+        self._submit("params", {k: str(v)[:6000] for k, v in params.items()}, None)
         self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
         self._thread.start()
 
     def on_train_batch_end(self, batch, logs=None):
+        if not self._active:
+            return
         self._global_step += 1
         n = self.log_every_n_steps
-        if self._active and n and self._global_step % n == 0 and logs:
+        if n and self._global_step % n == 0 and logs:
             self._submit("metrics", _numbers(logs, prefix="step_"), self._global_step)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -116,67 +130,178 @@ class MLflowLogger(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if not self._active:
             return
+        self._deadline = time.monotonic() + self.flush_timeout
         self._queue.put(None)
-        self._thread.join(self.flush_timeout)
-        self._flush_pending(final=True)
-        if self.log_model and self.sample_input is not None:
-            self._log_model()
-        if self._started_run and self.end_run:
-            self._safe(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
-
-    # -- internals ---------------------------------------------------------------------------
-    def _submit(self, kind: str, values: dict, step: int | None) -> None:
-        self._queue.put((kind, values, step, int(time.time() * 1000)))
-
-    def _drain(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            self._pending.append(item)
-            self._flush_pending(final=False)
-
-    def _flush_pending(self, final: bool) -> None:
-        from mlflow.entities import Metric, Param
-
-        while self._pending:
-            kind, values, step, ts = self._pending[0]
-            if kind == "params":
-                batch = dict(params=[Param(k, v) for k, v in values.items()])
-            else:
-                batch = dict(metrics=[Metric(k, v, ts, step) for k, v in values.items()])
-            if not self._safe(lambda b=batch: self._client.log_batch(self.run_id, **b)):
-                break
-            self._pending.pop(0)
-        if final and self._pending:
-            self.unsent = sum(len(v) for _, v, _, _ in self._pending)
+        self._thread.join(self.flush_timeout + 5)
+        with self._lock:
+            self.unsent = sum(len(item[1]) for item in self._pending)
+        if self.unsent:
             warnings.warn(
                 f"MLflowLogger: {self.unsent} value(s) for run {self.run_id} could not be sent "
-                f"to MLflow at {self._client.tracking_uri}; they are lost for this run. "
-                "Check that the tracking server is reachable.",
+                f"to MLflow at {self._uri} within {self.flush_timeout:.0f} s; they are not in "
+                "the run. Check that the tracking server is reachable.",
                 stacklevel=2,
             )
+        if self.log_model:
+            self._log_model()
+        if self._started_run and self.end_run:
+            self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
 
-    def _safe(self, fn) -> bool:
+    # -- the sending thread ------------------------------------------------------------------
+    def _submit(self, kind: str, values: dict, step: int | None) -> None:
+        if values:
+            self._queue.put((kind, values, step, int(time.time() * 1000)))
+
+    def _drain(self) -> None:
+        closing = False
+        while True:
+            try:
+                wait = self.retry_interval if (self._pending or closing) else None
+                item = self._queue.get(timeout=wait)
+                while True:  # take everything queued, then send it in few calls
+                    if item is None:
+                        closing = True
+                    else:
+                        with self._lock:
+                            self._pending.append(item)
+                    item = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._send_pending()
+            if closing and (not self._pending or time.monotonic() > self._deadline):
+                return
+
+    def _send_pending(self) -> None:
+        from mlflow.entities import Metric, Param
+
+        if not self._pending or not self._reachable():
+            return
+        sent = 0
+        while self._pending:
+            with self._lock:
+                head = self._pending[0]
+                if head[0] == "params":
+                    chunk = [head]
+                else:  # consecutive metric items, up to one log_batch call's worth
+                    chunk, size = [], 0
+                    for it in self._pending:
+                        if it[0] != "metrics" or size + len(it[1]) > _MAX_BATCH and chunk:
+                            break
+                        chunk.append(it)
+                        size += len(it[1])
+            if head[0] == "params":
+                batch = dict(params=[Param(k, v) for k, v in head[1].items()])
+            else:
+                batch = dict(
+                    metrics=[
+                        Metric(k, v, ts, step)
+                        for _, vals, step, ts in chunk
+                        for k, v in vals.items()
+                    ]
+                )
+            if not self._call(lambda b=batch: self._client.log_batch(self.run_id, **b)):
+                return
+            with self._lock:
+                del self._pending[: len(chunk)]
+            sent += sum(len(it[1]) for it in chunk)
+        if self._failing:
+            self._failing = False
+            log.warning("MLflowLogger: MLflow is reachable again; sent %d buffered value(s).", sent)
+
+    def _reachable(self) -> bool:
+        """For an HTTP tracking server, a quick ``/health`` check; other stores are just tried."""
+        if not self._uri.startswith(("http://", "https://")):
+            return True
+        import requests
+
+        try:
+            ok = requests.get(self._uri.rstrip("/") + "/health", timeout=2).ok
+        except requests.RequestException as exc:
+            ok = False
+            self._warn(exc)
+        if not ok:
+            self._warn("the /health check failed")
+        return ok
+
+    def _call(self, fn) -> bool:
         try:
             fn()
             return True
         except Exception as exc:  # a logging failure must never stop training
-            if not self._warned:
-                warnings.warn(f"MLflowLogger: MLflow call failed ({exc}); buffering.", stacklevel=2)
-                self._warned = True
+            self._warn(exc)
             return False
+
+    def _warn(self, reason) -> None:
+        if not self._failing:
+            self._failing = True
+            warnings.warn(
+                f"MLflowLogger: MLflow at {self._uri} is not answering ({reason}); values are "
+                f"buffered and retried every {self.retry_interval:g} s. Training continues.",
+                stacklevel=2,
+            )
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _create_run(self) -> str:
+        exp_id = "0"
+        if self.experiment:
+            exp = self._client.get_experiment_by_name(self.experiment)
+            exp_id = exp.experiment_id if exp else self._client.create_experiment(self.experiment)
+        return self._client.create_run(exp_id).info.run_id
+
+    def _model_params(self) -> dict[str, Any]:
+        """What fit knows: epochs, steps, the optimizer and its learning rate, the model size."""
+        fit = self._fit_params
+        out: dict[str, Any] = {
+            "fit.epochs": fit.get("epochs"),
+            "fit.steps_per_epoch": fit.get("steps"),
+        }
+        opt = self.model.optimizer
+        if opt is not None:
+            out["optimizer.name"] = type(opt).__name__
+            lr = getattr(opt, "_learning_rate", None)
+            out["optimizer.learning_rate"] = (
+                float(lr.numpy()) if hasattr(lr, "numpy") else type(lr).__name__
+            )
+        out["keras.param_count"] = self.model.count_params()
+        return {k: v for k, v in out.items() if v is not None}
+
+    def set_params(self, params):
+        # Keras would store fit's params on ``self.params``: here those are the MLflow params.
+        self._fit_params = dict(params or {})
 
     def _log_model(self) -> None:
         import mlflow
 
         from keras_dl.tracking import log_keras_model
 
-        def log():
-            with mlflow.start_run(run_id=self.run_id):
-                log_keras_model(self.model, self.sample_input, self.registered_model_name)
+        sample = (
+            self.sample_input if self.sample_input is not None else _zeros_like_inputs(self.model)
+        )
 
-        self._safe(log)
+        def log():
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == self.run_id:
+                log_keras_model(self.model, sample, self.registered_model_name)
+                return
+            with mlflow.start_run(run_id=self.run_id):
+                log_keras_model(self.model, sample, self.registered_model_name)
+            if not (self._started_run and self.end_run):  # the with-block ended it: reopen
+                self._client.update_run(self.run_id, status="RUNNING")
+
+        if not self._call(log):
+            log.warning("MLflowLogger: the model could not be logged to run %s.", self.run_id)
+
+
+def _zeros_like_inputs(model):
+    import numpy as np
+
+    def zeros(t):
+        return np.zeros((1, *[d or 1 for d in t.shape[1:]]), dtype=t.dtype or "float32")
+
+    inputs = model.inputs
+    if isinstance(inputs, dict):
+        return {k: zeros(v) for k, v in inputs.items()}
+    return zeros(inputs[0]) if len(inputs) == 1 else [zeros(t) for t in inputs]
 
 
 def _numbers(logs: Mapping, prefix: str = "") -> dict[str, float]:

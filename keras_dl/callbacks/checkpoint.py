@@ -1,0 +1,297 @@
+"""Checkpoint: atomic checkpoints each epoch (and every N steps) and resume after a crash.
+
+A checkpoint is one ``.npz`` file holding every model variable (dropout seed states included),
+every optimizer variable (its step counter included), the NumPy and Python RNG states, and a
+JSON header with the epoch, step and MLflow run id. It is written to a temporary name, flushed
+to disk, then renamed with ``os.replace``: a kill at any moment leaves either the previous
+checkpoint or the new one, never a half-written "latest". On resume, files that do not load are
+skipped with a warning and the newest one that does is used.
+
+The training position is the optimizer's step counter: resuming sets ``fit``'s start epoch from
+it, and a checkpoint taken mid-epoch finishes that epoch with only the steps it still lacked.
+
+Example:
+    >>> ckpt = Checkpoint("runs/my-model/checkpoints", keep=3)       # doctest: +SKIP
+    >>> model.fit(ds, epochs=10, steps_per_epoch=100, callbacks=[ckpt])  # doctest: +SKIP
+    >>> # killed? run the same code again: it resumes where the last checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_dl.distribute.world import current_world
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^ckpt-(\d{9})\.npz$")
+COMPLETE = "COMPLETE"  # marker written when fit returns: nothing to resume
+
+
+class Checkpoint(keras.callbacks.Callback):
+    """Write resumable checkpoints on rank 0, keep the last ``keep``, resume from the newest.
+
+    Put it first in the callbacks list: when a mid-epoch checkpoint is resumed, it ends that
+    epoch early by setting ``model.stop_training`` and clears the flag again in its own
+    ``on_epoch_end``, before callbacks that may set it for their own reasons.
+
+    Args:
+        directory: Folder of the checkpoint files (created on rank 0).
+        every_n_steps: Also checkpoint every N training steps (0: at each epoch end only).
+            Defaults to 0.
+        keep: Checkpoints kept; older ones are deleted. Defaults to 3.
+        resume: Restore the newest valid checkpoint at the start of training; when False, old
+            checkpoints in ``directory`` are deleted and training starts fresh. Defaults to True.
+        metadata: Extra JSON-serialisable values stored in every checkpoint header (for
+            example the MLflow run id). Defaults to None.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        every_n_steps: int = 0,
+        keep: int = 3,
+        resume: bool = True,
+        metadata: dict | None = None,
+    ):
+        super().__init__()
+        if keep < 1:
+            raise ValueError(f"Checkpoint keep must be >= 1, got {keep}.")
+        self.directory = Path(directory)
+        self.every_n_steps = every_n_steps
+        self.keep = keep
+        self.resume = resume
+        self.metadata = dict(metadata or {})
+        self.restored: dict | None = None  # the header of the checkpoint restored, if any
+        self._restore_done = False
+
+    # -- public ------------------------------------------------------------------------------
+    def restore(self) -> int:
+        """Load the newest valid checkpoint into the model (rank 0 only).
+
+        Call it after ``compile`` and before ``fit`` when the restored state must be broadcast
+        to other ranks before training (Horovod); otherwise ``on_train_begin`` calls it.
+
+        Returns:
+            The global step restored (0 when there is no checkpoint or on other ranks).
+        """
+        self._restore_done = True
+        if not current_world().is_chief:
+            return 0
+        if not self.resume or is_complete(self.directory):
+            if self.resume:
+                print(f"The training in {self.directory} finished; starting a new one.")
+            self._clear()
+            return 0
+        for path in reversed(list_checkpoints(self.directory)):
+            try:
+                header = load_checkpoint(path, self.model)
+            except Exception as exc:  # a partial or corrupt file: fall back to an older one
+                log.warning("Skipping unreadable checkpoint %s (%s).", path, exc)
+                continue
+            self.restored = header
+            print(
+                f"Resuming from checkpoint {path.name}: {header['epoch']} epoch(s) and "
+                f"{header['step']} step(s) done (global step {header['global_step']})."
+            )
+            return int(header["global_step"])
+        return 0
+
+    # -- Keras hooks -------------------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        world = current_world()
+        self._chief = world.is_chief
+        self._truncate_after: int | None = None
+        self._steps_this_epoch = 0
+        if not self._restore_done:
+            self.restore()
+        self._restore_done = False  # the next fit call restores (or not) again
+        self._steps = self.params.get("steps") or 0
+        # The position is the optimizer's step counter as restored (on rank 0 only).
+        self._global_step = int(self.model.optimizer.iterations) if self.restored else 0
+        if world.size > 1 and self.resume:
+            self._global_step = _broadcast_step(self._global_step)
+        if self._global_step and self._steps:
+            epoch, step = divmod(self._global_step, self._steps)
+            self.model._initial_epoch = epoch  # read by fit(); Keras' BackupAndRestore does too
+            if step:
+                self._truncate_after = self._steps - step  # finish the interrupted epoch only
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._global_step += 1
+        self._steps_this_epoch += 1
+        if self._truncate_after is not None and self._steps_this_epoch >= self._truncate_after:
+            self.model.stop_training = True  # ends this (resumed) epoch; cleared at epoch end
+            return
+        at_epoch_end = self._steps and self._global_step % self._steps == 0  # saved there
+        if self.every_n_steps and self._global_step % self.every_n_steps == 0 and not at_epoch_end:
+            self._save()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._steps_this_epoch = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._truncate_after is not None:
+            self._truncate_after = None
+            self.model.stop_training = False
+        bad = [k for k, v in (logs or {}).items() if "loss" in k and not _finite(v)]
+        if bad:  # a checkpoint of diverged weights would only resume the divergence
+            log.warning("Not checkpointing epoch %d: %s not finite.", epoch + 1, ", ".join(bad))
+            return
+        self._save()
+
+    def on_train_end(self, logs=None):
+        self.model._initial_epoch = None  # a later fit call starts where the caller says
+        self.restored = None
+        if self._chief and self.directory.is_dir():
+            # fit returned normally: the next run in this directory starts fresh, not "resumes"
+            (self.directory / COMPLETE).write_text(json.dumps({"global_step": self._global_step}))
+
+    # -- internals ---------------------------------------------------------------------------
+    def _save(self) -> None:
+        if not self._chief:
+            return
+        steps = self._steps or 1
+        epoch, step = divmod(self._global_step, steps)
+        header = {
+            **self.metadata,
+            "epoch": epoch,
+            "step": step,
+            "global_step": self._global_step,
+            "steps_per_epoch": self._steps,
+            "time": time.time(),
+        }
+        save_checkpoint(self.directory / f"ckpt-{self._global_step:09d}.npz", self.model, header)
+        for old in list_checkpoints(self.directory)[: -self.keep]:
+            old.unlink(missing_ok=True)
+
+    def _clear(self) -> None:
+        for path in list_checkpoints(self.directory) + _temporaries(self.directory):
+            path.unlink(missing_ok=True)
+        (self.directory / COMPLETE).unlink(missing_ok=True)
+
+
+def save_checkpoint(path: str | os.PathLike, model, header: dict) -> Path:
+    """Write ``model``'s variables, its optimizer's and the RNG states to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
+    if model.optimizer is not None:
+        for i, v in enumerate(model.optimizer.variables):
+            arrays[f"optimizer/{i}"] = np.asarray(v.numpy())
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    arrays["rng/numpy_keys"] = keys
+    header = {**header, "numpy_rng": [name, int(pos), int(has_gauss), float(gauss)]}
+    version, internal, gauss_next = random.getstate()
+    arrays["rng/python"] = np.asarray(internal, dtype=np.int64)
+    header["python_rng"] = [version, gauss_next]
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())  # the rename must never publish data still in the page cache
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, model) -> dict:
+    """Restore a checkpoint written by :func:`save_checkpoint` into ``model``; return its header.
+
+    Raises:
+        ValueError: When the file's variables do not match the model's (another architecture).
+        OSError, zipfile.BadZipFile: When the file is partial or corrupt.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}  # reads (and CRC-checks) every member
+    header = json.loads(arrays.pop("header").tobytes().decode())
+    model_vars = list(model.variables)
+    saved_model = [k for k in arrays if k.startswith("model/")]
+    if len(saved_model) != len(model_vars):
+        raise ValueError(
+            f"{path} holds {len(saved_model)} model variables but the model has {len(model_vars)}."
+        )
+    optimizer = model.optimizer
+    saved_opt = [k for k in arrays if k.startswith("optimizer/")]
+    if saved_opt and optimizer is not None and not optimizer.built:
+        strategy = getattr(model, "distribute_strategy", None)
+        if strategy is not None:
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)
+        else:
+            optimizer.build(model.trainable_variables)
+    targets = [(f"model/{i}", v) for i, v in enumerate(model_vars)]
+    if optimizer is not None:
+        opt_vars = list(optimizer.variables)
+        if len(saved_opt) != len(opt_vars):
+            raise ValueError(
+                f"{path} holds {len(saved_opt)} optimizer variables but the optimizer has "
+                f"{len(opt_vars)}: was it written with another optimizer?"
+            )
+        targets += [(f"optimizer/{i}", v) for i, v in enumerate(opt_vars)]
+    for key, var in targets:  # check every shape before assigning any
+        if tuple(arrays[key].shape) != tuple(var.shape):
+            raise ValueError(f"{path}: {key} has shape {arrays[key].shape}, expected {var.shape}.")
+    for key, var in targets:
+        var.assign(arrays[key])
+    name, pos, has_gauss, gauss = header["numpy_rng"]
+    np.random.set_state((name, arrays["rng/numpy_keys"], pos, has_gauss, gauss))
+    version, gauss_next = header["python_rng"]
+    random.setstate((version, tuple(int(i) for i in arrays["rng/python"]), gauss_next))
+    return header
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """Complete checkpoint files in ``directory``, oldest first (temporaries excluded)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if _NAME.match(p.name))
+
+
+def is_complete(directory: str | os.PathLike) -> bool:
+    """True when the training that wrote ``directory`` finished (fit returned)."""
+    return (Path(directory) / COMPLETE).is_file()
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """The JSON header of a checkpoint file (epoch, step, global step, run id, ...)."""
+    with np.load(path, allow_pickle=False) as data:
+        return json.loads(data["header"].tobytes().decode())
+
+
+def _temporaries(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and ".tmp-" in p.name]
+
+
+def _finite(value) -> bool:
+    try:
+        return bool(np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return True
+
+
+def _broadcast_step(step: int) -> int:
+    """Rank 0's global step on every rank (collective), so all ranks resume at one position.
+
+    Only rank 0 reads checkpoints; the model and optimizer state follow with Horovod's
+    ``BroadcastState`` callback, which runs after this one.
+    """
+    import tensorflow as tf
+
+    from keras_dl.distribute import horovod as khvd
+
+    var = tf.Variable(step, dtype=tf.int64, trainable=False)
+    khvd.broadcast_variables([var], root_rank=0, prefix="checkpoint_step")
+    return int(var.numpy())

@@ -1,0 +1,147 @@
+"""The default callbacks of ``keras_dl.train.fit``, and the resume bookkeeping around them.
+
+``fit`` calls, in order: :func:`resume_run_id` (which MLflow run to continue), then, once the
+run exists, :func:`record_run_id`; after ``compile``, :func:`make_callbacks` and
+:func:`prepare_fit` (restore the last checkpoint, position the data, instrument the input).
+
+The run directory (``runtime.run_dir``) holds ``config.yaml``, ``run.json`` (the MLflow run id)
+and ``checkpoints/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from keras_dl.callbacks.checkpoint import Checkpoint, is_complete, list_checkpoints
+from keras_dl.callbacks.early_stopping import EarlyStopping
+from keras_dl.callbacks.mlflow_logger import MLflowLogger
+from keras_dl.callbacks.plots import Plots
+from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.throughput import Throughput
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+
+
+def make_callbacks(exp, world, run_id: str | None, data) -> list:
+    """The default callbacks for ``exp``, in the order they must run.
+
+    Checkpoint first (it may end a resumed epoch early and must clear that before others look),
+    then EarlyStopping, Throughput (it adds its figures to the logs the loggers read),
+    MLflowLogger, Plots, and the progress bar last. Every rank gets the same list: each
+    callback gates its own side effects on rank 0.
+
+    Args:
+        exp: The resolved experiment (``callbacks``, ``runtime``, ``train`` sections).
+        world: This process's :class:`~keras_dl.distribute.world.World`.
+        run_id: The MLflow run (rank 0), or None.
+        data: The :class:`~keras_dl.data.splits.DataSplits` being trained on.
+
+    Returns:
+        The callbacks, ready for ``model.fit``.
+    """
+    c = exp.callbacks
+    monitor = c.monitor
+    if data.validation is None and monitor.startswith("val_"):
+        monitor = monitor[len("val_") :]  # no validation split: watch the training metric
+    checks = data.validation or data.test
+    callbacks = [
+        Checkpoint(
+            checkpoint_dir(exp),
+            every_n_steps=c.checkpoint_every_n_steps,
+            keep=c.keep_checkpoints,
+            resume=exp.runtime.resume,
+            metadata={"run_id": run_id},
+        ),
+        EarlyStopping(
+            monitor=monitor,
+            mode=c.mode,
+            min_delta=c.min_delta,
+            patience=c.patience,
+            stopping_threshold=c.stopping_threshold,
+            divergence_threshold=c.divergence_threshold,
+            check_finite=c.check_finite,
+            restore_best_weights=c.restore_best_weights,
+            run_id=run_id,
+        ),
+        Throughput(batch_size=exp.train.batch_size, log_every_n_steps=c.log_every_n_steps),
+        MLflowLogger(run_id=run_id, end_run=False, log_every_n_steps=c.log_every_n_steps),
+    ]
+    if c.plots:
+        confusion = (checks.dataset, checks.steps) if checks is not None else None
+        callbacks.append(Plots(run_id=run_id, confusion_data=confusion))
+    if world.is_chief and exp.train.verbose:
+        callbacks.append(ProgressBar(batch_size=exp.train.batch_size))
+    return callbacks
+
+
+def prepare_fit(callbacks: list, model, data) -> int:
+    """Restore the last checkpoint into ``model`` and position the training data after it.
+
+    Call after ``compile`` and before ``fit``. Rank 0 reads the checkpoint; under Horovod the
+    ``BroadcastState`` callback copies the restored state to the other ranks when ``fit``
+    starts, and :class:`Checkpoint` broadcasts the position. Also wraps the training data so
+    :class:`Throughput` can measure the time steps wait for input (single-replica only: a
+    mirrored strategy distributes the dataset itself).
+
+    Returns:
+        The global step training resumes from (0 for a fresh start).
+    """
+    step = 0
+    for cb in callbacks:
+        if isinstance(cb, Checkpoint):
+            cb.set_model(model)
+            step = cb.restore()
+        if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:
+            data.train.dataset = cb.instrument(data.train.dataset)
+    if step:
+        # The data position: the rows the checkpointed steps consumed are read and dropped,
+        # so the resumed run continues the same (seeded) stream instead of replaying its start.
+        data.train.dataset = data.train.dataset.skip(step)
+    return step
+
+
+def resume_run_id(exp) -> str | None:
+    """The MLflow run to continue: the one recorded in ``runtime.run_dir`` when there is an
+    unfinished training with a checkpoint to resume, and ``runtime.resume`` is on."""
+    run_dir = Path(exp.runtime.run_dir)
+    ckpts = checkpoint_dir(exp)
+    if not exp.runtime.resume or is_complete(ckpts) or not list_checkpoints(ckpts):
+        return None
+    try:
+        run_id = json.loads((run_dir / RUN_FILE).read_text())["run_id"]
+    except (OSError, ValueError, KeyError):
+        return None
+    import mlflow
+
+    try:
+        mlflow.MlflowClient(exp.tracking.uri).get_run(run_id)
+    except Exception:
+        log.warning(
+            "Run %s recorded in %s is not in the tracking store %s: resuming the checkpoint "
+            "in a new MLflow run.",
+            run_id,
+            run_dir / RUN_FILE,
+            exp.tracking.uri,
+        )
+        return None
+    print(f"Resuming MLflow run {run_id} (from {run_dir / RUN_FILE}).")
+    return run_id
+
+
+def record_run_id(exp, run_id: str) -> None:
+    """Write ``run.json`` (the MLflow run id and tracking URI) into ``runtime.run_dir``."""
+    path = Path(exp.runtime.run_dir) / RUN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": exp.tracking.uri}))
+    os.replace(tmp, path)
+
+
+def checkpoint_dir(exp) -> Path:
+    """``runtime.run_dir``/checkpoints."""
+    return Path(exp.runtime.run_dir) / "checkpoints"

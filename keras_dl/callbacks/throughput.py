@@ -1,0 +1,139 @@
+"""Throughput: samples/s, step time and the fraction of step time spent waiting for input.
+
+The figures are added to the epoch's ``logs`` (so a logger later in the callbacks list, such as
+:class:`~keras_dl.callbacks.MLflowLogger`, and ``History`` record them), and, every N steps, to
+the step's ``logs``:
+
+- ``samples_per_sec``: training samples per second over the epoch's steps (validation excluded);
+- ``step_time_ms``: mean wall time of one training step;
+- ``input_wait_fraction``: the share of step time the step waited for its batch. It needs the
+  training dataset wrapped with :meth:`Throughput.instrument`; without it it is not reported.
+
+Example:
+    >>> tp = Throughput(batch_size=64)                                    # doctest: +SKIP
+    >>> ds = tp.instrument(ds)                                            # doctest: +SKIP
+    >>> model.fit(ds, epochs=3, steps_per_epoch=100, callbacks=[tp, MLflowLogger()])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+
+import keras
+
+
+class Throughput(keras.callbacks.Callback):
+    """Measure training speed per epoch (and every N steps) and add it to the logs.
+
+    Put it before the loggers in the callbacks list: Keras hands the same ``logs`` dict to
+    each callback in turn, so later callbacks see the figures this one adds.
+
+    Args:
+        batch_size: Global batch size (all replicas together), for samples/s. Defaults to None
+            (only ``steps_per_sec`` is reported).
+        log_every_n_steps: Also add the figures of the last N steps to every N-th step's logs
+            (0: per epoch only). Defaults to 0.
+        prefix: Prefix of the keys added to the logs. Defaults to "".
+    """
+
+    def __init__(self, batch_size: int | None = None, log_every_n_steps: int = 0, prefix: str = ""):
+        super().__init__()
+        self.batch_size = batch_size
+        self.log_every_n_steps = log_every_n_steps
+        self.prefix = prefix
+        self._ready = None  # tf.Variable stamped by the instrumented dataset
+        self.epoch_stats: dict[str, float] = {}
+
+    def instrument(self, dataset):
+        """Return ``dataset`` with a final stage that stamps when each batch is handed over.
+
+        The stamp runs in the consumer (after ``prefetch``), so the time between a step's start
+        and its batch's stamp is the time that step waited for input.
+
+        Args:
+            dataset: A ``tf.data.Dataset`` (the training data).
+
+        Returns:
+            The same elements, with the stamping stage appended.
+        """
+        import tensorflow as tf
+
+        if self._ready is None:
+            self._ready = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_ready")
+        ready = self._ready
+
+        def stamp(*batch):
+            with tf.control_dependencies([ready.assign(tf.timestamp())]):
+                out = tf.nest.map_structure(tf.identity, batch)
+            return out if len(out) > 1 else out[0]
+
+        return dataset.map(stamp)
+
+    def on_train_begin(self, logs=None):
+        self.epoch_stats = {}
+        self._window = _Window()
+        self._epoch = _Window()
+        self._step = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = _Window()
+        self._epoch_start = time.time()
+        self._train_end = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t0 = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.time()
+        wait = None
+        if self._ready is not None:
+            # Clamped: the stamp can precede the step when the batch was fetched earlier.
+            wait = min(max(float(self._ready.numpy()) - self._t0, 0.0), now - self._t0)
+        self._epoch.add(now - self._t0, wait)
+        self._window.add(now - self._t0, wait)
+        self._step += 1
+        n = self.log_every_n_steps
+        if n and self._step % n == 0 and logs is not None:
+            logs.update(self._figures(self._window))
+            self._window = _Window()
+
+    def on_test_begin(self, logs=None):
+        if self._train_end is None:  # validation inside fit: training time of the epoch ends
+            self._train_end = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        end = self._train_end or time.time()
+        self.epoch_stats = self._figures(self._epoch, wall=end - self._epoch_start)
+        if logs is not None:
+            logs.update(self.epoch_stats)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _figures(self, w: _Window, wall: float | None = None) -> dict[str, float]:
+        if not w.steps:
+            return {}
+        # Over an epoch, use wall time (it includes the callbacks' own time between steps).
+        elapsed = wall if wall is not None else w.step_time
+        p = self.prefix
+        out = {f"{p}step_time_ms": 1000.0 * w.step_time / w.steps}
+        if self.batch_size:
+            out[f"{p}samples_per_sec"] = w.steps * self.batch_size / max(elapsed, 1e-9)
+        else:
+            out[f"{p}steps_per_sec"] = w.steps / max(elapsed, 1e-9)
+        if w.waited is not None:
+            out[f"{p}input_wait_fraction"] = w.waited / max(w.step_time, 1e-9)
+        return out
+
+
+class _Window:
+    """Step count, summed step time and summed input wait over some steps."""
+
+    def __init__(self):
+        self.steps = 0
+        self.step_time = 0.0
+        self.waited: float | None = None
+
+    def add(self, step_time: float, wait: float | None) -> None:
+        self.steps += 1
+        self.step_time += step_time
+        if wait is not None:
+            self.waited = (self.waited or 0.0) + wait
