@@ -92,7 +92,7 @@ def count_filtered_rows(snapshot: TableSnapshot) -> int:
         table = pq.read_table(path, columns=cols)
         mask = np.ones(table.num_rows, dtype=bool)
         for col, op, value in snapshot.row_filters:
-            mask &= match_mask(table.column(col).to_numpy(zero_copy_only=False), op, value)
+            mask &= match_mask(table.column(col).to_numpy(), op, value)
         total += int(mask.sum())
     return total
 

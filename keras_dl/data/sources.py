@@ -15,13 +15,14 @@ import glob
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from keras_dl.data.filters import to_type
 from keras_dl.errors import DataError
 
 Filter = tuple[str, str, Any]
@@ -120,7 +121,10 @@ def select(snapshot: TableSnapshot, filters: Sequence[Filter]) -> TableSnapshot:
         if op not in _OPS:
             raise DataError(f"Filter operator {op!r} on {col!r} is not one of {', '.join(_OPS)}.")
         if col in snapshot.partition_columns:
-            keep = [_match(p.get(col), op, value, as_str=True) for p in parts]
+            # Partition values are path strings: compare them as the column's type.
+            kind = snapshot.schema.field(col).type
+            typed = _typed(value, kind, col)
+            keep = [_match(to_type(p.get(col), kind, col), op, typed) for p in parts]
             files = [f for f, k in zip(files, keep) if k]
             parts = [p for p, k in zip(parts, keep) if k]
         else:
@@ -161,12 +165,16 @@ def match_mask(values, op: str, value: Any):
     return ~np.isin(values, list(value))
 
 
-def _match(actual: str | None, op: str, value: Any, as_str: bool) -> bool:
+def _match(actual: Any, op: str, value: Any) -> bool:
+    if actual is None:
+        return op in ("!=", "not in")
+    return bool(match_mask([actual], op, value)[0])
+
+
+def _typed(value: Any, kind: pa.DataType, col: str) -> Any:
     if isinstance(value, (list, tuple, set)):
-        value = [str(v) for v in value]
-    else:
-        value = str(value)
-    return bool(match_mask([actual if actual is not None else ""], op, value)[0])
+        return [to_type(v, kind, col) for v in value]
+    return to_type(value, kind, col)
 
 
 def _is_local(table: str) -> bool:
@@ -217,7 +225,10 @@ def _open_delta(table: str, version: int | None, timestamp: str | None) -> Table
             ) from None
     elif timestamp:
         try:
-            dt.load_as_version(datetime.fromisoformat(timestamp))
+            when = datetime.fromisoformat(timestamp)
+            if when.tzinfo is None:  # a naive time is read as UTC, as Delta's commit times are
+                when = when.replace(tzinfo=timezone.utc)
+            dt.load_as_version(when)
         except ValueError:
             raise DataError(
                 f"data.timestamp={timestamp!r} is not an ISO 8601 timestamp "
@@ -227,6 +238,16 @@ def _open_delta(table: str, version: int | None, timestamp: str | None) -> Table
             raise DataError(
                 f"Delta table {table!r} has no version at or before {timestamp}: {exc}"
             ) from None
+        # deltalake falls back to version 0 for a time before the table existed: refuse that.
+        committed = {h.get("version"): h.get("timestamp") for h in dt.history()}
+        first = committed.get(dt.version())
+        if first is not None and when.timestamp() * 1000 < first:
+            raise DataError(
+                f"Delta table {table!r} has no version at or before {timestamp}: its version "
+                f"{dt.version()} was committed at "
+                f"{datetime.fromtimestamp(first / 1000, timezone.utc).isoformat()}. Use a later "
+                "data.timestamp or a data.version."
+            )
     partition_columns = tuple(dt.metadata().partition_columns)
     actions = dt.get_add_actions(flatten=True).to_pydict()
     paths = actions.get("path", [])

@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from keras_dl.config import DataConfig
+from keras_dl.data.cache import cache_files
 from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
+from keras_dl.data.filters import parse_filters
 from keras_dl.data.images import configure
 from keras_dl.data.sources import TableSnapshot, open_table, select
 from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
@@ -60,7 +62,7 @@ def make_splits(
     """
     # data.image_size / data.on_bad_image reach the recipe's image hooks here.
     preprocess, preprocess_train = configure(preprocess, data), configure(preprocess_train, data)
-    snapshot = open_table(data.table, data.version, data.timestamp)
+    snapshot = _open(data, data.table, data.version, data.timestamp)
     train_snap = _split(snapshot, data, data.train_split, "data.train_split")
     if not snapshot.files:
         raise DataError(
@@ -79,7 +81,8 @@ def make_splits(
         shuffle=data.shuffle,
         shuffle_buffer=data.shuffle_buffer,
         seed=data.seed,
-        workers=data.workers,
+        # One reader thread makes the seeded order reproducible (threads finish in any order).
+        workers=1 if data.deterministic else data.workers,
     )
     train = make_dataset(
         train_snap,
@@ -92,7 +95,7 @@ def make_splits(
         ("validation", data.validation_table, data.validation_split),
         ("test", data.test_table, data.test_split),
     ):
-        snap = open_table(table) if table else _split(snapshot, data, split, f"data.{name}_split")
+        snap = _open(data, table) if table else _split(snapshot, data, split, f"data.{name}_split")
         if snap is None or not snap.files:
             evals[name] = None
             continue
@@ -105,6 +108,16 @@ def make_splits(
             evals[name] = None
     hooks = tuple(h for h in (preprocess, preprocess_train) if h is not None)
     return DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks)
+
+
+def _open(data: DataConfig, table: str, version=None, timestamp=None) -> TableSnapshot:
+    """Open a table with ``data.filters`` applied and, with ``data.cache_dir``, cached locally."""
+    snapshot = open_table(table, version, timestamp)
+    if data.filters:
+        snapshot = select(snapshot, parse_filters(data.filters, snapshot.schema))
+    if data.cache_dir:
+        snapshot = cache_files(snapshot, data.cache_dir)
+    return snapshot
 
 
 def _split(snapshot: TableSnapshot, data: DataConfig, value: str, key: str):

@@ -55,3 +55,113 @@ def test_parquet_directory_and_file_list(tmp_path):
     assert len(listed.files) == 2
     with pytest.raises(DataError, match="time travel needs Delta|not a Delta table"):
         open_table(str(d), version=1)
+
+
+def test_delta_time_travel_by_timestamp(tmp_path):
+    import time
+    from datetime import datetime, timezone
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, _table(10))
+    time.sleep(1.2)
+    between = datetime.now(timezone.utc).isoformat()
+    time.sleep(1.2)
+    write_deltalake(path, _table(5, start=100), mode="append")
+    snap = open_table(path, timestamp=between)
+    assert snap.version == 0 and len(snap.files) == 1
+    assert open_table(path, timestamp=datetime.now(timezone.utc).isoformat()).version == 1
+    with pytest.raises(DataError, match="no version at or before"):
+        open_table(path, timestamp="2000-01-01T00:00:00+00:00")
+    with pytest.raises(DataError, match="not an ISO 8601"):
+        open_table(path, timestamp="yesterday")
+
+
+def test_parquet_glob_matches_files_recursively(tmp_path):
+    for sub, n in (("a", 3), ("b", 4)):
+        (tmp_path / sub).mkdir()
+        pq.write_table(_table(n), tmp_path / sub / "part.parquet")
+    (tmp_path / "b" / "notes.txt").write_text("x")
+    snap = open_table(str(tmp_path / "**" / "*.parquet"))
+    assert snap.format == "parquet" and len(snap.files) == 2
+    with pytest.raises(DataError, match="matches no file"):
+        open_table(str(tmp_path / "*.csv"))
+
+
+def _partitioned(path):
+    n = 40
+    table = pa.table(
+        {
+            "x": np.arange(n, dtype=np.float32),
+            "year": np.repeat([2019, 2020, 2021, 2022], 10).astype(np.int32),
+            "country": np.tile(["US", "FR", "DE", "US"], 10),
+            "label": np.arange(n) % 2,
+        }
+    )
+    write_deltalake(path, table, partition_by=["year"])
+    return path
+
+
+def test_typed_partition_filters_and_row_filters_from_config(tmp_path):
+    from keras_dl.config import DataConfig
+    from keras_dl.data import make_splits
+
+    path = _partitioned(str(tmp_path / "t"))
+    snap = open_table(path)
+    assert snap.partition_columns == ("year",) and len(snap.files) == 4
+    # Numeric comparison on the partition strings: "2021" >= 2020 and "2019" < 2020.
+    assert len(select(snap, [("year", ">=", 2020)]).files) == 3
+    assert len(select(snap, [("year", "in", ["2019", "2022"])]).files) == 2
+    data = make_splits(
+        DataConfig(
+            table=path,
+            features=("x",),
+            filters=("year >= 2020", "country in US|DE"),
+            shuffle=False,
+        ),
+        batch_size=4,
+    )
+    assert len(data.snapshot.files) == 3 and data.train.stats.rows == 23
+    xs = np.concatenate([x.numpy() for x, _ in data.train.dataset.take(data.train.steps)])
+    assert set(xs.tolist()) <= {float(i) for i in range(10, 40) if i % 4 != 1}
+    assert len(set(xs.tolist())) == 20  # 23 rows: 5 whole batches of 4 per epoch
+
+
+def test_bad_filter_text_names_the_problem(tmp_path):
+    from keras_dl.data.filters import parse_filter
+
+    schema = pa.schema([("year", pa.int32()), ("c", pa.string())])
+    assert parse_filter("c not in a|b", schema) == ("c", "not in", ["a", "b"])
+    with pytest.raises(DataError, match="not 'COLUMN OP VALUE'"):
+        parse_filter("year", schema)
+    with pytest.raises(DataError, match="'month' is not in the table"):
+        parse_filter("month = 3", schema)
+    with pytest.raises(DataError, match="not a int32 value"):
+        parse_filter("year > soon", schema)
+
+
+def test_local_disk_cache_copies_once_and_keeps_lineage(tmp_path):
+    from keras_dl.config import DataConfig
+    from keras_dl.data import make_splits
+
+    path = _partitioned(str(tmp_path / "t"))
+    cache = tmp_path / "cache"
+    data = make_splits(
+        DataConfig(
+            table=path,
+            features=("x",),
+            cache_dir=str(cache),
+            split_column="year",
+            train_split="2020",
+            validation_split="2021",
+            test_split="",
+        ),
+        batch_size=5,
+    )
+    assert all(f.startswith(str(cache)) for f in data.snapshot.files)
+    assert data.snapshot.lineage["data.table"] == path
+    assert data.train.stats.rows == 10 and data.validation.stats.rows == 10
+    copied = sorted(cache.iterdir())
+    assert len(copied) == 4
+    mtimes = [f.stat().st_mtime_ns for f in copied]
+    make_splits(DataConfig(table=path, features=("x",), cache_dir=str(cache)), batch_size=5)
+    assert [f.stat().st_mtime_ns for f in sorted(cache.iterdir())] == mtimes  # not re-copied
