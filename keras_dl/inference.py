@@ -1,0 +1,278 @@
+"""Score a table with a registered model on Spark and write the predictions as a Delta table.
+
+The embedded-transform pattern: the model travels to the executors once (``addFile``), each
+Python worker loads it once (a per-process cache) and scores Arrow batches of at most
+``batch_size`` rows in a ``mapInPandas`` UDF, so memory stays bounded whatever the table's size.
+(``mlflow.pyfunc.spark_udf`` does the same for a single output column; it needs
+``result_type="array<float>"`` for tensor-signature models, and gives no column checks.)
+
+Example::
+
+    keras-dl predict --model models:/digits@champion --table data/digits --out data/scores
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import tempfile
+import uuid
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from keras_dl.errors import DataError
+
+_MODELS: dict[str, Any] = {}  # per Python worker process: model path -> loaded pyfunc model
+
+
+@dataclass(frozen=True)
+class ScoringPlan:
+    """What the UDF needs, all plain data so it pickles to the executors.
+
+    Attributes:
+        model_file: Name of the model folder shipped with ``SparkContext.addFile``.
+        inputs: ``(column, dtype, width)`` per model input; width is None for scalar columns.
+        frame: Whether the model takes a DataFrame of columns (column signature) rather than
+            arrays (tensor signature).
+        named: Whether a tensor-signature model takes a dict keyed by input name.
+        keys: Columns copied through to the output.
+        classes: Class labels, when the model classifies and the run recorded them.
+    """
+
+    model_file: str
+    inputs: tuple[tuple[str, str, int | None], ...]
+    frame: bool
+    named: bool
+    keys: tuple[str, ...]
+    classes: tuple = ()
+
+
+def predict(
+    df,
+    model_uri: str,
+    features: list[str] | None = None,
+    keys: list[str] | None = None,
+    batch_size: int = 1024,
+    tracking_uri: str | None = None,
+):
+    """Score a Spark DataFrame with a registered model.
+
+    Args:
+        df: The rows to score; must hold the model's input columns.
+        model_uri: ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` (resolved once, here).
+        features: Input column for a model whose signature has one unnamed tensor. Defaults to
+            the ``data.features`` the model was trained with.
+        keys: Columns copied to the output. Defaults to every scalar column that is not an input.
+        batch_size: Most rows per Arrow batch given to the model. Defaults to 1024.
+        tracking_uri: MLflow tracking URI. Defaults to ``$MLFLOW_TRACKING_URI`` or
+            ``sqlite:///mlflow.db``.
+
+    Returns:
+        A DataFrame of ``keys`` + ``prediction`` (+ ``probability_<class>`` columns for a
+        classifier).
+
+    Raises:
+        DataError: When the DataFrame lacks the model's input columns or holds them with other
+            types (the message lists expected and found columns).
+    """
+    import mlflow
+    from mlflow.models import Model
+
+    from keras_dl.registry import resolve_model_uri
+
+    lineage = resolve_model_uri(model_uri, tracking_uri)
+    pinned = f"models:/{lineage.name}/{lineage.version}"
+    local = mlflow.artifacts.download_artifacts(
+        artifact_uri=pinned, dst_path=os.path.join(tempfile.mkdtemp(), f"model-{uuid.uuid4().hex}")
+    )
+    signature = Model.load(local).signature
+    run = mlflow.MlflowClient().get_run(lineage.run_id) if lineage.run_id else None
+    trained_on = (run.data.params.get("data.features", "") if run else "").split(",")
+    classes = tuple(json.loads(run.data.tags.get("keras_dl.classes", "[]"))) if run else ()
+    plan = _plan(df, signature, pinned, features or [f for f in trained_on if f], keys)
+    plan = dataclasses.replace(plan, classes=classes, model_file=os.path.basename(local))
+    spark = df.sparkSession
+    # The model folder travels to every executor once; each worker loads it once.
+    spark.sparkContext.addFile(local, recursive=True)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
+    width = _output_width(signature)
+    columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
+    return df.select(*columns).mapInPandas(
+        partial(_score_batches, plan), _output_schema(df, plan, width)
+    )
+
+
+def _plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPlan:
+    """Match the DataFrame's columns to the model signature, or fail listing both."""
+    from pyspark.sql import types as T
+
+    found = {f.name: f.dataType for f in df.schema.fields}
+    frame = signature.inputs.is_tensor_spec() is False
+    specs = signature.inputs.inputs
+    if frame:
+        wanted = [(s.name, s.type.to_numpy().name, None) for s in specs]
+    else:
+        names = [s.name for s in specs]
+        if len(specs) == 1 and not names[0]:
+            if len(features) != 1:
+                raise DataError(
+                    f"Model {model_uri} takes one unnamed tensor {specs[0].shape}; say which "
+                    f"column holds it with --features COLUMN (found columns: {', '.join(found)})."
+                )
+            names = features
+        wanted = [
+            (n, s.type.name, s.shape[1] if len(s.shape) > 1 else None) for n, s in zip(names, specs)
+        ]
+    missing = [c for c, _, _ in wanted if c not in found]
+    wrong = [
+        c
+        for c, _, width in wanted
+        if c in found and isinstance(found[c], T.ArrayType) != (width is not None)
+    ]
+    if missing or wrong:
+        expected = ", ".join(f"{c} ({d}{f'[{w}]' if w else ''})" for c, d, w in wanted)
+        got = ", ".join(f"{n} ({t.simpleString()})" for n, t in found.items())
+        raise DataError(
+            f"The rows do not match the input of model {model_uri}: "
+            f"{'missing ' + ', '.join(missing) if missing else ''}"
+            f"{'; wrong shape: ' + ', '.join(wrong) if wrong else ''}. Expected columns: "
+            f"{expected}. Found columns: {got}. Score a table with those columns, or rename "
+            "them (or pass --features for a single-tensor model)."
+        )
+    inputs = {c for c, _, _ in wanted}
+    if keys is None:
+        keys = [
+            n
+            for n, t in found.items()
+            if n not in inputs and not isinstance(t, (T.ArrayType, T.MapType, T.BinaryType))
+        ]
+    absent = [k for k in keys if k not in found]
+    if absent:
+        raise DataError(
+            f"Key column(s) {', '.join(absent)} not found; columns: {', '.join(found)}."
+        )
+    return ScoringPlan("", tuple(wanted), frame, len(specs) > 1 or bool(specs[0].name), tuple(keys))
+
+
+def _score_batches(plan: ScoringPlan, batches):
+    """The UDF body, run on the executors: one model per process, one Arrow batch at a time."""
+    import numpy as np
+    import pandas as pd
+
+    model = _load_model(plan.model_file)
+    for pdf in batches:
+        out = pdf[list(plan.keys)].reset_index(drop=True)
+        if len(pdf) == 0:
+            continue
+        scores = np.asarray(model.predict(_model_input(pdf, plan)), dtype=np.float32)
+        if scores.ndim == 2 and scores.shape[1] > 1:
+            index = scores.argmax(1)
+            out["prediction"] = np.asarray(plan.classes)[index] if plan.classes else index
+            probs = pd.DataFrame(scores, columns=_probability_columns(plan, scores.shape[1]))
+            out = pd.concat([out, probs], axis=1)
+        else:
+            out["prediction"] = scores.reshape(len(pdf)).astype(np.float64)
+        yield out
+
+
+def _model_input(pdf, plan: ScoringPlan):
+    import numpy as np
+
+    if plan.frame:
+        return pdf[[c for c, _, _ in plan.inputs]]
+    arrays = {}
+    for column, dtype, width in plan.inputs:
+        values = pdf[column].to_numpy()
+        if width is not None:
+            values = np.stack(values)
+            if values.shape[1] != width:
+                raise DataError(
+                    f"Column {column!r} holds lists of {values.shape[1]} values; the model "
+                    f"expects {width}."
+                )
+        arrays[column] = values.astype(dtype)
+    return arrays if plan.named else next(iter(arrays.values()))
+
+
+def _load_model(model_file: str):
+    import mlflow
+    from pyspark import SparkFiles
+
+    path = SparkFiles.get(model_file)
+    if path not in _MODELS:
+        _MODELS[path] = mlflow.pyfunc.load_model(path)
+    return _MODELS[path]
+
+
+def _output_width(signature) -> int:
+    shape = signature.outputs.inputs[0].shape if signature.outputs else (-1, 1)
+    return int(shape[1]) if len(shape) > 1 else 1
+
+
+def _output_schema(df, plan: ScoringPlan, width: int):
+    from pyspark.sql import types as T
+
+    fields = [df.schema[k] for k in plan.keys]
+    if width > 1:
+        if plan.classes:
+            kind = T.StringType() if isinstance(plan.classes[0], str) else T.LongType()
+        else:
+            kind = T.LongType()
+        fields.append(T.StructField("prediction", kind))
+        fields += [T.StructField(c, T.FloatType()) for c in _probability_columns(plan, width)]
+    else:
+        fields.append(T.StructField("prediction", T.DoubleType()))
+    return T.StructType(fields)
+
+
+def _probability_columns(plan: ScoringPlan, width: int) -> list[str]:
+    names = plan.classes if len(plan.classes) == width else range(width)
+    return [f"probability_{re.sub(r'[^0-9A-Za-z_]', '_', str(n))}" for n in names]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``keras-dl predict`` arguments."""
+    p.add_argument("--model", required=True, help="models:/NAME/VERSION or models:/NAME@ALIAS")
+    p.add_argument("--table", required=True, help="Delta table or Parquet path to score")
+    p.add_argument("--version", type=int, default=None, help="Delta version of --table")
+    p.add_argument("--out", required=True, help="Delta table to write the predictions to")
+    p.add_argument("--mode", default="error", choices=["error", "append", "overwrite"])
+    p.add_argument("--key", action="append", default=None, help="key column (repeatable)")
+    p.add_argument("--features", default=None, help="input column of a single-tensor model")
+    p.add_argument("--batch-size", type=int, default=1024, help="rows per Arrow batch")
+    p.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``keras-dl predict``: read the table into Spark, score it, write a Delta table."""
+    from keras_dl.inference_io import read_table_into_spark, spark_session, write_predictions
+
+    if args.mode == "error" and os.path.isdir(os.path.join(args.out, "_delta_log")):
+        raise DataError(
+            f"Delta table {args.out!r} already exists. Pass --mode overwrite (a new version) or "
+            "--mode append, or choose another --out."
+        )
+    spark = spark_session(args.master)
+    try:
+        df, snapshot = read_table_into_spark(spark, args.table, args.version)
+        scored = predict(
+            df,
+            args.model,
+            features=[args.features] if args.features else None,
+            keys=args.key,
+            batch_size=args.batch_size,
+            tracking_uri=args.tracking_uri,
+        )
+        report = write_predictions(scored, args.out, mode=args.mode)
+    finally:
+        spark.stop()
+    print(
+        f"scored {report.rows} rows of {snapshot.uri} (version {snapshot.version}) with "
+        f"{args.model}: wrote Delta table {args.out} version {report.version}"
+    )
+    return 0

@@ -1,0 +1,131 @@
+"""Batch inference on a real local Spark: the same numbers as the in-process model, clear errors
+for rows that do not match the signature, and the ``keras-dl predict`` command end to end."""
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from sklearn.datasets import load_digits
+
+from keras_dl.errors import DataError
+from keras_dl.inference import predict
+from keras_dl.inference_io import spark_session
+from keras_dl.registry import promote
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session("local[2]", app_name="keras-dl-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def champion(digits_model):
+    uri, result = digits_model
+    promote("digits", result.registered_version, "champion", tracking_uri=uri)
+    return uri, result
+
+
+def test_spark_scores_equal_in_process_predict(spark, champion):
+    uri, result = champion
+    digits = load_digits()
+    rows = 300
+    frame = pd.DataFrame(
+        {"id": np.arange(rows), "pixels": list(digits.data[:rows].astype(np.float32))}
+    )
+    df = spark.createDataFrame(frame).repartition(3)  # several partitions, several workers
+    scored = predict(df, "models:/digits@champion", keys=["id"], batch_size=64, tracking_uri=uri)
+    out = scored.toPandas().sort_values("id").reset_index(drop=True)
+    assert list(out.columns) == ["id", "prediction"] + [f"probability_{i}" for i in range(10)]
+    expected = result.model.predict(digits.data[:rows], verbose=0)
+    probs = out[[f"probability_{i}" for i in range(10)]].to_numpy()
+    np.testing.assert_allclose(probs, expected, atol=1e-5)
+    np.testing.assert_array_equal(out["prediction"], expected.argmax(1))
+
+
+def test_rows_that_do_not_match_the_signature(spark, champion):
+    uri, _ = champion
+    df = spark.createDataFrame(pd.DataFrame({"id": [1, 2], "image": [[0.0] * 64, [1.0] * 64]}))
+    with pytest.raises(DataError) as err:
+        predict(df, "models:/digits@champion", tracking_uri=uri)
+    text = str(err.value)
+    assert "missing pixels" in text and "Expected columns: pixels (float64[64])" in text
+    assert "Found columns: id (bigint), image (array<double>)" in text
+    scalar = spark.createDataFrame(pd.DataFrame({"pixels": [1.0, 2.0]}))
+    with pytest.raises(DataError, match="wrong shape: pixels"):
+        predict(scalar, "models:/digits@champion", tracking_uri=uri)
+
+
+def test_table_model_with_string_classes(spark, tmp_path, mlflow_uri):
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from keras_dl.train import fit
+
+    rng = np.random.default_rng(1)
+    n = 400
+    x = rng.normal(size=n)
+    color = rng.choice(["red", "blue"], n)
+    frame = pd.DataFrame(
+        {"x": x, "color": color, "kind": np.where((x > 0) ^ (color == "red"), "cat", "dog")}
+    )
+    table = str(tmp_path / "pets")
+    write_deltalake(table, pa.Table.from_pandas(frame, preserve_index=False))
+    recipe = load_recipe("tabular")
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={table}",
+            "data.label=kind",
+            f"tracking.uri={mlflow_uri}",
+            f"runtime.run_dir={tmp_path / 'run'}",
+            "train.epochs=2",
+            "train.verbose=0",
+        ],
+    )
+    fit(exp, recipe)
+    rows = frame.assign(id=np.arange(n))
+    scored = predict(spark.createDataFrame(rows), "models:/tabular/1", keys=["id", "kind"])
+    out = scored.toPandas().sort_values("id").reset_index(drop=True)
+    assert list(out.columns) == ["id", "kind", "prediction", "probability_cat", "probability_dog"]
+    model = mlflow.pyfunc.load_model("models:/tabular/1")
+    expected = np.asarray(model.predict(frame[["x", "color"]]))
+    np.testing.assert_allclose(out[["probability_cat", "probability_dog"]], expected, atol=1e-5)
+    np.testing.assert_array_equal(out["prediction"], np.array(["cat", "dog"])[expected.argmax(1)])
+
+
+def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
+    uri, result = champion
+    out = str(tmp_path / "scores")
+    proc = run_cli(
+        "predict",
+        "--model",
+        "models:/digits@champion",
+        "--table",
+        digits_table,
+        "--version",
+        "0",
+        "--out",
+        out,
+        "--master",
+        "local[2]",
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"scored 1797 rows of {digits_table} (version 0)" in proc.stdout
+    scores = DeltaTable(out).to_pandas()
+    assert len(scores) == 1797
+    assert {"label", "split", "prediction", "probability_9"} <= set(scores.columns)
+    assert (scores["prediction"] == scores["label"]).mean() >= 0.8
+    again = run_cli(
+        "predict", "--model", "models:/digits@champion", "--table", digits_table, "--out", out,
+        "--tracking-uri", uri, cwd=tmp_path,
+    )  # fmt: skip
+    assert again.returncode == 2 and "already exists" in again.stderr
