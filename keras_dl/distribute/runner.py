@@ -39,6 +39,7 @@ from keras_dl.errors import DistributedError
 # A rank that raises prints this line (then its traceback) before it exits; the driver reads it
 # back from the rank's stderr to name the cause.
 _MARKER = "keras_dl rank failed:"
+_SECONDARY = ("Horovod has been shut down", "HorovodInternalError")
 _MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) cause=(.*)")
 
 
@@ -146,6 +147,9 @@ def launch(exp, main: Callable | None = None) -> Any:
     """
     if exp.runtime.strategy != "horovod":
         exp = dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, strategy="horovod"))
+    from keras_dl.distribute.horovod import import_horovod
+
+    import_horovod()  # fail before creating a run that could never start
     runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
     run_id = _create_run(exp)
     try:
@@ -248,19 +252,26 @@ def _rank_failure(exc: Exception, logs: str) -> DistributedError:
                 m = _MARKER_RE.search(line)
                 if m:
                     causes.setdefault(int(m.group(1)), m.group(2).strip())
-    first = re.search(r"Process name: (\S+)\s+Exit code: (-?\d+)", text)
-    if causes:
-        rank = min(causes)
+    # Ranks that fail *because* another rank died report Horovod's shutdown: not the cause.
+    primary = {r: c for r, c in causes.items() if not any(s in c for s in _SECONDARY)}
+    first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
+    first_rank = int(first.group(1)) if first else None
+    if primary:
+        rank = first_rank if first_rank in primary else min(primary)
         return DistributedError(
-            f"Horovod rank {rank} failed: {causes[rank]} (its traceback is above, lines "
+            f"Horovod rank {rank} failed: {primary[rank]} (its traceback is above, lines "
             f"prefixed [{rank}]). The other ranks were stopped."
         )
     if first:
-        rank, code = first.group(1), int(first.group(2))
+        code = int(first.group(2))
         return DistributedError(
-            f"Horovod rank {rank} died: {_describe_exit(code)}, so the job was stopped. Check "
-            f"its output above (lines prefixed [{rank}]) and the machine's memory (OOM killer)."
+            f"Horovod rank {first_rank} died: {_describe_exit(code)}, so the job was stopped. "
+            f"Check its output above (lines prefixed [{first_rank}]) and the machine's memory "
+            "(the OOM killer)."
         )
+    if causes:
+        rank = min(causes)
+        return DistributedError(f"Horovod rank {rank} failed: {causes[rank]}")
     if "Timed out" in text or "timeout" in text.lower():
         return DistributedError(
             f"The Horovod ranks did not all start: {text.strip()} Check that the cluster has "

@@ -77,3 +77,47 @@ def train_with_fault(exp, run_id=None, mode="raise", rank=1, epoch=1, batch=2, s
 
     fit(exp, callbacks=[Fault(mode, rank, epoch, batch, stamp)], run_id=run_id)
     return "finished"
+
+
+def own_model_fit(seed_by_rank=True, fp16=False, warmup_steps=0):
+    """A plain Keras model and ``model.fit`` with keras_dl's Horovod pieces, nothing else.
+
+    Each rank starts from different random weights (seeded by rank) and its own random data, so
+    only the broadcast and the gradient averaging can make the ranks end identical.
+    """
+    import hashlib
+
+    import numpy as np
+
+    from keras_dl.distribute import horovod as khvd
+    from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+    from keras_dl.distribute.lr import scale_learning_rate
+
+    hvd = khvd.init()
+    keras.utils.set_random_seed(hvd.rank() if seed_by_rank else 0)
+    rng = np.random.default_rng(hvd.rank())
+    x = rng.normal(size=(256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)]
+    )
+    initial = hashlib.sha256(model.get_weights()[0].tobytes()).hexdigest()
+    lr = scale_learning_rate(0.01, "linear", hvd.size(), warmup_steps=warmup_steps)
+    opt = khvd.distributed_optimizer(keras.optimizers.Adam(lr), fp16_allreduce=fp16)
+    model.compile(
+        optimizer=opt,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,
+    )
+    history = model.fit(
+        x, y, batch_size=32, epochs=2, callbacks=[MetricAverage(), BroadcastState()], verbose=0
+    )
+    weights = b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())
+    mine = {
+        "initial": initial,
+        "final": hashlib.sha256(weights).hexdigest(),
+        "loss": history.history["loss"],
+        "lr": float(opt.learning_rate),
+        "iterations": int(opt.iterations),
+    }
+    return hvd.allgather_object(mine)

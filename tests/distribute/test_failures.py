@@ -1,0 +1,90 @@
+"""A failing or killed rank fails the whole job fast; bad setups fail with a clear message."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from keras_dl.distribute.runner import launch
+from keras_dl.errors import DistributedError
+from tests.conftest import REPO, runs_in
+from tests.distribute.conftest import digits_experiment
+from tests.distribute.workers import train_with_fault
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("raise", r"rank 1 failed: RuntimeError: injected fault on rank 1"),
+        ("kill", r"rank 1 died: killed by signal 9 \(SIGKILL\)"),
+    ],
+)
+def test_a_failing_rank_fails_the_job_within_60s(digits_exp, tmp_path, mode, message):
+    exp = digits_exp("runtime.strategy=horovod", "runtime.np=-2", "train.epochs=3")
+    stamp = tmp_path / "fault_time"
+    main = functools.partial(
+        train_with_fault, mode=mode, rank=1, epoch=1, batch=2, stamp=str(stamp)
+    )
+    with pytest.raises(DistributedError, match=message):
+        launch(exp, main=main)
+    assert stamp.exists(), "the fault was never injected"
+    assert time.time() - float(stamp.read_text()) < 60
+    (run,) = runs_in(exp.tracking.uri)
+    assert run.info.status == "FAILED"
+
+
+@pytest.mark.slow
+def test_more_ranks_than_row_groups_is_a_clear_error(tmp_path):
+    from keras_dl.data.ingest import ingest_sklearn_digits
+
+    table = str(tmp_path / "digits_one_group")
+    ingest_sklearn_digits(table, rows_per_group=4096)  # the train split is one row group
+    exp = digits_experiment(table, tmp_path, "runtime.strategy=horovod", "runtime.np=-2")
+    with pytest.raises(
+        DistributedError, match=r"rank \d failed: DataError: .*1 row group\(s\) but 2"
+    ):
+        launch(exp)
+    (run,) = runs_in(exp.tracking.uri)
+    assert run.info.status == "FAILED"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("np_", ["-2", "0"])
+def test_horovod_that_does_not_import_is_a_clear_error(digits_table, tmp_path, np_):
+    # A real interpreter in which `import horovod` fails, as on a machine without the build.
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoHorovod:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'horovod' or name.startswith('horovod.'):\n"
+        "            raise ImportError('No module named horovod (blocked by the test)')\n"
+        "sys.meta_path.insert(0, NoHorovod())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    sets = {
+        "data.table": digits_table,
+        "runtime.strategy": "horovod",
+        "runtime.np": np_,
+        "tracking.uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "runtime.run_dir": str(tmp_path / "run"),
+    }
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_dl.cli", "train", "digits", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "needs Horovod, but `import horovod.tensorflow` failed" in proc.stderr
+    assert "blocked by the test" in proc.stderr and "build_horovod.sh" in proc.stderr
