@@ -1,7 +1,9 @@
 """The data path: source -> snapshot -> Petastorm reader -> tf.data."""
 
 from keras_dl.data.features import ColumnPlan, FeatureSpec, plan_columns
+from keras_dl.data.images import ImagePreprocess, make_image_preprocess
 from keras_dl.data.sources import TableSnapshot, open_table, select
+from keras_dl.data.spark import SparkConverter, make_spark_converter
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
 
@@ -9,11 +11,15 @@ __all__ = [
     "ColumnPlan",
     "DataSplits",
     "FeatureSpec",
+    "ImagePreprocess",
     "ReadOptions",
+    "SparkConverter",
     "SplitData",
     "TableSnapshot",
     "make_dataset",
+    "make_image_preprocess",
     "make_splits",
+    "make_spark_converter",
     "open_table",
     "plan_columns",
     "select",

@@ -1,0 +1,76 @@
+"""Spark DataFrames through the converter, on a real local SparkSession."""
+
+import os
+
+import numpy as np
+import pytest
+
+from keras_dl.config import DataConfig
+from keras_dl.data import make_splits
+from keras_dl.data.spark import make_spark_converter
+from keras_dl.errors import DataError
+
+pytestmark = pytest.mark.slow
+
+
+def _frame(spark, n=60):
+    rows = [(i, float(i) / 2, [float(i)] * 3, f"r{i}", i % 3) for i in range(n)]
+    return spark.createDataFrame(rows, "id long, x double, v array<double>, name string, label int")
+
+
+def test_dataframe_is_materialized_once_with_two_partitions_per_worker(spark, tmp_path):
+    cache = str(tmp_path / "cache")
+    df = _frame(spark).coalesce(1)
+    conv = make_spark_converter(df, cache_dir=cache, workers=3)
+    try:
+        assert conv.rows == 60 and conv.partitions == 6
+        snap = conv.open()
+        assert len(snap.files) == 6
+        assert str(snap.schema.field("x").type) == "float" and "float" in str(
+            snap.schema.field("v").type
+        )
+        # The same DataFrame again: same folder, nothing rewritten.
+        mtimes = sorted(os.path.getmtime(f) for f in snap.files)
+        again = make_spark_converter(df, cache_dir=cache, workers=3)
+        assert again is conv and len(os.listdir(cache)) == 1
+        assert sorted(os.path.getmtime(f) for f in conv.open().files) == mtimes
+        # A different query is a different folder.
+        other = make_spark_converter(df.filter("id < 30"), cache_dir=cache, workers=3)
+        assert other.path != conv.path and other.rows == 30
+        other.delete()
+        data = make_splits(
+            DataConfig(table=conv.path, features=("x", "v"), shuffle=False), batch_size=8
+        )
+        xs = []
+        for x, _ in data.train.dataset.take(data.train.steps):
+            assert x["v"].shape == (8, 3) and x["x"].dtype.name == "float32"
+            np.testing.assert_allclose(x["v"].numpy()[:, 0], 2 * x["x"].numpy())
+            xs.append(x["x"].numpy())
+        assert len(np.unique(np.concatenate(xs))) == data.train.steps * 8
+    finally:
+        conv.delete()
+    assert not os.path.exists(conv.path)
+    with pytest.raises(DataError, match="was deleted"):
+        conv.open()
+
+
+def test_context_manager_deletes_and_a_new_conversion_rewrites(spark, tmp_path):
+    df = _frame(spark, 20)
+    with make_spark_converter(df, cache_dir=str(tmp_path), workers=1) as conv:
+        assert os.path.isdir(conv.path) and conv.partitions >= 2
+    assert not os.path.exists(conv.path)
+    with make_spark_converter(df, cache_dir=str(tmp_path), workers=1) as fresh:
+        assert fresh is not conv and os.path.isdir(fresh.path)
+
+
+def test_vector_and_struct_columns_are_refused_with_the_fix(spark, tmp_path):
+    from pyspark.ml.linalg import Vectors
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(Vectors.dense([1.0, 2.0]), 1)], ["features", "label"])
+    with pytest.raises(DataError, match=r"'features' is a vector.*vector_to_array"):
+        make_spark_converter(df, cache_dir=str(tmp_path))
+    nested = _frame(spark, 4).select(F.struct("x", "id").alias("s"), "label")
+    with pytest.raises(DataError, match=r"'s' is a struct.*col\('s.<field>'\)"):
+        make_spark_converter(nested, cache_dir=str(tmp_path))
+    assert not os.listdir(tmp_path)  # nothing written
