@@ -92,6 +92,8 @@ class Checkpoint(keras.callbacks.Callback):
                 print(f"The training in {self.directory} finished; starting a new one.")
             self._clear()
             return 0
+        for tmp in _temporaries(self.directory):  # left by a writer killed mid-write
+            tmp.unlink(missing_ok=True)
         for path in reversed(list_checkpoints(self.directory)):
             try:
                 header = load_checkpoint(path, self.model)
@@ -115,6 +117,7 @@ class Checkpoint(keras.callbacks.Callback):
         if not self._restore_done:
             self.restore()
         self._restore_done = False  # the next fit call restores (or not) again
+        self._last_epoch = (self.restored or {}).get("last_epoch")
         self._steps = self.params.get("steps") or 0
         # The position is the optimizer's step counter as restored (on rank 0 only).
         self._global_step = int(self.model.optimizer.iterations) if self.restored else 0
@@ -147,6 +150,10 @@ class Checkpoint(keras.callbacks.Callback):
         if bad:  # a checkpoint of diverged weights would only resume the divergence
             log.warning("Not checkpointing epoch %d: %s not finite.", epoch + 1, ", ".join(bad))
             return
+        # Kept in the header: a kill between this save and the loggers' send of the epoch's
+        # metrics would otherwise leave that epoch missing from the resumed run's history.
+        numbers = {k: float(v) for k, v in (logs or {}).items() if _finite(v) and _number(v)}
+        self._last_epoch = {"epoch": epoch, "logs": numbers}
         self._save()
 
     def on_train_end(self, logs=None):
@@ -169,6 +176,7 @@ class Checkpoint(keras.callbacks.Callback):
             "global_step": self._global_step,
             "steps_per_epoch": self._steps,
             "time": time.time(),
+            "last_epoch": self._last_epoch,
         }
         save_checkpoint(self.directory / f"ckpt-{self._global_step:09d}.npz", self.model, header)
         for old in list_checkpoints(self.directory)[: -self.keep]:
@@ -295,3 +303,7 @@ def _broadcast_step(step: int) -> int:
     var = tf.Variable(step, dtype=tf.int64, trainable=False)
     khvd.broadcast_variables([var], root_rank=0, prefix="checkpoint_step")
     return int(var.numpy())
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)

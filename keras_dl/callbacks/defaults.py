@@ -91,11 +91,13 @@ def prepare_fit(callbacks: list, model, data) -> int:
     Returns:
         The global step training resumes from (0 for a fresh start).
     """
-    step = 0
+    step, restored = 0, None
     for cb in callbacks:
         if isinstance(cb, Checkpoint):
             cb.set_model(model)
-            step = cb.restore()
+            step, restored = cb.restore(), cb.restored
+        if isinstance(cb, MLflowLogger) and restored:
+            cb.backfill = restored.get("last_epoch")
         if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:
             data.train.dataset = cb.instrument(data.train.dataset)
     if step:

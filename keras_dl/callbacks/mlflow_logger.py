@@ -78,6 +78,9 @@ class MLflowLogger(keras.callbacks.Callback):
         self.flush_timeout = flush_timeout
         self.retry_interval = retry_interval
         self.step_offset = 0  # added to epoch indices, for fit calls that restart at epoch 0
+        # {"epoch": e, "logs": {...}}: an epoch a resumed checkpoint finished, logged at the
+        # start if the run lacks it (the process was killed before sending it).
+        self.backfill: dict | None = None
         self.unsent = 0
         self._fit_params: dict = {}
         # Without step logging the batch hook does nothing that needs the step's values, so
@@ -112,6 +115,7 @@ class MLflowLogger(keras.callbacks.Callback):
                 self._started_run = True
         params = {**self._model_params(), **self.params}
         self._submit("params", {k: str(v)[:6000] for k, v in params.items()}, None)
+        self._submit_backfill()
         self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
         self._thread.start()
 
@@ -146,6 +150,22 @@ class MLflowLogger(keras.callbacks.Callback):
             self._log_model()
         if self._started_run and self.end_run:
             self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
+
+    def _submit_backfill(self) -> None:
+        if not self.backfill or not self.backfill.get("logs"):
+            return
+        epoch, values = self.backfill["epoch"] + self.step_offset, self.backfill["logs"]
+        self.backfill = None
+        key = next(iter(values))
+        try:
+            logged = {m.step for m in self._client.get_metric_history(self.run_id, key)}
+        except Exception as exc:  # unknown: better a gap reported than a duplicate step
+            log.warning(
+                "MLflowLogger: cannot check epoch %d of run %s (%s).", epoch, self.run_id, exc
+            )
+            return
+        if epoch not in logged:
+            self._submit("metrics", values, epoch)
 
     # -- the sending thread ------------------------------------------------------------------
     def _submit(self, kind: str, values: dict, step: int | None) -> None:
