@@ -1,0 +1,56 @@
+"""A Spark driver for the cluster test: ``python -m tests.distribute.spark_driver MASTER TABLE TMP``.
+
+It connects to the standalone cluster, trains the digits recipe with ``runtime.np=2`` (two Spark
+tasks), then asks for 3 tasks on the 2-slot cluster, and prints one JSON line with both outcomes.
+It runs in its own process so that its SparkSession cannot clash with other tests' sessions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main(master: str, table: str, tmp: str) -> None:
+    from pyspark.sql import SparkSession
+
+    from keras_dl.distribute.runner import launch
+    from keras_dl.errors import DistributedError
+    from tests.distribute.conftest import digits_experiment
+    from tests.distribute.workers import train_and_report
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("keras_dl-test-horovod-spark")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.executor.cores", "1")
+        .config("spark.executor.memory", "1g")
+        .getOrCreate()
+    )
+    out = {}
+    try:
+        exp = digits_experiment(table, Path(tmp), "runtime.strategy=horovod", "runtime.np=2")
+        start = time.monotonic()
+        report = launch(exp, main=train_and_report)
+        out["seconds"] = time.monotonic() - start
+        out["report"] = {"result": dataclasses.asdict(report["result"]), "ranks": report["ranks"]}
+        too_many = digits_experiment(
+            table, Path(tmp) / "too_many", "runtime.strategy=horovod", "runtime.np=3"
+        )
+        start = time.monotonic()
+        try:
+            launch(too_many)
+            out["too_many"] = "no error"
+        except DistributedError as exc:
+            out["too_many"] = str(exc)
+        out["too_many_seconds"] = time.monotonic() - start
+    finally:
+        spark.stop()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,143 @@
+"""Horovod across a real Spark standalone cluster: a master and 2 workers on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from keras_dl.train import TrainResult
+from tests.conftest import REPO
+from tests.distribute.checks import check_horovod_run
+from tests.distribute.conftest import digits_experiment
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    """``spark://127.0.0.1:PORT``: a standalone master and two 1-core workers, stopped after."""
+    import pyspark
+
+    tmp = tmp_path_factory.mktemp("spark")
+    home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(tmp),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    port = _free_port()
+    master = f"spark://127.0.0.1:{port}"
+    spark_class = str(home / "bin" / "spark-class")
+    commands = [
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(_free_port()),
+        ],
+    ] + [
+        [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            "--cores",
+            "1",
+            "--memory",
+            "2g",
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            str(_free_port()),
+            "--work-dir",
+            str(tmp / f"work{i}"),
+            master,
+        ]
+        for i in range(2)
+    ]
+    procs = []
+    try:
+        for i, cmd in enumerate(commands):
+            log = open(tmp / f"daemon{i}.log", "w")  # noqa: SIM115 (closed with the process)
+            procs.append(
+                subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+            if i == 0:
+                _wait_for_port(port)
+        yield master, env
+    finally:
+        # Stop exactly the daemons started here (each leads its own process group).
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.mark.slow
+def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
+    spark_cluster, digits_table, tmp_path
+):
+    master, env = spark_cluster
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.distribute.spark_driver",
+            master,
+            digits_table,
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT ") :])
+    exp = digits_experiment(digits_table, tmp_path, "runtime.strategy=horovod", "runtime.np=2")
+    report = {"result": TrainResult(**out["report"]["result"]), "ranks": out["report"]["ranks"]}
+    check_horovod_run(report, exp)
+    assert report["result"].metrics["test_accuracy"] > 0.85
+    # Output of the Spark tasks came back to the driver, each line prefixed by its task.
+    assert "[0]<stderr>:" in proc.stdout + proc.stderr
+    # Three tasks on two slots: a fast, explained refusal instead of a 600 s wait.
+    assert "needs 3 free Spark task slots" in out["too_many"], out["too_many"]
+    assert "2 free of 2" in out["too_many"]
+    assert out["too_many_seconds"] < 15
