@@ -219,7 +219,7 @@ class MLflowLogger(keras.callbacks.Callback):
                         for k, v in vals.items()
                     ]
                 )
-            if not self._call(lambda b=batch: self._client.log_batch(self.run_id, **b)):
+            if not self._call(lambda b=batch: self._log_batch(**b)):
                 return
             with self._lock:
                 del self._pending[: len(chunk)]
@@ -227,6 +227,38 @@ class MLflowLogger(keras.callbacks.Callback):
         if self._failing:
             self._failing = False
             log.warning("MLflowLogger: MLflow is reachable again; sent %d buffered value(s).", sent)
+
+    def _log_batch(self, metrics=(), params=()) -> None:
+        if not self._uri.startswith(("http://", "https://")):
+            self._client.log_batch(self.run_id, metrics=list(metrics), params=list(params))
+            return
+        # MLflow's client retries a refused connection for minutes (urllib3 backoff); this
+        # thread has its own retry loop, so it sends the same REST call without retries.
+        import json
+
+        from mlflow.protos.service_pb2 import LogBatch
+        from mlflow.tracking._tracking_service.utils import get_default_host_creds
+        from mlflow.utils.proto_json_utils import message_to_json
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+        endpoint = "/api/2.0/mlflow/runs/log-batch"
+        body = message_to_json(
+            LogBatch(
+                run_id=self.run_id,
+                metrics=[m.to_proto() for m in metrics],
+                params=[p.to_proto() for p in params],
+            )
+        )
+        response = http_request(
+            get_default_host_creds(self._uri),
+            endpoint,
+            "POST",
+            max_retries=0,
+            backoff_factor=0,
+            timeout=10,
+            json=json.loads(body),
+        )
+        verify_rest_response(response, endpoint)
 
     def _reachable(self) -> bool:
         """For an HTTP tracking server, a quick ``/health`` check; other stores are just tried."""
