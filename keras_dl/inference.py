@@ -204,6 +204,9 @@ def _load_model(model_file: str):
 
     path = SparkFiles.get(model_file)
     if path not in _MODELS:
+        import keras
+
+        keras.utils.disable_interactive_logging()  # no progress bars in executor logs
         _MODELS[path] = mlflow.pyfunc.load_model(path)
     return _MODELS[path]
 

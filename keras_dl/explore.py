@@ -1,0 +1,126 @@
+"""Look at a table before training on it: its layout against the planned workers, and a few rows.
+
+Sharding is by row group, so a table with fewer row groups than ranks leaves ranks without data,
+and with fewer than about two per rank leaves them unevenly loaded. :func:`describe_table`
+counts files, row groups and rows per partition from the Parquet footers (no data is read) and
+says whether the layout fits ``workers`` ranks, and how to fix it when it does not.
+
+Example:
+    >>> from keras_dl.explore import describe_table, read_sample
+    >>> print(describe_table("data/digits", workers=2, split_column="split"))  # doctest: +SKIP
+    >>> read_sample("data/digits", rows=8)                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+
+from keras_dl.data.sources import open_table
+
+
+@dataclass(frozen=True)
+class PartLayout:
+    """Files, row groups and rows of one partition value (or of the whole table)."""
+
+    name: str
+    files: int
+    row_groups: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class TableReport:
+    """A table's layout and what it means for ``workers`` ranks."""
+
+    uri: str
+    format: str
+    version: int | None
+    schema: str
+    workers: int
+    parts: tuple[PartLayout, ...]
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when every partition has at least as many row groups as workers."""
+        return not self.problems
+
+    def __str__(self) -> str:
+        lines = [f"{self.format} table {self.uri} (version {self.version})"]
+        for p in self.parts:
+            per = p.row_groups / self.workers
+            lines.append(
+                f"  {p.name:<20} {p.rows:>9} rows  {p.files:>4} files  {p.row_groups:>5} row groups"
+                f"  ({per:.1f} per worker of {self.workers})"
+            )
+        lines += [f"  ! {m}" for m in self.problems] or [
+            f"  ok: every partition has >= {self.workers} row groups for {self.workers} workers"
+        ]
+        return "\n".join(lines)
+
+
+def describe_table(
+    table: str, workers: int = 1, version: int | None = None, split_column: str | None = None
+) -> TableReport:
+    """Count files, row groups and rows (per ``split_column`` value) and check them against
+    ``workers`` ranks.
+
+    Args:
+        table: A Delta table or Parquet path.
+        workers: Ranks that will read it (Horovod processes, or 1). Defaults to 1.
+        version: Delta version. Defaults to the latest.
+        split_column: A partition column to break the counts down by (each split is sharded
+            on its own). Defaults to None (the whole table).
+
+    Returns:
+        The layout, and a problem line per partition with too few row groups.
+    """
+    snapshot = open_table(table, version)
+    groups: dict[str, list[int]] = {}
+    for path, part in zip(snapshot.files, snapshot.partitions):
+        name = f"{split_column}={part.get(split_column, '')}" if split_column else "all rows"
+        meta = pq.ParquetFile(path).metadata
+        files, row_groups, rows = groups.setdefault(name, [0, 0, 0])
+        groups[name] = [files + 1, row_groups + meta.num_row_groups, rows + meta.num_rows]
+    parts = tuple(PartLayout(n, *v) for n, v in sorted(groups.items()))
+    problems = []
+    for p in parts:
+        if p.row_groups < workers:
+            problems.append(
+                f"{p.name}: {p.row_groups} row group(s) for {workers} workers, so "
+                f"{workers - p.row_groups} would get no data. Rewrite it with smaller row groups "
+                f"(keras-dl ingest ... --rows-per-group {max(1, p.rows // (2 * workers))}) or "
+                f"repartition the Spark DataFrame to >= {2 * workers} partitions."
+            )
+    return TableReport(
+        uri=snapshot.uri,
+        format=snapshot.format,
+        version=snapshot.version,
+        schema=str(snapshot.schema),
+        workers=workers,
+        parts=parts,
+        problems=tuple(problems),
+    )
+
+
+def read_sample(table: str, rows: int = 8, version: int | None = None, columns=None):
+    """The first ``rows`` rows of a table version as a pandas DataFrame (partition columns
+    included), read from the first file(s) only."""
+    import pandas as pd
+
+    snapshot = open_table(table, version)
+    frames, seen = [], 0
+    for path, part in zip(snapshot.files, snapshot.partitions):
+        pf = pq.ParquetFile(path)
+        wanted = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
+        frame = pf.read_row_group(0, columns=wanted).to_pandas().head(rows - seen)
+        for key, value in part.items():
+            if columns is None or key in columns:
+                frame[key] = value
+        frames.append(frame)
+        seen += len(frame)
+        if seen >= rows:
+            break
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,262 @@
+"""Write the notebooks in this folder (``python notebooks/make_notebooks.py``).
+
+The notebooks only call keras_dl; this script keeps their source reviewable as plain Python.
+Each reads its settings from ``KERAS_DL_NB_*`` environment variables, so the test suite runs
+them with small settings (tests/test_notebooks.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+PARAMETERS = '''\
+# Parameters (the test suite sets these through the environment, with small values).
+import os
+
+WORKDIR = os.path.abspath(os.environ.get("KERAS_DL_NB_WORKDIR", "nb_work"))
+EPOCHS = int(os.environ.get("KERAS_DL_NB_EPOCHS", "10"))
+WORKERS = int(os.environ.get("KERAS_DL_NB_WORKERS", "2"))
+os.makedirs(WORKDIR, exist_ok=True)
+TABLE = f"{WORKDIR}/digits"
+TRACKING_URI = f"sqlite:///{WORKDIR}/mlflow.db"
+os.environ["MLFLOW_TRACKING_URI"] = TRACKING_URI'''
+
+INGEST = '''\
+from keras_dl.data.ingest import ingest_sklearn_digits
+
+# "ignore" keeps an existing table as it is, so re-running the notebook reads the same version.
+print(ingest_sklearn_digits(TABLE, mode="ignore", rows_per_group=128))'''
+
+
+def explore() -> nbformat.NotebookNode:
+    return _notebook(
+        md("# 01 Explore the data\n\nIngest a dataset into a Delta table, read its schema, look at "
+        "a few images, and check that its row groups fit the workers you plan to train on "
+        "(sharding is by row group: fewer row groups than ranks leaves ranks idle)."),
+        PARAMETERS,
+        md("## Ingest to Delta\n\nscikit-learn's 8x8 digits ship with it, so this works offline. "
+        "For the flowers photos: `keras-dl ingest tfds tf_flowers --to data/flowers`."),
+        INGEST,
+        md("## Schema, version and files"),
+        '''\
+from keras_dl.data.sources import open_table
+
+snapshot = open_table(TABLE)
+print(snapshot.schema)
+print("version", snapshot.version, "| partitioned by", snapshot.partition_columns,
+      "|", len(snapshot.files), "files")''',
+        md("## Sample images"),
+        '''\
+import matplotlib.pyplot as plt
+import numpy as np
+
+from keras_dl.explore import read_sample
+
+sample = read_sample(TABLE, rows=8)
+fig, axes = plt.subplots(1, len(sample), figsize=(2 * len(sample), 2.4))
+for ax, (_, row) in zip(axes, sample.iterrows()):
+    ax.imshow(np.asarray(row["pixels"]).reshape(8, 8), cmap="gray_r")
+    ax.set_title(f"{row['label']} ({row['split']})")
+    ax.axis("off")
+plt.show()
+sample[["label", "split"]]''',
+        md("## Row groups and partitions against the planned workers"),
+        '''\
+from keras_dl.explore import describe_table
+
+report = describe_table(TABLE, workers=WORKERS, split_column="split")
+print(report)
+assert report.ok, report.problems''',
+        md("The same table on 16 workers: the advice says how to rewrite it."),
+        '''\
+too_many = describe_table(TABLE, workers=16, split_column="split")
+print(too_many)
+assert not too_many.ok''',
+    )
+
+
+def build_modules() -> nbformat.NotebookNode:
+    return _notebook(
+        md("# 02 Build the modules\n\nThe pieces `keras_dl.train.fit` puts together, each on its "
+        "own: a recipe's model, the data module, the callbacks; then a short `model.fit` of "
+        "your own with them."),
+        PARAMETERS,
+        INGEST,
+        md("## The recipe and its resolved config"),
+        '''\
+from keras_dl.config import resolve
+from keras_dl.recipe import load_recipe
+
+recipe = load_recipe("digits")
+exp = resolve(recipe.defaults, sets=[f"data.table={TABLE}", f"train.epochs={EPOCHS}"])
+print(recipe.description)
+print(exp.train)
+print(exp.model)''',
+        md("## The data module: one table version, a column plan, one tf.data pipeline per split"),
+        '''\
+from keras_dl.data.splits import make_splits
+
+data = make_splits(exp.data, exp.train.batch_size, accept=recipe.accept,
+                   preprocess=recipe.preprocess, preprocess_train=recipe.preprocess_train)
+print(data.plan)
+print("train:", data.train.stats, "steps/epoch", data.train.steps)
+print("validation:", data.validation.stats)
+features, labels = next(iter(data.train.dataset.take(1)))
+print("one batch:", features.shape, features.dtype, labels.shape, labels.dtype)''',
+        md("## The model"),
+        '''\
+model = recipe.build_model(data, exp)
+model.summary()''',
+        md("## The callbacks, each usable in any `model.fit`"),
+        '''\
+from keras_dl.callbacks import EarlyStopping, Throughput
+
+throughput = Throughput(batch_size=exp.train.batch_size)
+early = EarlyStopping(monitor="val_loss", patience=3, restore_best_weights=True)
+print(throughput, early, sep="\\n")''',
+        md("## A short fit"),
+        '''\
+from keras_dl.train import make_optimizer
+
+model.compile(optimizer=make_optimizer(exp.train.optimizer, exp.train.learning_rate),
+              loss=recipe.loss, metrics=list(recipe.metrics))
+history = model.fit(
+    throughput.instrument(data.train.dataset),
+    steps_per_epoch=data.train.steps,
+    validation_data=data.validation.dataset,
+    validation_steps=data.validation.steps,
+    epochs=EPOCHS,
+    callbacks=[throughput, early],
+    verbose=2,
+)
+print("speed of the last epoch:", throughput.epoch_stats)
+scores = model.evaluate(data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0)
+print("test:", scores)
+assert scores["accuracy"] > 0.5''',
+    )
+
+
+def train_and_scale() -> nbformat.NotebookNode:
+    return _notebook(
+        md("# 03 Train and scale\n\nThe same recipe on one device, on `MirroredStrategy` (two "
+        "logical CPUs here; the GPUs of a node elsewhere) and on Horovod with `np=-2` (two "
+        "processes on this host, the way Databricks' `HorovodRunner(np=-2)` runs). Then find "
+        "the runs in MLflow, promote the best, and score a DataFrame with it on Spark."),
+        PARAMETERS
+        + '''
+HOROVOD = os.environ.get("KERAS_DL_NB_HOROVOD", "1") == "1"
+
+# Two logical CPUs for MirroredStrategy: this must run before TensorFlow starts.
+from keras_dl.distribute.strategy import use_logical_cpus
+
+use_logical_cpus(2)''',
+        INGEST,
+        md("## Three ways to train the same recipe"),
+        '''\
+import time
+
+from keras_dl.config import resolve
+from keras_dl.recipe import load_recipe
+from keras_dl.train import fit
+
+recipe = load_recipe("digits")
+
+
+def experiment(strategy, *sets):
+    return resolve(recipe.defaults, sets=[
+        f"data.table={TABLE}", f"train.epochs={EPOCHS}", "train.verbose=0",
+        f"tracking.uri={TRACKING_URI}", f"runtime.strategy={strategy}",
+        f"runtime.run_dir={WORKDIR}/runs/{strategy}", *sets])
+
+
+results = {}
+start = time.perf_counter()
+results["one device"] = (fit(experiment("none"), recipe), time.perf_counter() - start)
+start = time.perf_counter()
+results["MirroredStrategy (2)"] = (fit(experiment("mirrored"), recipe), time.perf_counter() - start)''',
+        md("Horovod: `launch` runs `fit` on every rank through `HorovodRunner(np=-2)`; rank 0 "
+        "logs and registers."),
+        '''\
+if HOROVOD:
+    from keras_dl.distribute.runner import launch
+
+    start = time.perf_counter()
+    results["Horovod np=-2"] = (launch(experiment("horovod", "runtime.np=-2")),
+                                time.perf_counter() - start)''',
+        md("## Time and validation loss"),
+        '''\
+import matplotlib.pyplot as plt
+import pandas as pd
+
+table = pd.DataFrame(
+    [{"setup": name, "seconds": round(seconds, 1), "val_loss": r.history["val_loss"][-1],
+      "test_accuracy": r.metrics.get("test_accuracy"), "run_id": r.run_id}
+     for name, (r, seconds) in results.items()]
+).set_index("setup")
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3))
+table["seconds"].plot.barh(ax=left, title="wall time (s)")
+table["val_loss"].plot.barh(ax=right, title="final val_loss")
+plt.tight_layout()
+plt.show()
+table''',
+        md("## Find the runs in MLflow, promote the best"),
+        '''\
+import mlflow
+
+from keras_dl.registry import promote
+
+runs = mlflow.search_runs(experiment_names=["digits"], order_by=["metrics.val_loss ASC"])
+runs[["run_id", "params.runtime.strategy", "metrics.val_loss", "metrics.test_accuracy"]]''',
+        '''\
+best = runs.iloc[0]["run_id"]
+(version,) = mlflow.MlflowClient().search_model_versions(f"run_id='{best}'")
+lineage = promote("digits", int(version.version), alias="champion", tracking_uri=TRACKING_URI)
+print(lineage)''',
+        md("## Score a DataFrame on Spark with the champion"),
+        '''\
+from pyspark.sql import functions as F
+
+from keras_dl.inference import predict
+from keras_dl.inference_io import read_table_into_spark, spark_session
+
+spark = spark_session("local[2]")
+try:
+    df, snapshot = read_table_into_spark(spark, TABLE)
+    scored = predict(df, "models:/digits@champion", tracking_uri=TRACKING_URI)
+    accuracy = scored.groupBy("split").agg(
+        F.count("*").alias("rows"),
+        F.avg((F.col("prediction") == F.col("label")).cast("double")).alias("accuracy"),
+    ).toPandas()
+finally:
+    spark.stop()
+accuracy''',
+    )
+
+
+class md(str):  # noqa: N801 - reads as a cell marker in the notebook sources above
+    """A markdown cell (plain strings are code cells)."""
+
+
+def _notebook(*cells: str) -> nbformat.NotebookNode:
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [new_markdown_cell(c) if isinstance(c, md) else new_code_cell(c) for c in cells]
+    return nb
+
+
+def main() -> None:
+    for name, build in (
+        ("01_explore_data", explore),
+        ("02_build_modules", build_modules),
+        ("03_train_and_scale", train_and_scale),
+    ):
+        nbformat.write(build(), HERE / f"{name}.ipynb")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The notebooks run top to bottom with small settings, and say what they should."""
+
+from pathlib import Path
+
+import mlflow
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.conftest import REPO
+
+NOTEBOOKS = REPO / "notebooks"
+
+
+def _execute(name: str, tmp_path: Path, monkeypatch, **env: str) -> nbformat.NotebookNode:
+    monkeypatch.setenv("KERAS_DL_NB_WORKDIR", str(tmp_path / "work"))
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, on failure
+    return nb
+
+
+def _text(nb: nbformat.NotebookNode) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            parts.append(out.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def _images(nb: nbformat.NotebookNode) -> int:
+    return sum(
+        "image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", [])
+    )
+
+
+def test_notebooks_are_generated_from_their_script():
+    """The .ipynb files are what notebooks/make_notebooks.py writes (no hand edits to lose)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_nb", NOTEBOOKS / "make_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, build in (
+        ("01_explore_data", module.explore),
+        ("02_build_modules", module.build_modules),
+        ("03_train_and_scale", module.train_and_scale),
+    ):
+        stored = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        assert [c.source for c in stored.cells] == [c.source for c in build().cells], name
+
+
+@pytest.mark.slow
+def test_01_explore_data(tmp_path, monkeypatch):
+    nb = _execute("01_explore_data", tmp_path, monkeypatch, KERAS_DL_NB_WORKERS="2")
+    text = _text(nb)
+    assert "1797 rows" in text and "pixels: list<item: float>" in text
+    assert "ok: every partition has >= 2 row groups for 2 workers" in text
+    assert "--rows-per-group" in text  # the advice for 16 workers
+    assert _images(nb) == 1
+
+
+@pytest.mark.slow
+def test_02_build_modules(tmp_path, monkeypatch):
+    nb = _execute("02_build_modules", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2")
+    text = _text(nb)
+    assert "Total params" in text and "steps/epoch 39" in text
+    assert "samples_per_sec" in text or "steps_per_sec" in text
+    assert "test: {" in text
+
+
+@pytest.mark.slow
+def test_03_train_and_scale(tmp_path, monkeypatch):
+    nb = _execute("03_train_and_scale", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2")
+    text = _text(nb)
+    for setup in ("one device", "MirroredStrategy (2)", "Horovod np=-2"):
+        assert setup in text, setup
+    assert _images(nb) == 1
+    uri = f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    versions = client.search_model_versions("name='digits'")
+    assert len(versions) == 3  # one registered version per setup
+    champion = client.get_model_version_by_alias("digits", "champion")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("digits").experiment_id], order_by=["metrics.val_loss ASC"]
+    )
+    assert champion.run_id == runs[0].info.run_id
+    assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
+    assert "validation" in text and "accuracy" in text and "1257" in text  # the scored splits
