@@ -30,12 +30,16 @@ class DigitsModel:
         dense: Units of the hidden dense layer. Defaults to 128.
         dropout: Dropout before the classifier. Defaults to 0.3.
         num_classes: Output classes. Defaults to 10.
+        shift: Random translation while training, as a fraction of the 8 pixels. Defaults to 0.
+        batch_norm: Batch normalization after each conv layer. Defaults to False.
     """
 
     filters: int = 32
     dense: int = 128
     dropout: float = 0.3
     num_classes: int = 10
+    shift: float = 0.0
+    batch_norm: bool = False
 
 
 DEFAULTS = Experiment(
@@ -57,11 +61,16 @@ def build_model(data, exp: Experiment):
     inputs = keras.Input(shape=(64,), name="pixels")
     x = layers.Rescaling(1.0 / 16.0)(inputs)
     x = layers.Reshape((8, 8, 1))(x)
-    x = layers.Conv2D(m.filters, 3, padding="same", activation="relu")(x)
-    x = layers.Conv2D(m.filters, 3, padding="same", activation="relu")(x)
-    x = layers.MaxPooling2D()(x)
-    x = layers.Conv2D(2 * m.filters, 3, padding="same", activation="relu")(x)
-    x = layers.MaxPooling2D()(x)
+    if m.shift:
+        # Inactive at inference, so the served model still takes the raw pixels as they are.
+        x = layers.RandomTranslation(m.shift, m.shift, fill_mode="constant", seed=exp.train.seed)(x)
+    for filters, pool in ((m.filters, False), (m.filters, True), (2 * m.filters, True)):
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=not m.batch_norm)(x)
+        if m.batch_norm:
+            x = layers.BatchNormalization()(x)
+        x = layers.Activation("relu")(x)
+        if pool:
+            x = layers.MaxPooling2D()(x)
     x = layers.Flatten()(x)
     x = layers.Dense(m.dense, activation="relu")(x)
     x = layers.Dropout(m.dropout)(x)
