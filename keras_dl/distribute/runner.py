@@ -135,7 +135,8 @@ def launch(exp, main: Callable | None = None) -> Any:
     """Train ``exp`` on ``runtime.np`` Horovod ranks; return rank 0's result.
 
     The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
-    attaches to it and ends it. If the job fails for any reason (a rank raised, was killed,
+    attaches to it and ends it. With ``np > 0`` and no active SparkSession, one is started (and
+    stopped after) with the master from ``MASTER`` or ``spark-defaults.conf``. If the job fails for any reason (a rank raised, was killed,
     did not start), the driver ends the run FAILED and raises.
 
     Args:
@@ -151,13 +152,31 @@ def launch(exp, main: Callable | None = None) -> Any:
 
     import_horovod()  # fail before creating a run that could never start
     runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
-    run_id = _create_run(exp)
+    spark = _start_spark() if exp.runtime.np > 0 else None
     try:
-        result = runner.run(main or train_rank, exp=exp, run_id=run_id)
-    except BaseException:
-        _end_run(exp.tracking.uri, run_id, "FAILED")
-        raise
-    return result
+        run_id = _create_run(exp)
+        try:
+            return runner.run(main or train_rank, exp=exp, run_id=run_id)
+        except BaseException:
+            _end_run(exp.tracking.uri, run_id, "FAILED")
+            raise
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _start_spark():
+    """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
+
+    Its master comes from Spark's own configuration: the ``MASTER`` environment variable or
+    ``spark-defaults.conf``, else ``local[*]``.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:
+        return None
+    return SparkSession.builder.appName("keras_dl-horovod").getOrCreate()
 
 
 def train_rank(exp, run_id: str | None = None):

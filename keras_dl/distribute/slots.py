@@ -25,7 +25,7 @@ def free_task_slots(sc) -> tuple[int, int]:
     return total, max(0, total - running)
 
 
-def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 3.0) -> None:
+def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> None:
     """Return once the active SparkSession has ``np`` free task slots; fail fast otherwise.
 
     Executors register a few seconds after a session starts, so the count is polled until it

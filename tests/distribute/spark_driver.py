@@ -1,7 +1,8 @@
 """A Spark driver for the cluster test: ``python -m tests.distribute.spark_driver MASTER TABLE TMP``.
 
 It connects to the standalone cluster, trains the digits recipe with ``runtime.np=2`` (two Spark
-tasks), then asks for 3 tasks on the 2-slot cluster, and prints one JSON line with both outcomes.
+tasks); then, with no active session and ``MASTER`` pointing at the cluster (as the CLI runs),
+asks for 3 tasks on the 2-slot cluster. It prints one JSON line with both outcomes.
 It runs in its own process so that its SparkSession cannot clash with other tests' sessions.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +42,9 @@ def main(master: str, table: str, tmp: str) -> None:
         too_many = digits_experiment(
             table, Path(tmp) / "too_many", "runtime.strategy=horovod", "runtime.np=3"
         )
+        # As from the CLI: no active session, so launch starts one on $MASTER (the cluster).
+        spark.stop()
+        os.environ["MASTER"] = master
         start = time.monotonic()
         try:
             launch(too_many)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -138,6 +139,7 @@ def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
     # Output of the Spark tasks came back to the driver, each line prefixed by its task.
     assert "[0]<stderr>:" in proc.stdout + proc.stderr
     # Three tasks on two slots: a fast, explained refusal instead of a 600 s wait.
-    assert "needs 3 free Spark task slots" in out["too_many"], out["too_many"]
-    assert "2 free of 2" in out["too_many"]
-    assert out["too_many_seconds"] < 15
+    assert re.search(
+        r"needs 3 free Spark task slots, but .* has [12] free of [12]", out["too_many"]
+    )
+    assert out["too_many_seconds"] < 40  # a new session on the cluster, then an immediate no
