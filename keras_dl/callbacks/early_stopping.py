@@ -34,8 +34,8 @@ class EarlyStopping(keras.callbacks.Callback):
         mode: "min", "max" or "auto" (max for accuracy, AUC, precision, recall, F1 and IoU
             names, else min). Defaults to "auto".
         min_delta: Smallest change that counts as an improvement. Defaults to 0.0.
-        patience: Epochs without improvement before stopping; None disables the patience rule.
-            Defaults to None.
+        patience: Stop after this many epochs in a row without improvement (as Keras);
+            None disables the patience rule. Defaults to None.
         stopping_threshold: Stop as soon as ``monitor`` is better than this (for example
             val_loss < 0.55). Defaults to None.
         divergence_threshold: Stop as soon as ``monitor`` is worse than this. Defaults to None.
@@ -139,7 +139,7 @@ class EarlyStopping(keras.callbacks.Callback):
                 f"{self.monitor}={value:.6g} is worse than the divergence threshold "
                 f"{self.divergence_threshold} at epoch {epoch + 1}.",
             )
-        elif self.patience is not None and self.wait > self.patience:
+        elif self.patience is not None and self.wait >= self.patience and self.wait:
             self._stop(
                 "patience",
                 f"{self.monitor} did not improve by more than {self.min_delta} for "
