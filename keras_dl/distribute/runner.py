@@ -154,7 +154,10 @@ def launch(exp, main: Callable | None = None) -> Any:
     runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
     spark = _start_spark() if exp.runtime.np > 0 else None
     try:
-        run_id = _create_run(exp)
+        from keras_dl.callbacks.defaults import resume_run_id
+
+        # An interrupted job with a checkpoint in runtime.run_dir continues its own run.
+        run_id = resume_run_id(exp) or _create_run(exp)
         try:
             return runner.run(main or train_rank, exp=exp, run_id=run_id)
         except BaseException:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import mlflow
 import pytest
 
 from keras_dl.distribute.runner import launch
@@ -37,6 +38,17 @@ def test_a_failing_rank_fails_the_job_within_60s(digits_exp, tmp_path, mode, mes
     assert time.time() - float(stamp.read_text()) < 60
     (run,) = runs_in(exp.tracking.uri)
     assert run.info.status == "FAILED"
+
+    if mode == "kill":
+        # A later launch resumes from the checkpoint of epoch 0, in the same MLflow run.
+        result = launch(exp)
+        (resumed,) = runs_in(exp.tracking.uri)
+        assert resumed.info.run_id == run.info.run_id == result.run_id
+        assert resumed.info.status == "FINISHED"
+        client = mlflow.MlflowClient(exp.tracking.uri)
+        steps = [m.step for m in client.get_metric_history(result.run_id, "loss")]
+        assert steps == list(range(exp.train.epochs))
+        assert len(result.history["loss"]) == exp.train.epochs - 1  # epochs 1 and 2 only
 
 
 @pytest.mark.slow
