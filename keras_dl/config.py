@@ -417,6 +417,8 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
     if origin_type is tuple:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
+            if args[0] is not str:  # "32,32" for a tuple of ints: parse each item as YAML
+                value = [yaml.safe_load(v) for v in value]
         if value is None:
             value = []
         if not isinstance(value, (list, tuple)):
