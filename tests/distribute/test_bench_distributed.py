@@ -27,7 +27,8 @@ def test_bench_prints_each_figure_with_its_baseline(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # The report is the last thing printed: a JSON object starting on its own line.
-    report = json.loads(proc.stdout[proc.stdout.rindex("\n{\n") + 1 :])
+    out = "\n" + proc.stdout
+    report = json.loads(out[out.rindex("\n{\n") + 1 :])
     grad_bytes = 4 * (64 * 32 + 32 + 32 * 32 + 32 + 32 * 10 + 10)
     assert report["setup"]["gradient_bytes"] == grad_bytes
     single = report["single"]
