@@ -85,6 +85,7 @@ class EarlyStopping(keras.callbacks.Callback):
         self.stop_message = ""
         self.stopped_epoch: int | None = None
         self._epoch = 0
+        self._missing_warned = False
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -106,6 +107,9 @@ class EarlyStopping(keras.callbacks.Callback):
             return  # already stopped inside this epoch
         value = (logs or {}).get(self.monitor)
         if value is None:
+            if self._missing_warned:
+                return
+            self._missing_warned = True
             log.warning(
                 "EarlyStopping: %r is not among the epoch's metrics (%s).",
                 self.monitor,

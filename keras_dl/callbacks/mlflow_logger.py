@@ -82,6 +82,8 @@ class MLflowLogger(keras.callbacks.Callback):
         # start if the run lacks it (the process was killed before sending it).
         self.backfill: dict | None = None
         self.unsent = 0
+        self.dropped = 0  # values the store rejected (not retried)
+        self._params_sent_to: str | None = None
         self._fit_params: dict = {}
         # Without step logging the batch hook does nothing that needs the step's values, so
         # Keras may keep dispatching batch callbacks asynchronously (no device sync per step).
@@ -97,6 +99,7 @@ class MLflowLogger(keras.callbacks.Callback):
         self._started_run = False
         self._deadline = float("inf")
         self.unsent = 0
+        self.dropped = 0
         if not self._active:
             return
         # Steps continue from the optimizer's counter, so a resumed run adds no duplicates.
@@ -113,8 +116,10 @@ class MLflowLogger(keras.callbacks.Callback):
             else:
                 self.run_id = self._create_run()
                 self._started_run = True
-        params = {**self._model_params(), **self.params}
-        self._submit("params", {k: str(v)[:6000] for k, v in params.items()}, None)
+        if self._params_sent_to != self.run_id:  # once per run: a second fit may differ
+            self._params_sent_to = self.run_id
+            params = {**self._model_params(), **self.params}
+            self._submit("params", {k: str(v)[:6000] for k, v in params.items()}, None)
         self._submit_backfill()
         self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
         self._thread.start()
@@ -219,8 +224,16 @@ class MLflowLogger(keras.callbacks.Callback):
                         for k, v in vals.items()
                     ]
                 )
-            if not self._call(lambda b=batch: self._log_batch(**b)):
-                return
+            try:
+                self._log_batch(**batch)
+            except Exception as exc:
+                if not _rejected(exc):  # unreachable or failing: keep it, retry later
+                    self._warn(exc)
+                    return
+                # The store answered "no" (e.g. a param logged before with another value):
+                # retrying cannot help, and holding it would block everything behind it.
+                self.dropped += sum(len(it[1]) for it in chunk)
+                warnings.warn(f"MLflowLogger: MLflow rejected {head[0]} ({exc}).", stacklevel=2)
             with self._lock:
                 del self._pending[: len(chunk)]
             sent += sum(len(it[1]) for it in chunk)
@@ -342,6 +355,15 @@ class MLflowLogger(keras.callbacks.Callback):
 
         if not self._call(log):
             log.warning("MLflowLogger: the model could not be logged to run %s.", self.run_id)
+
+
+def _rejected(exc: Exception) -> bool:
+    """True for an answer of the store that retrying cannot change (HTTP 4xx-like errors)."""
+    from mlflow.exceptions import MlflowException
+
+    if not isinstance(exc, MlflowException):
+        return False
+    return 400 <= exc.get_http_status_code() < 500 and exc.error_code != "TEMPORARILY_UNAVAILABLE"
 
 
 def _zeros_like_inputs(model):

@@ -59,6 +59,18 @@ def test_attaches_to_the_active_run_and_continues_global_steps(mlflow_uri):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
 
 
+def test_a_value_the_store_rejects_is_dropped_and_does_not_block_the_rest(mlflow_uri):
+    x, y = tiny_data()
+    logger = MLflowLogger(params={"note": "new"})
+    with mlflow.start_run() as run:
+        mlflow.log_param("note", "old")  # MLflow refuses to change a param's value
+        with pytest.warns(UserWarning, match="MLflow rejected params"):
+            tiny_model().fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[logger])
+    data = mlflow.MlflowClient(mlflow_uri).get_run(run.info.run_id).data
+    assert data.params["note"] == "old" and "loss" in data.metrics
+    assert logger.dropped == 6 and logger.unsent == 0  # the 6 params of that one batch
+
+
 class _Outage(keras.callbacks.Callback):
     """Stops the tracking server after epoch ``down`` and starts it again after epoch ``up``."""
 

@@ -1,0 +1,164 @@
+"""Callbacks: per-epoch overhead of the default callback set against no callbacks (digits).
+
+Trains the digits recipe on its Delta table (the real data path) in one process, alternating
+fits without callbacks (the baseline, ``verbose=0``) and with the default set of
+``keras_dl.train`` (checkpoint each epoch, early stopping with the NaN guard, throughput with
+instrumented input, MLflowLogger on a SQLite store, plots). Epochs are made long (default
+>= 10 s) by running many steps over the repeating training data. Epoch times are taken by a
+timer that only has epoch hooks, so it does not change how Keras dispatches batch callbacks.
+
+Prints JSON: each figure beside its baseline, as a ratio, plus the cost of one checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``keras-dl bench callbacks``."""
+    parser.add_argument("--table", help="digits Delta table (default: ingest one into a temp dir)")
+    parser.add_argument(
+        "--epoch-seconds", type=float, default=12.0, help="target epoch length (default 12)"
+    )
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per fit (default 2)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="baseline/callbacks fit pairs (default 2)"
+    )
+    parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
+
+
+def run(args) -> int:
+    """Run the measurement and print the JSON report."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with tempfile.TemporaryDirectory(prefix="keras_dl_bench_callbacks_") as tmp:
+        print(json.dumps(measure(args, tmp), indent=2))
+    return 0
+
+
+def measure(args, tmp: str) -> dict:
+    """Alternate baseline and default-callback fits; return the report."""
+    import keras
+
+    from keras_dl import tracking
+    from keras_dl.callbacks.checkpoint import save_checkpoint
+    from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
+    from keras_dl.config import resolve
+    from keras_dl.data.splits import make_splits
+    from keras_dl.distribute.world import current_world
+    from keras_dl.recipe import load_recipe
+    from keras_dl.train import make_optimizer
+
+    table = args.table or _ingest(tmp)
+    recipe = load_recipe("digits")
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={table}",
+            f"train.batch_size={args.batch}",
+            "train.verbose=0",
+            "train.lr_schedule=constant",
+            f"runtime.run_dir={tmp}/run",
+            "runtime.resume=false",
+            "callbacks.monitor=loss",  # the timed fits have no validation data
+            f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+        ],
+    )
+    keras.utils.set_random_seed(exp.train.seed)
+    data = make_splits(exp.data, args.batch, accept=recipe.accept, preprocess=recipe.preprocess)
+    model = recipe.build_model(data, exp)
+    model.compile(make_optimizer("adam", 1e-3), loss=recipe.loss, metrics=list(recipe.metrics))
+    base_ds = data.train.dataset
+
+    # Warm up (tracing, reader threads), then size the epochs from the measured step time.
+    timer = _epoch_timer()
+    model.fit(base_ds, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[timer])
+    model.fit(base_ds, epochs=1, steps_per_epoch=200, verbose=0, callbacks=[timer])
+    steps = max(100, round(args.epoch_seconds / (timer.seconds[-1] / 200)))
+
+    run_id = tracking.start_run(exp, tags={"bench": "callbacks"})
+    try:
+        callbacks = make_callbacks(exp, current_world(), run_id, data)
+        prepare_fit(callbacks, model, data)  # instruments data.train.dataset for Throughput
+        cb_ds = data.train.dataset
+        model.fit(cb_ds, epochs=1, steps_per_epoch=50, verbose=0, callbacks=callbacks)  # warm-up
+        times: dict[str, list[float]] = {"baseline": [], "callbacks": []}
+        for _ in range(args.rounds):
+            for name, ds, cbs in (("baseline", base_ds, []), ("callbacks", cb_ds, callbacks)):
+                timer = _epoch_timer()
+                model.fit(
+                    ds,
+                    epochs=args.epochs,
+                    steps_per_epoch=steps,
+                    verbose=0,
+                    callbacks=[*cbs, timer],
+                )
+                times[name] += timer.seconds
+        saves = []
+        for i in range(5):
+            t0 = time.perf_counter()
+            save_checkpoint(f"{tmp}/probe/ckpt-{i:09d}.npz", model, {"probe": i})
+            saves.append(time.perf_counter() - t0)
+    finally:
+        tracking.end_run("FINISHED")
+
+    base, with_cb = statistics.median(times["baseline"]), statistics.median(times["callbacks"])
+    overhead = 100 * (with_cb / base - 1)
+    return {
+        "setup": {
+            "recipe": "digits",
+            "host_cpus": os.cpu_count(),
+            "batch_size": args.batch,
+            "steps_per_epoch": steps,
+            "epochs_measured_each": args.rounds * args.epochs,
+            "callbacks": [type(c).__name__ for c in callbacks],
+        },
+        "epoch_seconds": _pair(base, with_cb),
+        "step_time_ms": _pair(1000 * base / steps, 1000 * with_cb / steps),
+        "samples_per_sec": _pair(steps * args.batch / base, steps * args.batch / with_cb),
+        "overhead_percent": round(overhead, 2),
+        "target_percent": 3.0,
+        "meets_target": overhead <= 3.0,
+        "checkpoint_save_ms": round(1000 * statistics.median(saves), 1),
+        "epoch_seconds_all": {k: [round(v, 3) for v in vs] for k, vs in times.items()},
+    }
+
+
+def _epoch_timer():
+    """A callback that records each epoch's wall time, from epoch hooks only (so Keras keeps
+    dispatching batch callbacks as it would without it)."""
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds: list[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self._t0)
+
+    return EpochTimer()
+
+
+def _pair(baseline: float, value: float) -> dict:
+    return {
+        "baseline": round(baseline, 4),
+        "value": round(value, 4),
+        "ratio": round(value / baseline, 4),
+    }
+
+
+def _ingest(tmp: str) -> str:
+    from keras_dl.data.ingest import ingest_sklearn_digits
+
+    path = f"{tmp}/digits"
+    ingest_sklearn_digits(path)
+    return path
