@@ -322,7 +322,7 @@ def validate(exp: Experiment) -> Experiment:
         )
     if exp.runtime.warmup_epochs < 0 or exp.runtime.start_timeout < 1:
         raise ConfigError("runtime.warmup_epochs must be >= 0 and runtime.start_timeout >= 1.")
-    if exp.runtime.np not in (0, 1) and exp.runtime.strategy != "horovod":
+    if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
             f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."

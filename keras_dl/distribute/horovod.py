@@ -66,7 +66,30 @@ def init():
     if not hvd.is_initialized():
         # Collective: blocks until every rank of the job has joined the Gloo rendezvous.
         hvd.init()
+        _pin_gpu(hvd.local_rank())
     return hvd
+
+
+def _pin_gpu(local_rank: int) -> None:
+    """One GPU per process: rank ``local_rank`` on a node sees only GPU ``local_rank``."""
+    import logging
+
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return
+    try:
+        gpu = gpus[local_rank % len(gpus)]
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")
+    except RuntimeError as exc:  # TF already initialized its devices in this process
+        logging.getLogger(__name__).warning(
+            "Could not pin GPU %d to this Horovod rank (%s): call keras_dl's init() before "
+            "TensorFlow touches a device.",
+            local_rank,
+            exc,
+        )
 
 
 def distributed_optimizer(optimizer, fp16_allreduce: bool = False):
