@@ -63,11 +63,11 @@ def log_frame_model(model: Any, sample_input: dict, registered_model: str | None
     Returns:
         The MLflow ``ModelInfo`` (with ``registered_model_version`` when registered).
     """
-    import keras
     import numpy as np
     import pandas as pd
-    import tensorflow as tf
     from mlflow.models import infer_signature
+
+    from keras_dl.tracking import model_requirements
 
     frame = pd.DataFrame({k: _widen(np.asarray(v)) for k, v in sample_input.items()})
     prediction = model.predict(to_model_inputs(model, frame), verbose=0)
@@ -81,13 +81,7 @@ def log_frame_model(model: Any, sample_input: dict, registered_model: str | None
             artifacts={"keras_model": path},
             signature=signature,
             registered_model_name=registered_model,
-            # Explicit requirements: inferring them would load the model in a subprocess.
-            pip_requirements=[
-                f"mlflow=={mlflow.__version__}",
-                f"keras=={keras.__version__}",
-                f"tensorflow=={tf.__version__}",
-                f"pandas=={pd.__version__}",
-            ],
+            pip_requirements=model_requirements(),
         )
 
 

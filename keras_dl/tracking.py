@@ -100,7 +100,11 @@ def log_keras_model(
         prediction = model.predict(sample_input, verbose=0)
         signature = make_signature(sample_input, prediction)
         info = mlflow.keras.log_model(
-            model, name="model", signature=signature, registered_model_name=register
+            model,
+            name="model",
+            signature=signature,
+            registered_model_name=register,
+            pip_requirements=model_requirements(),
         )
     version = getattr(info, "registered_model_version", None)
     if register and version is not None:
@@ -110,6 +114,24 @@ def log_keras_model(
         if description:
             client.update_model_version(register, str(version), description=description)
     return info.model_uri, None if version is None else int(version)
+
+
+def model_requirements() -> list[str]:
+    """The pip requirements of a logged model: the installed mlflow, keras, TensorFlow, numpy
+    and pandas.
+
+    Given explicitly because MLflow's inference of them re-imports the model in a subprocess,
+    which took about 15 s per logged model here.
+    """
+    from importlib import metadata
+
+    out = []
+    for dist in ("mlflow", "keras", "tensorflow", "tensorflow-cpu", "numpy", "pandas"):
+        try:
+            out.append(f"{dist}=={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return out
 
 
 def describe_version(exp: Experiment, lineage: Mapping[str, str], metrics: Mapping) -> str:
