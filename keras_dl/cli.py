@@ -163,6 +163,11 @@ def _cmd_recipes(args) -> int:
             f"learning_rate={d.train.learning_rate} optimizer={d.train.optimizer} "
             f"table={d.data.table or '-'}"
         )
+        if d.model is not None:  # the recipe's own section, e.g. its backbone
+            import dataclasses
+
+            model = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(d.model).items())
+            print(f"{'':10s} model: {model}")
     return 0
 
 

@@ -1,0 +1,15 @@
+"""`keras-dl recipes` lists every recipe with its description and main defaults."""
+
+from tests.conftest import run_cli
+
+
+def test_recipes_lists_every_recipe_with_defaults():
+    proc = run_cli("recipes")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for name in ("digits", "flowers", "tabular"):
+        assert any(line.startswith(f"{name} ") for line in out.splitlines()), out
+    assert "transfer learning (MobileNetV2 default)" in out
+    assert "backbone=MobileNetV2" in out and "weights=imagenet" in out
+    assert "MLP for any Delta/Parquet table" in out and "task=auto" in out
+    assert "epochs=20 batch_size=64" in out and "table=-" in out
