@@ -129,15 +129,22 @@ class Checkpoint(keras.callbacks.Callback):
             if step:
                 self._truncate_after = self._steps - step  # finish the interrupted epoch only
 
-    def on_train_batch_end(self, batch, logs=None):
+    # Only batch *begin* hooks: a batch-end hook would make Keras wait for every step's logs
+    # (no asynchronous callback dispatch), which costs more than the whole checkpointing.
+    def on_train_batch_begin(self, batch, logs=None):
+        # ``_global_step`` counts the steps completed: every step begun before this one.
+        if self._truncate_after is not None and self._steps_this_epoch + 1 >= self._truncate_after:
+            self.model.stop_training = True  # this step ends the resumed epoch; cleared after
+        at_epoch_end = self._steps and self._global_step % self._steps == 0  # saved there
+        if (
+            self.every_n_steps
+            and self._global_step
+            and self._global_step % self.every_n_steps == 0
+            and not at_epoch_end
+        ):
+            self._save()
         self._global_step += 1
         self._steps_this_epoch += 1
-        if self._truncate_after is not None and self._steps_this_epoch >= self._truncate_after:
-            self.model.stop_training = True  # ends this (resumed) epoch; cleared at epoch end
-            return
-        at_epoch_end = self._steps and self._global_step % self._steps == 0  # saved there
-        if self.every_n_steps and self._global_step % self.every_n_steps == 0 and not at_epoch_end:
-            self._save()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._steps_this_epoch = 0

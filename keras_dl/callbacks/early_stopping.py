@@ -75,6 +75,9 @@ class EarlyStopping(keras.callbacks.Callback):
         self.restore_best_weights = restore_best_weights
         self.run_id = run_id
         self.verbose = verbose
+        if check_finite:
+            self.on_train_batch_end = self._check_step
+            self.async_safe = True
 
     def on_train_begin(self, logs=None):
         self.wait = 0
@@ -86,13 +89,16 @@ class EarlyStopping(keras.callbacks.Callback):
         self.stopped_epoch: int | None = None
         self._epoch = 0
         self._missing_warned = False
+        self._world_size = current_world().size
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
-    def on_train_batch_end(self, batch, logs=None):
-        if not self.check_finite or not logs or "loss" not in logs:
-            return
+    def _check_step(self, batch, logs=None):
+        """``on_train_batch_end`` when ``check_finite``; safe for Keras' asynchronous dispatch
+        (it only reads the logs and sets ``stop_training``), so steps do not wait for it."""
+        if self._world_size > 1 or not logs or "loss" not in logs:
+            return  # across ranks, only the (averaged) epoch values decide, or ranks would hang
         loss = float(logs["loss"])
         if not math.isfinite(loss):
             self._stop(

@@ -85,9 +85,10 @@ class MLflowLogger(keras.callbacks.Callback):
         self.dropped = 0  # values the store rejected (not retried)
         self._params_sent_to: str | None = None
         self._fit_params: dict = {}
-        # Without step logging the batch hook does nothing that needs the step's values, so
-        # Keras may keep dispatching batch callbacks asynchronously (no device sync per step).
-        self.async_safe = not log_every_n_steps
+        # Only with step logging is there a batch hook: without one, Keras keeps dispatching
+        # batch callbacks asynchronously instead of waiting for every step's logs.
+        if log_every_n_steps:
+            self.on_train_batch_end = self._log_step
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
@@ -124,7 +125,7 @@ class MLflowLogger(keras.callbacks.Callback):
         self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
         self._thread.start()
 
-    def on_train_batch_end(self, batch, logs=None):
+    def _log_step(self, batch, logs=None):
         if not self._active:
             return
         self._global_step += 1

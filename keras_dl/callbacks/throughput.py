@@ -43,6 +43,8 @@ class Throughput(keras.callbacks.Callback):
         self.prefix = prefix
         self._ready = None  # tf.Variable stamped by the instrumented dataset
         self.epoch_stats: dict[str, float] = {}
+        if log_every_n_steps:
+            self.on_train_batch_end = self._add_step_figures
 
     def instrument(self, dataset):
         """Return ``dataset`` with a final stage that stamps when each batch is handed over.
@@ -69,43 +71,65 @@ class Throughput(keras.callbacks.Callback):
 
         return dataset.map(stamp)
 
+    # Steps are timed from one batch *begin* to the next: a batch-end hook would make Keras wait
+    # for each step's logs (no asynchronous callback dispatch), which costs more than it measures.
     def on_train_begin(self, logs=None):
         self.epoch_stats = {}
         self._window = _Window()
         self._epoch = _Window()
         self._step = 0
+        self._begin: float | None = None
+        self._step_figures: dict[str, float] = {}
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = _Window()
         self._epoch_start = time.time()
         self._train_end = None
+        self._begin = None
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._t0 = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
         now = time.time()
-        wait = None
-        if self._ready is not None:
-            # Clamped: the stamp can precede the step when the batch was fetched earlier.
-            wait = min(max(float(self._ready.numpy()) - self._t0, 0.0), now - self._t0)
-        self._epoch.add(now - self._t0, wait)
-        self._window.add(now - self._t0, wait)
-        self._step += 1
-        n = self.log_every_n_steps
-        if n and self._step % n == 0 and logs is not None:
-            logs.update(self._figures(self._window))
-            self._window = _Window()
+        self._close_step(now)
+        self._begin = now
 
     def on_test_begin(self, logs=None):
         if self._train_end is None:  # validation inside fit: training time of the epoch ends
             self._train_end = time.time()
+            self._close_step(self._train_end)
 
     def on_epoch_end(self, epoch, logs=None):
         end = self._train_end or time.time()
+        self._close_step(end)
         self.epoch_stats = self._figures(self._epoch, wall=end - self._epoch_start)
         if logs is not None:
             logs.update(self.epoch_stats)
+
+    def _add_step_figures(self, batch, logs=None):
+        """Bound as ``on_train_batch_end`` only with ``log_every_n_steps`` (step logging needs
+        the step's logs anyway): closes the step and hands the window's figures to the loggers
+        after this callback."""
+        self._close_step(time.time())
+        if self._step_figures and logs is not None:
+            logs.update(self._step_figures)
+            self._step_figures = {}
+
+    def _close_step(self, end: float) -> None:
+        """Account the step that began at ``self._begin`` and ended at ``end``."""
+        if self._begin is None:
+            return
+        begin, self._begin = self._begin, None
+        wait = None
+        if self._ready is not None:
+            # The stamp of this step's batch (the next one is only fetched by the next step).
+            # Clamped: it can precede the step when the batch was fetched earlier.
+            wait = min(max(float(self._ready.numpy()) - begin, 0.0), end - begin)
+        self._epoch.add(end - begin, wait)
+        self._window.add(end - begin, wait)
+        self._step += 1
+        n = self.log_every_n_steps
+        if n and self._step % n == 0:
+            self._step_figures = self._figures(self._window)
+            self._window = _Window()
 
     # -- internals ---------------------------------------------------------------------------
     def _figures(self, w: _Window, wall: float | None = None) -> dict[str, float]:
