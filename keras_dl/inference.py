@@ -221,10 +221,14 @@ def _output_schema(df, plan: ScoringPlan, width: int):
 
     fields = [df.schema[k] for k in plan.keys]
     if width > 1:
-        if plan.classes:
-            kind = T.StringType() if isinstance(plan.classes[0], str) else T.LongType()
-        else:
-            kind = T.LongType()
+        first = plan.classes[0] if plan.classes else 0
+        kind = (
+            T.StringType()
+            if isinstance(first, str)
+            else T.BooleanType()
+            if isinstance(first, bool)
+            else T.LongType()
+        )
         fields.append(T.StructField("prediction", kind))
         fields += [T.StructField(c, T.FloatType()) for c in _probability_columns(plan, width)]
     else:

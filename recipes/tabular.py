@@ -304,7 +304,7 @@ def _to_numpy(chunked: pa.ChunkedArray) -> np.ndarray:
         return np.stack(col.to_numpy(zero_copy_only=False)) if len(col) else np.zeros((0, 1))
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
-    return col.to_numpy()
+    return col.to_numpy(zero_copy_only=False)  # booleans are bit-packed: not zero-copy
 
 
 def _vocabulary(values: np.ndarray, limit: int) -> list[str]:

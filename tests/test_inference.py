@@ -62,7 +62,10 @@ def test_rows_that_do_not_match_the_signature(spark, champion):
         predict(scalar, "models:/digits@champion", tracking_uri=uri)
 
 
-def test_table_model_with_string_classes(spark, tmp_path, mlflow_uri):
+@pytest.mark.parametrize(
+    "classes", [("cat", "dog"), (False, True)], ids=["string label", "bool label"]
+)
+def test_table_model_with_named_classes(spark, tmp_path, mlflow_uri, classes):
     from keras_dl.config import resolve
     from keras_dl.recipe import load_recipe
     from keras_dl.train import fit
@@ -72,7 +75,7 @@ def test_table_model_with_string_classes(spark, tmp_path, mlflow_uri):
     x = rng.normal(size=n)
     color = rng.choice(["red", "blue"], n)
     frame = pd.DataFrame(
-        {"x": x, "color": color, "kind": np.where((x > 0) ^ (color == "red"), "cat", "dog")}
+        {"x": x, "color": color, "kind": np.where((x > 0) ^ (color == "red"), *classes)}
     )
     table = str(tmp_path / "pets")
     write_deltalake(table, pa.Table.from_pandas(frame, preserve_index=False))
@@ -92,11 +95,12 @@ def test_table_model_with_string_classes(spark, tmp_path, mlflow_uri):
     rows = frame.assign(id=np.arange(n))
     scored = predict(spark.createDataFrame(rows), "models:/tabular/1", keys=["id", "kind"])
     out = scored.toPandas().sort_values("id").reset_index(drop=True)
-    assert list(out.columns) == ["id", "kind", "prediction", "probability_cat", "probability_dog"]
+    probs = [f"probability_{c}" for c in sorted(classes)]
+    assert list(out.columns) == ["id", "kind", "prediction", *probs]
     model = mlflow.pyfunc.load_model("models:/tabular/1")
     expected = np.asarray(model.predict(frame[["x", "color"]]))
-    np.testing.assert_allclose(out[["probability_cat", "probability_dog"]], expected, atol=1e-5)
-    np.testing.assert_array_equal(out["prediction"], np.array(["cat", "dog"])[expected.argmax(1)])
+    np.testing.assert_allclose(out[probs], expected, atol=1e-5)
+    np.testing.assert_array_equal(out["prediction"], np.array(sorted(classes))[expected.argmax(1)])
 
 
 def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
