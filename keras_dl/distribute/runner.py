@@ -135,9 +135,11 @@ def launch(exp, main: Callable | None = None) -> Any:
     """Train ``exp`` on ``runtime.np`` Horovod ranks; return rank 0's result.
 
     The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
-    attaches to it and ends it. With ``np > 0`` and no active SparkSession, one is started (and
-    stopped after) with the master from ``MASTER`` or ``spark-defaults.conf``. If the job fails for any reason (a rank raised, was killed,
-    did not start), the driver ends the run FAILED and raises.
+    attaches to it and ends it; a relaunch after a failure continues the same run from the last
+    checkpoint in ``runtime.run_dir``. If the job fails for any reason (a rank raised, was
+    killed, did not start), the driver ends the run FAILED and raises. With ``np > 0`` and no
+    active SparkSession, one is started (and stopped after) on the master from ``MASTER`` or
+    ``spark-defaults.conf``.
 
     Args:
         exp: A resolved experiment with ``runtime.strategy="horovod"`` and ``runtime.np != 0``.
