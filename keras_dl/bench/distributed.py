@@ -45,6 +45,7 @@ def run(args) -> int:
         return 0
     from keras_dl.distribute.runner import HorovodRunner
 
+    load_before = round(os.getloadavg()[0], 2)  # other work on the host skews every figure
     single = _in_subprocess(args, "single")
     mirrored = _in_subprocess(args, "mirrored")
     options = {k: getattr(args, k) for k in ("width", "batch", "steps", "warmup")}
@@ -52,6 +53,7 @@ def run(args) -> int:
     report = {
         "setup": {
             "host_cpus": os.cpu_count(),
+            "load_average_1m_before_after": [load_before, round(os.getloadavg()[0], 2)],
             "model": f"MLP 64-{args.width}-{args.width}-10",
             "gradient_bytes": single["gradient_bytes"],
             "batch_per_replica": args.batch,
