@@ -181,6 +181,8 @@ def _start_spark():
 
     if SparkContext._active_spark_context is not None:
         return None
+    # Spark's Python workers otherwise run `python3` from PATH, which may lack Horovod.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return SparkSession.builder.appName("keras_dl-horovod").getOrCreate()
 
 
@@ -296,6 +298,13 @@ def _rank_failure(exc: Exception, logs: str) -> DistributedError:
     if causes:
         rank = min(causes)
         return DistributedError(f"Horovod rank {rank} failed: {causes[rank]}")
+    if "Spark job has failed" in text:
+        return DistributedError(
+            "A Spark task failed before its Horovod rank started (the Python traceback is "
+            "above). Check that the executors' Python (PYSPARK_PYTHON, now "
+            f"{os.environ.get('PYSPARK_PYTHON', 'python3 from PATH')!r}) has keras_dl's "
+            "dependencies, Horovod included."
+        )
     if "Timed out" in text or "timeout" in text.lower():
         return DistributedError(
             f"The Horovod ranks did not all start: {text.strip()} Check that the cluster has "
