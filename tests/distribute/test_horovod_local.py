@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import keras
+import mlflow
 import pytest
 
 from keras_dl.distribute.runner import HorovodRunner, launch
@@ -18,6 +20,11 @@ def test_two_local_ranks_train_like_one_process(digits_exp, tmp_path):
     exp = digits_exp("runtime.strategy=horovod", "runtime.np=-2")
     report = launch(exp, main=train_and_report)
     check_horovod_run(report, exp)
+    # The registered model reloads with the plain optimizer class, without keras_dl's wrapper.
+    version = report["result"].registered_version
+    mlflow.set_tracking_uri(exp.tracking.uri)
+    loaded = mlflow.keras.load_model(f"models:/{exp.tracking.registered_model}/{version}")
+    assert type(loaded.optimizer) is keras.optimizers.Adam
 
     # The same global batch in one process reaches about the same accuracy.
     single = fit(
@@ -30,6 +37,28 @@ def test_two_local_ranks_train_like_one_process(digits_exp, tmp_path):
     horovod_acc = report["result"].metrics["test_accuracy"]
     assert horovod_acc > 0.85
     assert abs(horovod_acc - single.metrics["test_accuracy"]) < 0.05
+
+
+@pytest.mark.slow
+def test_mixed_precision_fp16_allreduce_and_linear_scaling_keep_ranks_identical(digits_exp):
+    exp = digits_exp(
+        "runtime.strategy=horovod",
+        "runtime.np=-2",
+        "train.epochs=2",
+        "train.mixed_precision=true",
+        "runtime.fp16_allreduce=true",
+        "runtime.lr_scaling=linear",
+        "runtime.warmup_epochs=1",
+        "tracking.log_model=false",
+    )
+    report = launch(exp, main=train_and_report)
+    ranks = report["ranks"]
+    # The loss-scale optimizer checks the *averaged* gradients, so ranks skip the same steps.
+    assert ranks[0]["policy"] == "mixed_float16"
+    assert "LossScaleOptimizer" in ranks[0]["optimizer_classes"]
+    assert ranks[0]["digest"] == ranks[1]["digest"]
+    losses = [e["logs"]["loss"] for e in ranks[0]["epochs"]]
+    assert losses[-1] < losses[0]
 
 
 def test_runner_returns_rank_zero_result():

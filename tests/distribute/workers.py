@@ -65,6 +65,8 @@ def train_and_report(exp, run_id=None):
         "size": hvd.size(),
         "digest": hashlib.sha256(weights).hexdigest(),
         "epochs": recorder.epochs,
+        "policy": keras.config.dtype_policy().name,
+        "optimizer_classes": [c.__name__ for c in type(result.model.optimizer).__mro__],
     }
     ranks = hvd.allgather_object(mine)  # collective: every rank's report, in rank order
     result.model = None
