@@ -80,8 +80,15 @@ def test_frozen_then_fine_tune_stage(flowers_table, tmp_path, capfd):
 
 
 @pytest.mark.slow
-def test_module_entry_with_mixed_precision(flowers_table, tmp_path):
-    sets = [*TINY, "train.epochs=1", "train.mixed_precision=true", "model.weights=none"]
+def test_module_entry_with_mixed_precision_and_another_backbone(flowers_table, tmp_path):
+    # MobileNet (v1): another backbone, and a smaller graph to trace than MobileNetV2's.
+    sets = [
+        *TINY,
+        "train.epochs=1",
+        "train.mixed_precision=true",
+        "model.weights=none",
+        "model.backbone=MobileNet",
+    ]
     proc = run_cli(
         "-m",
         "recipes.flowers",
@@ -91,7 +98,7 @@ def test_module_entry_with_mixed_precision(flowers_table, tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "model.weights=none: the MobileNetV2 backbone trains from scratch" in proc.stderr
+    assert "model.weights=none: the MobileNet backbone trains from scratch" in proc.stderr
     (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert run.info.status == "FINISHED" and run.data.params["train.mixed_precision"] == "True"
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
