@@ -90,6 +90,11 @@ def predict(
         artifact_uri=pinned, dst_path=os.path.join(tempfile.mkdtemp(), f"model-{uuid.uuid4().hex}")
     )
     signature = Model.load(local).signature
+    if signature is None:
+        raise DataError(
+            f"Model {pinned} was logged without a signature, so its input columns are unknown. "
+            "Log it with one (keras_dl.tracking.log_keras_model does)."
+        )
     run = mlflow.MlflowClient().get_run(lineage.run_id) if lineage.run_id else None
     trained_on = (run.data.params.get("data.features", "") if run else "").split(",")
     classes = tuple(json.loads(run.data.tags.get("keras_dl.classes", "[]"))) if run else ()
@@ -98,6 +103,7 @@ def predict(
     spark = df.sparkSession
     # The model folder travels to every executor once; each worker loads it once.
     spark.sparkContext.addFile(local, recursive=True)
+    # Read when the returned DataFrame is computed: it bounds the rows of each pandas batch.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     width = _output_width(signature)
     columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
@@ -111,7 +117,7 @@ def _plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPl
     from pyspark.sql import types as T
 
     found = {f.name: f.dataType for f in df.schema.fields}
-    frame = signature.inputs.is_tensor_spec() is False
+    frame = not signature.inputs.is_tensor_spec()  # a column signature: a DataFrame model
     specs = signature.inputs.inputs
     if frame:
         wanted = [(s.name, s.type.to_numpy().name, None) for s in specs]
