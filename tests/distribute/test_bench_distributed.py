@@ -22,6 +22,8 @@ def test_bench_prints_each_figure_with_its_baseline(tmp_path):
         "4",
         "--warmup",
         "1",
+        "--repeats",
+        "2",
         cwd=tmp_path,
         timeout=300,
     )
@@ -33,6 +35,9 @@ def test_bench_prints_each_figure_with_its_baseline(tmp_path):
     assert report["setup"]["gradient_bytes"] == grad_bytes
     single = report["single"]
     assert single["replicas"] == 1 and single["step_ms"] > 0
+    repeats = report["setup"]["step_ms_of_each_repeat"]
+    for key, steps in repeats.items():  # the fastest of the interleaved repeats is reported
+        assert len(steps) == 2 and report[key]["step_ms"] == min(steps)
     for key in ("horovod_2", "mirrored_2"):
         r = report[key]
         assert r["replicas"] == 2 and r["baseline_step_ms"] == single["step_ms"]
