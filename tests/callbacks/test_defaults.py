@@ -1,0 +1,103 @@
+"""The default callback set from a recipe's config, and the run-id bookkeeping of resume."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from keras_dl.callbacks import (
+    Checkpoint,
+    EarlyStopping,
+    MLflowLogger,
+    Plots,
+    ProgressBar,
+    Throughput,
+)
+from keras_dl.callbacks.checkpoint import COMPLETE, save_checkpoint
+from keras_dl.callbacks.defaults import (
+    checkpoint_dir,
+    make_callbacks,
+    record_run_id,
+    resume_run_id,
+)
+from keras_dl.config import resolve
+from keras_dl.data.splits import make_splits
+from keras_dl.distribute.world import World
+from keras_dl.errors import ConfigError
+from keras_dl.recipe import load_recipe
+from tests.callbacks.helpers import tiny_model
+
+
+def _exp(table, tmp_path, *sets):
+    recipe = load_recipe("digits")
+    base = [
+        f"data.table={table}",
+        f"runtime.run_dir={tmp_path / 'run'}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    return recipe, resolve(recipe.defaults, sets=[*base, *sets])
+
+
+def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
+    recipe, exp = _exp(
+        digits_table,
+        tmp_path,
+        "callbacks.patience=4",
+        "callbacks.stopping_threshold=0.2",
+        "callbacks.divergence_threshold=9",
+        "callbacks.mode=min",
+        "callbacks.checkpoint_every_n_steps=7",
+        "callbacks.keep_checkpoints=5",
+        "callbacks.log_every_n_steps=3",
+        "runtime.resume=false",
+        "train.verbose=1",
+    )
+    data = make_splits(exp.data, 32, accept=recipe.accept, preprocess=recipe.preprocess)
+    cbs = make_callbacks(exp, World(), "run-1", data)
+    assert [type(c) for c in cbs] == [
+        Checkpoint,
+        EarlyStopping,
+        Throughput,
+        MLflowLogger,
+        Plots,
+        ProgressBar,
+    ]
+    ckpt, stop, tp, logger, plots, bar = cbs
+    assert (ckpt.every_n_steps, ckpt.keep, ckpt.resume) == (7, 5, False)
+    assert ckpt.directory == checkpoint_dir(exp) and ckpt.metadata == {"run_id": "run-1"}
+    assert (stop.monitor, stop.patience, stop.stopping_threshold) == ("val_loss", 4, 0.2)
+    assert (stop.divergence_threshold, stop.mode, stop.run_id) == (9.0, "min", "run-1")
+    assert tp.batch_size == 32 and tp.log_every_n_steps == 3 == logger.log_every_n_steps
+    assert logger.run_id == "run-1" and logger.end_run is False
+    assert plots.confusion_data[1] == data.validation.steps
+    # Other ranks get the same callbacks (each gates its own writes), but no progress bar.
+    others = make_callbacks(exp, World(rank=1, size=2), None, data)
+    assert [type(c) for c in others] == [Checkpoint, EarlyStopping, Throughput, MLflowLogger, Plots]
+
+
+def test_bad_callback_settings_stop_before_any_work(digits_table, tmp_path):
+    with pytest.raises(ConfigError, match="callbacks.mode='up' is not one of auto, min, max"):
+        _exp(digits_table, tmp_path, "callbacks.mode=up")
+    with pytest.raises(ConfigError, match="callbacks.keep_checkpoints must be >= 1"):
+        _exp(digits_table, tmp_path, "callbacks.keep_checkpoints=0")
+    with pytest.raises(ConfigError, match="Unknown config key 'callbacks.patiense'"):
+        _exp(digits_table, tmp_path, "callbacks.patiense=3")
+
+
+def test_the_recorded_run_is_resumed_only_with_a_checkpoint_to_resume(
+    digits_table, tmp_path, mlflow_uri
+):
+    _, exp = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}")
+    with mlflow.start_run() as run:
+        pass
+    record_run_id(exp, run.info.run_id)
+    assert resume_run_id(exp) is None  # no checkpoint yet: a new run
+    save_checkpoint(checkpoint_dir(exp) / "ckpt-000000010.npz", tiny_model(), {"epoch": 0})
+    assert resume_run_id(exp) == run.info.run_id
+    _, fresh = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "runtime.resume=false")
+    assert resume_run_id(fresh) is None
+    (checkpoint_dir(exp) / COMPLETE).write_text("{}")  # that training finished
+    assert resume_run_id(exp) is None
+    (checkpoint_dir(exp) / COMPLETE).unlink()
+    record_run_id(exp, "0123456789abcdef0123456789abcdef")  # not in this store
+    assert resume_run_id(exp) is None
