@@ -129,8 +129,8 @@ class Checkpoint(keras.callbacks.Callback):
             if step:
                 self._truncate_after = self._steps - step  # finish the interrupted epoch only
 
-    # Only batch *begin* hooks: a batch-end hook would make Keras wait for every step's logs
-    # (no asynchronous callback dispatch), which costs more than the whole checkpointing.
+    # Only a batch *begin* hook: it needs nothing from the step's logs, and on backends that
+    # dispatch batch-end callbacks asynchronously (JAX), a batch-end hook would turn that off.
     def on_train_batch_begin(self, batch, logs=None):
         # ``_global_step`` counts the steps completed: every step begun before this one.
         if self._truncate_after is not None and self._steps_this_epoch + 1 >= self._truncate_after:

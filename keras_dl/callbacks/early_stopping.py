@@ -95,8 +95,9 @@ class EarlyStopping(keras.callbacks.Callback):
         self._epoch = epoch
 
     def _check_step(self, batch, logs=None):
-        """``on_train_batch_end`` when ``check_finite``; safe for Keras' asynchronous dispatch
-        (it only reads the logs and sets ``stop_training``), so steps do not wait for it."""
+        """``on_train_batch_end`` when ``check_finite``. Marked ``async_safe``: it only reads the
+        logs and sets ``stop_training``, so backends that dispatch batch-end callbacks
+        asynchronously (JAX) may keep doing so."""
         if self._world_size > 1 or not logs or "loss" not in logs:
             return  # across ranks, only the (averaged) epoch values decide, or ranks would hang
         loss = float(logs["loss"])

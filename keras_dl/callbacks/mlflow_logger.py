@@ -85,8 +85,8 @@ class MLflowLogger(keras.callbacks.Callback):
         self.dropped = 0  # values the store rejected (not retried)
         self._params_sent_to: str | None = None
         self._fit_params: dict = {}
-        # Only with step logging is there a batch hook: without one, Keras keeps dispatching
-        # batch callbacks asynchronously instead of waiting for every step's logs.
+        # A batch-end hook only with step logging: on backends that dispatch batch-end
+        # callbacks asynchronously (JAX), any synchronous one turns that off.
         if log_every_n_steps:
             self.on_train_batch_end = self._log_step
 

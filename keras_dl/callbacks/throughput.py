@@ -71,8 +71,8 @@ class Throughput(keras.callbacks.Callback):
 
         return dataset.map(stamp)
 
-    # Steps are timed from one batch *begin* to the next: a batch-end hook would make Keras wait
-    # for each step's logs (no asynchronous callback dispatch), which costs more than it measures.
+    # Steps are timed from one batch *begin* to the next: no batch-end hook, which on backends
+    # that dispatch batch-end callbacks asynchronously (JAX) would turn that off.
     def on_train_begin(self, logs=None):
         self.epoch_stats = {}
         self._window = _Window()
