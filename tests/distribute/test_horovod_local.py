@@ -80,3 +80,8 @@ def test_unpicklable_function_is_a_clear_error():
 
     with pytest.raises(DistributedError, match=r"main.*cannot be pickled.*inside its body"):
         HorovodRunner(np=-2).run(main)
+
+
+def test_np_zero_is_a_clear_error():
+    with pytest.raises(DistributedError, match=r"np=0\) runs nothing: use np=-N .* or np=N"):
+        HorovodRunner(np=0)
