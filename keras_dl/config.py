@@ -291,9 +291,11 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
         for key, value in values.items():
             if key not in hints:
                 raise ConfigError(
+                    # The section's keys only: every key of every section no longer reads
+                    # as one short paragraph.
                     f"Unknown config key '{section}.{key}' in {origin}. Valid keys in "
-                    f"{section!r}: {', '.join(hints)}. All valid keys: "
-                    f"{', '.join(valid_keys(exp))}."
+                    f"{section!r}: {', '.join(hints)}. Other sections: "
+                    f"{', '.join(s for s in sections if s != section)}."
                 )
             updates[key] = _coerce(value, hints[key], f"{section}.{key}", origin)
         changes[section] = dataclasses.replace(current, **updates)
