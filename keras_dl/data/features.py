@@ -113,6 +113,12 @@ def _spec(
             f"recipe cannot use as a {role} (it accepts {', '.join(accept)} columns). Drop it "
             f"from data.features, or convert it to a number when writing the table."
         )
+    if len(shape) > 1:
+        raise DataError(
+            f"Column {field.name!r} of table {snapshot.uri!r} is a nested list (shape {shape}), "
+            "which Petastorm's reader cannot read. Store it flattened, as one list of "
+            f"{int(np.prod(shape))} values, and reshape it in the model or the preprocess hook."
+        )
     if kind != NUMERIC and shape:
         raise DataError(f"Column {field.name!r}: lists of {kind} values are not supported.")
     return FeatureSpec(field.name, dtype, shape, kind)

@@ -113,7 +113,13 @@ class ImagePreprocess:
 
         def one(encoded):
             img = tf.io.decode_image(encoded, channels=self.channels, expand_animations=False)
-            img = tf.image.resize(img, (h, w))  # float32, 0..255
+            # Images ingested at the model's size skip the resize (a bilinear pass per image).
+            same = tf.reduce_all(tf.equal(tf.shape(img)[:2], (h, w)))
+            img = tf.cond(
+                same,
+                lambda: tf.cast(img, tf.float32),
+                lambda: tf.image.resize(img, (h, w)),  # float32, 0..255
+            )
             return tf.ensure_shape(img, (h, w, self.channels))
 
         # map_fn runs iterations in parallel; tf.data runs several batches at once on top.

@@ -20,6 +20,7 @@ from keras_dl.data.sources import TableSnapshot, file_url, match_mask
 from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
+_EMPTY_EPOCH_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -114,14 +115,49 @@ def iter_row_groups(
     garbage-collected. ``epochs=None`` reads forever, reshuffling row groups each
     epoch, so a training run never re-opens the table.
     """
+    for attempt in range(_EMPTY_EPOCH_RETRIES + 1):
+        reader = _open_reader(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers)
+        yielded = False
+        # Not `with reader:` -- its __exit__ also prints and would delete a local-disk cache.
+        try:
+            batches = iter(reader)
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    raise _read_error(snapshot, exc) from exc
+                yielded = True
+                yield to_arrays(batch._asdict(), plan, snapshot)
+        finally:
+            reader.stop()
+            reader.join()
+        if yielded:
+            return
+        # Petastorm 0.13.1's thread pool can end a finite read before its first row group
+        # (1-2 readers in 100 here, on small tables): nothing was yielded, so re-open safely.
+        log.warning(
+            "Petastorm's reader ended without a row on %s (shard %d); re-opening (attempt %d).",
+            snapshot.uri,
+            shard,
+            attempt + 1,
+        )
+
+
+def _open_reader(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers):
     from petastorm import make_batch_reader
+
+    from keras_dl.data import petastorm_compat
+
+    petastorm_compat.install()  # or Petastorm drops uint16/32/64 and fixed-size list columns
 
     urls = [file_url(f) for f in snapshot.files]
     columns = plan.columns + [c for c, _, _ in snapshot.row_filters if c not in plan.columns]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         try:
-            reader = make_batch_reader(
+            return make_batch_reader(
                 urls,
                 schema_fields=columns,
                 reader_pool_type="thread",
@@ -134,20 +170,6 @@ def iter_row_groups(
             )
         except Exception as exc:
             raise DataError(f"Petastorm cannot open table {snapshot.uri!r}: {exc}") from None
-    # Not `with reader:` -- its __exit__ also prints and would delete a local-disk cache.
-    try:
-        batches = iter(reader)
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            except Exception as exc:
-                raise DataError(f"Reading table {snapshot.uri!r} failed: {exc}") from exc
-            yield to_arrays(batch._asdict(), plan, snapshot)
-    finally:
-        reader.stop()
-        reader.join()
 
 
 def to_arrays(raw: dict, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str, np.ndarray]:
@@ -160,6 +182,8 @@ def to_arrays(raw: dict, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str,
     for spec in _specs(plan):
         arr = raw[spec.name]
         if spec.kind == NUMERIC:
+            if arr.dtype == object and spec.shape:
+                arr = _stack_lists(arr, spec)  # fixed-size lists arrive as one array per row
             if arr.dtype == object:
                 raise DataError(
                     f"Column {spec.name!r} of table {snapshot.uri!r} has rows that are not of "
@@ -200,9 +224,50 @@ def shuffle_rows(
 
 
 def _permute(pool: Sequence[dict[str, np.ndarray]], rng: np.random.Generator) -> dict:
-    merged = {k: np.concatenate([b[k] for b in pool]) for k in pool[0]}
+    # A row group larger than the buffer is permuted as it is: no concatenation copy.
+    merged = (
+        pool[0] if len(pool) == 1 else {k: np.concatenate([b[k] for b in pool]) for k in pool[0]}
+    )
     order = rng.permutation(_num_rows(merged))
-    return {k: v[order] for k, v in merged.items()}
+    return {k: np.take(v, order, axis=0) for k, v in merged.items()}
+
+
+def _read_error(snapshot: TableSnapshot, exc: Exception) -> DataError:
+    """Name the file and row group behind a reader error where that can be found."""
+    import re
+
+    m = re.search(r"values in column '([^']+)' are expected to be the same length", str(exc))
+    if m:  # Petastorm's own message for a ragged list column: find where
+        where = find_ragged(snapshot, m.group(1))
+        if where:
+            path, rg, lo, hi = where
+            return DataError(
+                f"List column {m.group(1)!r} has rows of different lengths ({lo} to {hi}) in "
+                f"file {path!r}, row group {rg}. A feature needs a fixed shape: pad or truncate "
+                "the lists when writing the table, or drop the column."
+            )
+    return DataError(f"Reading table {snapshot.uri!r} failed: {exc}")
+
+
+def find_ragged(snapshot: TableSnapshot, column: str):
+    """``(file, row group, min length, max length)`` of the first ragged row group, or None."""
+    import pyarrow.compute as pc
+
+    for path in snapshot.files:
+        pf = pq.ParquetFile(path)
+        for rg in range(pf.num_row_groups):
+            col = pf.read_row_group(rg, columns=[column]).column(0).combine_chunks()
+            lengths = col.value_lengths()
+            if len(lengths) and pc.min(lengths).as_py() != pc.max(lengths).as_py():
+                return path, rg, pc.min(lengths).as_py(), pc.max(lengths).as_py()
+    return None
+
+
+def _stack_lists(arr: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+    try:
+        return np.stack(arr.tolist()).reshape((len(arr), *spec.shape))
+    except (ValueError, TypeError):
+        return arr  # ragged or null rows: the caller names the column
 
 
 def _num_rows(batch: dict[str, np.ndarray]) -> int:

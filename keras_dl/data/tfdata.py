@@ -18,6 +18,8 @@ from keras_dl.data.reader import TableStats, iter_row_groups, scan_table, shuffl
 from keras_dl.data.sources import TableSnapshot
 from keras_dl.errors import DataError
 
+PREPROCESS_ROWS = 128
+
 
 @dataclass(frozen=True)
 class ReadOptions:
@@ -152,9 +154,15 @@ def make_dataset(
 
     signature = _structure({s.name: _tensor_spec(s) for s in _all_specs(plan)}, plan)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    ds = ds.rebatch(options.batch_size, drop_remainder=options.training)
+    # Let the (Python) generator run ahead of rebatching and preprocessing, on its own thread.
+    ds = ds.prefetch(2)
     if preprocess is not None:
+        # A vectorized hook costs per call more than per row (image decoding runs a map_fn per
+        # call): run it on chunks of at least PREPROCESS_ROWS rows, then cut the batches.
+        chunk = max(options.batch_size, PREPROCESS_ROWS)
+        ds = ds.rebatch(chunk)
         ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.rebatch(options.batch_size, drop_remainder=options.training)
     ds = ds.prefetch(tf.data.AUTOTUNE)
     opts = tf.data.Options()
     # Sharding is done by row group in the reader: tf.distribute must not shard again.

@@ -1,0 +1,170 @@
+"""Input pipeline benchmark: keras_dl's reader beside raw pyarrow, Petastorm and in-memory tf.data.
+
+Generates a narrow, a wide and an image table, and measures every path on the same data in one
+run, consuming each dataset inside a ``tf.function`` the way ``fit`` does. Prints JSON: rows/s
+(and MB/s) per path at each batch size, keras_dl's ratio to each baseline, the targets, and
+peak RSS of keras_dl at 1x and 8x the narrow table (separate processes).
+
+    keras-dl bench input            # ~1M-row narrow table: a few minutes on 2 cores
+    keras-dl bench input --quick    # small sizes, a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = {
+    "full": {"narrow": 1_000_000, "wide": 100_000, "images": 3_000},
+    "quick": {"narrow": 20_000, "wide": 2_000, "images": 256},
+}
+ROWS_PER_GROUP = {"narrow": 65_536, "wide": 8_192, "images": 256}
+QUICK_ROWS_PER_GROUP = {"narrow": 4_096, "wide": 512, "images": 64}
+TARGETS = {  # (table, ratio name): minimum
+    ("wide", "keras_dl/stock"): 5.0,
+    ("wide", "keras_dl/reader_alone"): 0.6,
+    ("narrow", "keras_dl/stock"): 1.0,
+    ("narrow", "keras_dl/min(reader_alone,in_memory)"): 0.5,
+    ("images", "keras_dl/in_memory_decode"): 0.9,
+    ("images", "keras_dl/petastorm_codec"): 3.0,
+}
+RSS_TOLERANCE = 0.15
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``keras-dl bench input`` arguments."""
+    p.add_argument("--quick", action="store_true", help="small tables: a smoke test")
+    p.add_argument("--dir", default=None, help="where to write the tables (default: a temp dir)")
+    p.add_argument("--batch-sizes", default="32,256", help="comma-separated (default: 32,256)")
+    p.add_argument("--tables", default="narrow,wide,images", help="which tables to measure")
+    p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds, best kept (default: 3; quick 1)",
+    )
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+    p.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
+
+
+def run(args) -> int:
+    """Generate the tables, measure every path, print the JSON report."""
+    if args.rss_child:
+        return _rss_child(args.rss_child)
+    from keras_dl.bench import input_paths as paths
+    from keras_dl.bench import input_tables as tables
+
+    size = SIZES["quick" if args.quick else "full"]
+    groups = QUICK_ROWS_PER_GROUP if args.quick else ROWS_PER_GROUP
+    batches = [int(b) for b in args.batch_sizes.split(",")]
+    rounds = args.rounds or (1 if args.quick else 3)
+    wanted = args.tables.split(",")
+    work = args.dir or tempfile.mkdtemp(prefix="keras_dl_bench_input_")
+    os.makedirs(work, exist_ok=True)
+    report: dict = {
+        "config": {
+            "mode": "quick" if args.quick else "full",
+            "rows": size,
+            "rows_per_group": groups,
+            "batch_sizes": batches,
+            "rounds": rounds,
+            "cpus": os.cpu_count(),
+            "unit": "rows/s (images: images/s), consumed inside a tf.function",
+        }
+    }
+    try:
+        if "narrow" in wanted:
+            t = tables.write_narrow(f"{work}/narrow", size["narrow"], groups["narrow"])
+            report["narrow"] = paths.measure_tabular(t, batches, None, rounds)
+        if "wide" in wanted:
+            t = tables.write_wide(f"{work}/wide", size["wide"], groups["wide"])
+            report["wide"] = paths.measure_tabular(t, batches, None, rounds)
+            report["wide"]["profile"] = {str(b): paths.profile_stages(t, b) for b in batches}
+        if "images" in wanted:
+            url, delta = tables.write_images(work, size["images"], groups["images"])
+            report["images"] = paths.measure_images(url, delta, batches, rounds)
+        if "narrow" in wanted and not args.no_rss:
+            report["rss"] = _measure_rss(work, size["narrow"], groups["narrow"], tables)
+        report["targets"] = _check_targets(report)
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+def _check_targets(report: dict) -> list[dict]:
+    out = []
+    for (table, name), minimum in TARGETS.items():
+        for batch, figures in report.get(table, {}).get("batches", {}).items():
+            value = figures["ratios"].get(name)
+            if value is not None:
+                out.append(
+                    {
+                        "table": table,
+                        "batch": int(batch),
+                        "ratio": name,
+                        "value": round(value, 2),
+                        "target": minimum,
+                        "met": value >= minimum,
+                    }
+                )
+    rss = report.get("rss")
+    if rss:
+        growth = rss["peak_rss_mb_8x"] / rss["peak_rss_mb_1x"] - 1
+        out.append(
+            {
+                "table": "narrow",
+                "ratio": "rss_8x/rss_1x - 1",
+                "value": round(growth, 3),
+                "target": f"<= {RSS_TOLERANCE}",
+                "met": growth <= RSS_TOLERANCE,
+            }
+        )
+    return out
+
+
+def _measure_rss(work: str, rows: int, rows_per_group: int, tables) -> dict:
+    """Peak RSS of keras_dl reading the narrow table at 1x and 8x, each in a fresh process."""
+    out = {}
+    for factor in (1, 8):
+        path = f"{work}/narrow_rss_{factor}x"
+        tables.write_narrow(path, rows * factor, rows_per_group, seed=factor)
+        cmd = [sys.executable, "-m", "keras_dl.cli", "bench", "input", "--rss-child", path]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        if done.returncode != 0:
+            raise RuntimeError(f"RSS child failed: {done.stderr[-2000:]}")
+        child = json.loads(done.stdout.strip().splitlines()[-1])
+        out[f"peak_rss_mb_{factor}x"] = child["peak_rss_mb"]
+        out[f"rows_{factor}x"] = child["rows"]
+        out[f"seconds_{factor}x"] = child["seconds"]
+        shutil.rmtree(path, ignore_errors=True)
+    out["ratio_8x_to_1x"] = round(out["peak_rss_mb_8x"] / out["peak_rss_mb_1x"], 3)
+    return out
+
+
+def _rss_child(path: str) -> int:
+    """One epoch of keras_dl's training pipeline over ``path``; print peak RSS as JSON."""
+    import resource
+
+    from keras_dl.bench.input_paths import consume, keras_dl_dataset
+
+    split = keras_dl_dataset(path, batch=256, label=None)
+    start = time.perf_counter()
+    consume(split.dataset, split.steps)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    print(json.dumps({"peak_rss_mb": round(peak, 1), "rows": split.stats.rows, "seconds": seconds}))
+    return 0

@@ -1,0 +1,131 @@
+"""The tables ``keras-dl bench input`` measures, generated on the spot.
+
+- narrow: a float, an int and a 16-float list per row (Delta);
+- wide: 200 float columns (Delta);
+- images: 64x64 JPEGs plus a label, written once as a Petastorm dataset (Unischema with
+  ``CompressedImageCodec``, through ``materialize_dataset`` on a local Spark) and once as a Delta
+  table holding the very same JPEG bytes, so both paths decode identical data.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pyarrow as pa
+
+NARROW_LIST = 16
+WIDE_COLUMNS = 200
+IMAGE_SIZE = 64
+
+
+def write_narrow(path: str, rows: int, rows_per_group: int, seed: int = 0) -> str:
+    """Write ``rows`` narrow rows (streamed in chunks, so 8x the size fits in memory)."""
+    from keras_dl.data.ingest import write_table
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("f", pa.float32()), ("i", pa.int64()), ("v", pa.list_(pa.float32()))])
+
+    def batches():
+        for start in range(0, rows, 1 << 18):
+            n = min(1 << 18, rows - start)
+            flat = pa.array(rng.random(n * NARROW_LIST, dtype=np.float32))
+            offsets = pa.array(np.arange(0, (n + 1) * NARROW_LIST, NARROW_LIST, dtype=np.int32))
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(rng.random(n, dtype=np.float32)),
+                    pa.array(np.arange(start, start + n, dtype=np.int64)),
+                    pa.ListArray.from_arrays(offsets, flat),
+                ],
+                schema=schema,
+            )
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    write_table(reader, path, mode="overwrite", rows_per_group=rows_per_group)
+    return path
+
+
+def write_wide(path: str, rows: int, rows_per_group: int, seed: int = 0) -> str:
+    """Write ``rows`` rows of 200 float32 columns."""
+    from keras_dl.data.ingest import write_table
+
+    rng = np.random.default_rng(seed)
+    data = rng.random((rows, WIDE_COLUMNS), dtype=np.float32)
+    table = pa.table({f"c{j:03d}": data[:, j] for j in range(WIDE_COLUMNS)})
+    write_table(table, path, mode="overwrite", rows_per_group=rows_per_group)
+    return path
+
+
+def write_images(root: str, count: int, rows_per_group: int, seed: int = 0) -> tuple[str, str]:
+    """Write ``count`` JPEGs as a Petastorm dataset and as a Delta table of the same bytes.
+
+    Returns:
+        (petastorm dataset URL, Delta table path).
+    """
+    import pyarrow.parquet as pq
+    from petastorm.codecs import CompressedImageCodec, ScalarCodec
+    from petastorm.etl.dataset_metadata import materialize_dataset
+    from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import LongType
+
+    from keras_dl.data.ingest import write_table
+
+    schema = Unischema(
+        "BenchImages",
+        [
+            UnischemaField(
+                "image",
+                np.uint8,
+                (IMAGE_SIZE, IMAGE_SIZE, 3),
+                CompressedImageCodec("jpeg", quality=90),
+                False,
+            ),
+            UnischemaField("label", np.int64, (), ScalarCodec(LongType()), False),
+        ],
+    )
+    images = _smooth_images(count, seed)
+    url = "file://" + os.path.abspath(os.path.join(root, "images_petastorm"))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pyarrow
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("keras_dl-bench-input")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        # Row groups of about rows_per_group images (JPEGs of 64x64 are 2-4 kB each).
+        mb = max(1, rows_per_group * 4 // 1024)
+        with materialize_dataset(spark, url, schema, row_group_size_mb=mb):
+            rows = [
+                dict_to_spark_row(schema, {"image": images[i], "label": i % 10})
+                for i in range(count)
+            ]
+            df = spark.createDataFrame(rows, schema.as_spark_schema())
+            df.coalesce(max(2, count // rows_per_group)).write.mode("overwrite").parquet(url)
+    finally:
+        spark.stop()
+    # The same encoded bytes, read raw from the Petastorm files, go into the Delta table.
+    raw = pq.ParquetDataset(url[len("file://") :], use_legacy_dataset=False).read()
+    delta = os.path.join(root, "images_delta")
+    table = pa.table({"image": raw.column("image").cast(pa.binary()), "label": raw["label"]})
+    write_table(table, delta, mode="overwrite", rows_per_group=rows_per_group)
+    return url, delta
+
+
+def _smooth_images(count: int, seed: int) -> list[np.ndarray]:
+    """Photos are smooth, not noise: blurred noise plus a gradient, like real JPEG content."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 120, IMAGE_SIZE, dtype=np.float32)
+    out = []
+    for _ in range(count):
+        noise = rng.random((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.float32) * 135
+        img = cv2.GaussianBlur(noise, (7, 7), 0) + ramp[None, :, None]
+        out.append(img.clip(0, 255).astype(np.uint8))
+    return out
