@@ -294,7 +294,7 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
                     # The section's keys only: every key of every section no longer reads
                     # as one short paragraph.
                     f"Unknown config key '{section}.{key}' in {origin}. Valid keys in "
-                    f"{section!r}: {', '.join(hints)}. Other sections: "
+                    f"{section!r}: {', '.join(f'{section}.{h}' for h in hints)}. Other sections: "
                     f"{', '.join(s for s in sections if s != section)}."
                 )
             updates[key] = _coerce(value, hints[key], f"{section}.{key}", origin)
