@@ -81,10 +81,20 @@ def plan_columns(
         chosen = [n for n in names if n not in skip]
         if not chosen:
             raise DataError(f"Table {snapshot.uri!r} has no feature column besides {label!r}.")
-    specs = tuple(_spec(snapshot, schema.field(n), accept, "feature") for n in chosen)
+    if snapshot.unischema is not None:  # a Petastorm dataset: its Unischema knows the shapes
+        from keras_dl.data.petastorm_dataset import plan_spec
+
+        def spec_of(name, kinds, role):
+            return plan_spec(snapshot, name, kinds, role)
+    else:
+
+        def spec_of(name, kinds, role):
+            return _spec(snapshot, schema.field(name), kinds, role)
+
+    specs = tuple(spec_of(n, accept, "feature") for n in chosen)
     label_spec = None
     if label is not None:
-        label_spec = _spec(snapshot, schema.field(label), (NUMERIC, STRING), "label")
+        label_spec = spec_of(label, (NUMERIC, STRING), "label")
     return ColumnPlan(specs, label_spec)
 
 

@@ -115,6 +115,22 @@ def iter_row_groups(
     garbage-collected. ``epochs=None`` reads forever, reshuffling row groups each
     epoch, so a training run never re-opens the table.
     """
+    if snapshot.format == "petastorm":  # a Unischema dataset: Petastorm's row reader decodes
+        from keras_dl.data.petastorm_dataset import iter_rows_as_chunks
+
+        chunks = iter_rows_as_chunks(
+            snapshot,
+            plan,
+            shard=shard,
+            num_shards=num_shards,
+            epochs=epochs,
+            shuffle=shuffle,
+            seed=seed,
+            workers=workers,
+        )
+        for chunk in chunks:
+            yield to_arrays(chunk, plan, snapshot)
+        return
     for attempt in range(_EMPTY_EPOCH_RETRIES + 1):
         reader = _open_reader(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers)
         yielded = False

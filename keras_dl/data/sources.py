@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from keras_dl.data.filters import to_type
+from keras_dl.data.petastorm_dataset import is_petastorm_dataset, open_petastorm
 from keras_dl.errors import DataError
 
 Filter = tuple[str, str, Any]
@@ -35,7 +36,7 @@ class TableSnapshot:
 
     Attributes:
         uri: The table as given (absolute for local paths).
-        format: "delta" or "parquet".
+        format: "delta", "parquet" or "petastorm" (a Unischema dataset, read with make_reader).
         version: The Delta version read, or None for plain Parquet.
         files: Absolute paths or URIs of the data files.
         partitions: Partition values of each file, ``{column: value-as-string}``.
@@ -52,6 +53,7 @@ class TableSnapshot:
     schema: pa.Schema
     partition_columns: tuple[str, ...] = ()
     row_filters: tuple[Filter, ...] = ()
+    unischema: Any = None  # Petastorm datasets only: their Unischema (codecs, shapes)
 
     @property
     def lineage(self) -> dict[str, str]:
@@ -82,6 +84,8 @@ def open_table(
         table = [t.strip() for t in table.split(",") if t.strip()]
     if not isinstance(table, str):
         return _open_parquet_files(list(table))
+    if _is_local(table) and is_petastorm_dataset(_local_path(table) or table):
+        return open_petastorm(table)
     if _is_delta(table):
         return _open_delta(table, version, timestamp)
     if version is not None or timestamp:

@@ -1,0 +1,81 @@
+"""Existing Petastorm datasets (Unischema + codecs, materialize_dataset) read with make_reader."""
+
+import numpy as np
+import pytest
+
+from keras_dl.config import DataConfig
+from keras_dl.data import make_splits, open_table, plan_columns
+
+pytestmark = pytest.mark.slow
+
+
+def _image(i: int) -> np.ndarray:
+    img = np.zeros((8, 8, 3), dtype=np.uint8)
+    img[..., 0] = i
+    img[i % 8, :, 1] = 255
+    return img
+
+
+@pytest.fixture(scope="module")
+def petastorm_dataset(spark, tmp_path_factory):
+    from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
+    from petastorm.etl.dataset_metadata import materialize_dataset
+    from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row
+    from pyspark.sql.types import LongType
+
+    schema = Unischema(
+        "Legacy",
+        [
+            UnischemaField("image", np.uint8, (8, 8, 3), CompressedImageCodec("png"), False),
+            UnischemaField("vec", np.float32, (4,), NdarrayCodec(), False),
+            UnischemaField("label", np.int64, (), ScalarCodec(LongType()), False),
+        ],
+    )
+    url = "file://" + str(tmp_path_factory.mktemp("petastorm") / "legacy")
+    with materialize_dataset(spark, url, schema, row_group_size_mb=1):
+        rows = [
+            dict_to_spark_row(
+                schema,
+                {"image": _image(i), "vec": np.full(4, i, np.float32), "label": i % 3},
+            )
+            for i in range(40)
+        ]
+        df = spark.createDataFrame(rows, schema.as_spark_schema()).repartition(4)
+        df.write.mode("overwrite").parquet(url)
+    return url[len("file://") :]
+
+
+def test_unischema_dataset_is_read_with_its_codecs_without_rewriting(petastorm_dataset):
+    snap = open_table(petastorm_dataset)
+    assert snap.format == "petastorm" and len(snap.files) == 4
+    plan = plan_columns(snap, ("image", "vec"), "label")
+    assert [(f.name, f.dtype, f.shape) for f in plan.features] == [
+        ("image", "uint8", (8, 8, 3)),
+        ("vec", "float32", (4,)),
+    ]
+    data = make_splits(
+        DataConfig(table=petastorm_dataset, features=("image", "vec"), shuffle=False),
+        batch_size=8,
+    )
+    assert data.train.stats.rows == 40 and data.train.steps == 5
+    seen = []
+    for x, y in data.train.dataset.take(data.train.steps):
+        assert x["image"].shape == (8, 8, 8, 3) and x["image"].dtype.name == "uint8"
+        for img, vec, label in zip(x["image"].numpy(), x["vec"].numpy(), y.numpy()):
+            i = int(vec[0])
+            np.testing.assert_array_equal(img, _image(i))
+            assert label == i % 3
+            seen.append(i)
+    assert sorted(seen) == list(range(40))
+
+
+def test_unischema_dataset_shards_by_row_group(petastorm_dataset):
+    from keras_dl.data import ReadOptions, make_dataset
+
+    snap = open_table(petastorm_dataset)
+    plan = plan_columns(snap, ("vec",), "label")
+    parts = []
+    for rank in range(2):
+        split = make_dataset(snap, plan, ReadOptions(batch_size=4, shard=rank, num_shards=2))
+        parts.append({int(v[0]) for x, _ in split.dataset for v in x.numpy()})
+    assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(40))
