@@ -113,3 +113,79 @@ def test_digits_splits_come_from_the_split_partition(digits_table):
     x, y = next(iter(data.train.dataset))
     assert x.shape == (32, 64) and x.dtype.name == "float32" and y.dtype.name == "int64"
     assert data.snapshot.lineage["data.version"] == "0"
+
+
+def test_uneven_shards_still_run_equal_full_steps_and_split_the_row_groups(tmp_path):
+    snap = open_table(_write(str(tmp_path / "t")))  # 10 row groups of 100 rows
+    plan = plan_columns(snap, ("f",), "label")
+    # One pass per rank: the 10 row groups split 4/3/3, disjoint, covering every row.
+    passes = [
+        np.concatenate(
+            [
+                x.numpy()
+                for x, _ in make_dataset(
+                    snap, plan, ReadOptions(batch_size=16, shard=r, num_shards=3)
+                ).dataset
+            ]
+        )
+        for r in range(3)
+    ]
+    assert sorted(len(p) for p in passes) == [300, 300, 400]
+    assert sorted(np.concatenate(passes).tolist()) == list(range(1000))
+    # Training: every rank runs the same steps of full batches (a short rank wraps around).
+    for r in range(3):
+        split = make_dataset(
+            snap, plan, ReadOptions(batch_size=16, training=True, shard=r, num_shards=3)
+        )
+        assert split.steps == 1000 // 48
+        assert [int(x.shape[0]) for x, _ in split.dataset.take(2 * split.steps)] == [16] * (
+            2 * split.steps
+        )
+
+
+def test_deterministic_order_repeats_run_after_run_and_follows_the_seed(tmp_path):
+    path = _write(str(tmp_path / "t"))
+
+    def order(seed):
+        data = make_splits(
+            DataConfig(
+                table=path, features=("f",), deterministic=True, seed=seed, shuffle_buffer=100
+            ),
+            batch_size=50,
+        )
+        return np.concatenate([x.numpy() for x, _ in data.train.dataset.take(40)])
+
+    first, again, other = order(1), order(1), order(2)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    assert not np.all(np.diff(first[:1000]) > 0)  # shuffled, not sorted
+    # A buffer of one row group keeps epochs apart: the second is another permutation.
+    assert sorted(first[:1000].tolist()) == sorted(first[1000:].tolist()) == list(range(1000))
+    assert not np.array_equal(first[:1000], first[1000:])
+
+
+def test_epochs_run_on_one_reader_without_reopening(tmp_path, monkeypatch):
+    import petastorm
+
+    opened = []
+    real = petastorm.make_batch_reader
+
+    def counting(*args, **kwargs):  # the real reader, counted
+        opened.append(kwargs.get("num_epochs"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(petastorm, "make_batch_reader", counting)
+    snap = open_table(_write(str(tmp_path / "t")))
+    split = make_dataset(snap, plan_columns(snap, ("f",), "label"), ReadOptions(32, training=True))
+    rows = np.concatenate([x.numpy() for x, _ in split.dataset.take(3 * split.steps)])
+    assert len(rows) == 3 * 31 * 32 and opened == [None]
+
+
+def test_validation_can_come_from_a_second_table(tmp_path):
+    train = _write(str(tmp_path / "train"))
+    val = _write(str(tmp_path / "val"), n=300)
+    data = make_splits(DataConfig(table=train, features=("f", "v"), validation_table=val), 32)
+    assert data.train.stats.rows == 1000 and data.validation.stats.rows == 300
+    assert data.validation.steps == 10 and data.test is None
+    rows = sum(int(y.shape[0]) for _, y in data.validation.dataset)
+    assert rows == 300
