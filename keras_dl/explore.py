@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow.parquet as pq
 
 from keras_dl.data.sources import open_table
+from keras_dl.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,12 @@ def describe_table(
         The layout, and a problem line per partition with too few row groups.
     """
     snapshot = open_table(table, version)
+    if split_column and split_column not in snapshot.partition_columns:
+        raise DataError(
+            f"{split_column!r} is not a partition column of table {snapshot.uri!r} (partition "
+            f"columns: {', '.join(snapshot.partition_columns) or 'none'}), so its row groups mix "
+            "splits. Drop split_column to count the whole table."
+        )
     groups: dict[str, list[int]] = {}
     for path, part in zip(snapshot.files, snapshot.partitions):
         name = f"{split_column}={part.get(split_column, '')}" if split_column else "all rows"
