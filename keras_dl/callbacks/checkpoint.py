@@ -52,7 +52,8 @@ class Checkpoint(keras.callbacks.Callback):
         resume: Restore the newest valid checkpoint at the start of training; when False, old
             checkpoints in ``directory`` are deleted and training starts fresh. Defaults to True.
         metadata: Extra JSON-serialisable values stored in every checkpoint header (for
-            example the MLflow run id). Defaults to None.
+            example the MLflow run id). A ``"config"`` value is a fingerprint: checkpoints
+            whose header holds another one are not resumed. Defaults to None.
     """
 
     def __init__(
@@ -94,8 +95,15 @@ class Checkpoint(keras.callbacks.Callback):
             return 0
         for tmp in _temporaries(self.directory):  # left by a writer killed mid-write
             tmp.unlink(missing_ok=True)
+        wanted = self.metadata.get("config")
         for path in reversed(list_checkpoints(self.directory)):
             try:
+                if wanted is not None and read_header(path).get("config", wanted) != wanted:
+                    print(
+                        f"The checkpoints in {self.directory} were written with another "
+                        "configuration; starting a new training."
+                    )
+                    break
                 header = load_checkpoint(path, self.model)
             except Exception as exc:  # a partial or corrupt file: fall back to an older one
                 log.warning("Skipping unreadable checkpoint %s (%s).", path, exc)
@@ -106,6 +114,7 @@ class Checkpoint(keras.callbacks.Callback):
                 f"{header['step']} step(s) done (global step {header['global_step']})."
             )
             return int(header["global_step"])
+        self._set_aside()  # nothing resumable: old files must not mix with the new training's
         return 0
 
     # -- Keras hooks -------------------------------------------------------------------------
@@ -188,6 +197,20 @@ class Checkpoint(keras.callbacks.Callback):
         save_checkpoint(self.directory / f"ckpt-{self._global_step:09d}.npz", self.model, header)
         for old in list_checkpoints(self.directory)[: -self.keep]:
             old.unlink(missing_ok=True)
+
+    def _set_aside(self) -> None:
+        """Move checkpoints that cannot be resumed to ``directory/previous/`` (kept, not lost)."""
+        old = list_checkpoints(self.directory)
+        if not old:
+            return
+        aside = self.directory / "previous"
+        if aside.is_dir():
+            for p in aside.iterdir():
+                p.unlink()
+        aside.mkdir(exist_ok=True)
+        for p in old:
+            os.replace(p, aside / p.name)
+        print(f"Moved {len(old)} checkpoint(s) that cannot be resumed to {aside}.")
 
     def _clear(self) -> None:
         for path in list_checkpoints(self.directory) + _temporaries(self.directory):

@@ -10,17 +10,19 @@ and ``checkpoints/``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from pathlib import Path
 
-from keras_dl.callbacks.checkpoint import Checkpoint, is_complete, list_checkpoints
+from keras_dl.callbacks.checkpoint import Checkpoint, is_complete, list_checkpoints, read_header
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.progress_bar import ProgressBar
 from keras_dl.callbacks.throughput import Throughput
+from keras_dl.config import to_flat_dict
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
             every_n_steps=c.checkpoint_every_n_steps,
             keep=c.keep_checkpoints,
             resume=exp.runtime.resume,
-            metadata={"run_id": run_id},
+            metadata={"run_id": run_id, "config": config_fingerprint(exp)},
         ),
         EarlyStopping(
             monitor=monitor,
@@ -112,7 +114,7 @@ def resume_run_id(exp) -> str | None:
     unfinished training with a checkpoint to resume, and ``runtime.resume`` is on."""
     run_dir = Path(exp.runtime.run_dir)
     ckpts = checkpoint_dir(exp)
-    if not exp.runtime.resume or is_complete(ckpts) or not list_checkpoints(ckpts):
+    if not exp.runtime.resume or is_complete(ckpts) or not _resumable(ckpts, exp):
         return None
     try:
         run_id = json.loads((run_dir / RUN_FILE).read_text())["run_id"]
@@ -142,6 +144,30 @@ def record_run_id(exp, run_id: str) -> None:
     tmp = path.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": exp.tracking.uri}))
     os.replace(tmp, path)
+
+
+def config_fingerprint(exp) -> str:
+    """A hash of the settings a resumed training must share with the interrupted one.
+
+    Left out, so they may change on resume: the number of epochs (to train longer), verbosity,
+    the runtime, tracking and callbacks sections, and how the data is read (workers, cache).
+    """
+    flat = to_flat_dict(exp)
+    free = ("runtime.", "tracking.", "callbacks.")
+    free_keys = {"train.epochs", "train.verbose", "data.workers", "data.cache_dir"}
+    kept = {k: str(v) for k, v in flat.items() if not k.startswith(free) and k not in free_keys}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _resumable(ckpts: Path, exp) -> bool:
+    """True when the newest readable checkpoint was written with this configuration."""
+    for path in reversed(list_checkpoints(ckpts)):
+        try:
+            header = read_header(path)
+        except Exception:
+            continue
+        return header.get("config", config_fingerprint(exp)) == config_fingerprint(exp)
+    return False
 
 
 def checkpoint_dir(exp) -> Path:

@@ -125,3 +125,27 @@ class _StepCounter(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.seen[-1] += 1
+
+
+def test_checkpoints_of_another_model_are_set_aside_not_mixed(tmp_path, capsys):
+    _fit(tiny_model(), Checkpoint(tmp_path), epochs=2)
+    (tmp_path / COMPLETE).unlink()
+    wider = tiny_model(classes=5)  # other shapes: nothing in the directory loads into it
+    history = _fit(wider, Checkpoint(tmp_path), epochs=1)
+    assert history.epoch == [0]
+    assert "Moved 2 checkpoint(s) that cannot be resumed" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "previous").iterdir()) == [
+        "ckpt-000000004.npz",
+        "ckpt-000000008.npz",
+    ]
+    assert [read_header(p)["global_step"] for p in list_checkpoints(tmp_path)] == [STEPS]
+
+
+def test_a_config_fingerprint_other_than_the_checkpoints_starts_fresh(tmp_path):
+    _fit(tiny_model(), Checkpoint(tmp_path, metadata={"config": "aaaa"}), epochs=2)
+    (tmp_path / COMPLETE).unlink()
+    history = _fit(tiny_model(), Checkpoint(tmp_path, metadata={"config": "bbbb"}), epochs=3)
+    assert history.epoch == [0, 1, 2]
+    (tmp_path / COMPLETE).unlink()
+    history = _fit(tiny_model(), Checkpoint(tmp_path, metadata={"config": "bbbb"}), epochs=4)
+    assert history.epoch == [3]

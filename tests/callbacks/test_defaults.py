@@ -16,6 +16,7 @@ from keras_dl.callbacks import (
 from keras_dl.callbacks.checkpoint import COMPLETE, save_checkpoint
 from keras_dl.callbacks.defaults import (
     checkpoint_dir,
+    config_fingerprint,
     make_callbacks,
     record_run_id,
     resume_run_id,
@@ -64,7 +65,10 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     ]
     ckpt, stop, tp, logger, plots, bar = cbs
     assert (ckpt.every_n_steps, ckpt.keep, ckpt.resume) == (7, 5, False)
-    assert ckpt.directory == checkpoint_dir(exp) and ckpt.metadata == {"run_id": "run-1"}
+    assert ckpt.directory == checkpoint_dir(exp) and ckpt.metadata == {
+        "run_id": "run-1",
+        "config": config_fingerprint(exp),
+    }
     assert (stop.monitor, stop.patience, stop.stopping_threshold) == ("val_loss", 4, 0.2)
     assert (stop.divergence_threshold, stop.mode, stop.run_id) == (9.0, "min", "run-1")
     assert tp.batch_size == 32 and tp.log_every_n_steps == 3 == logger.log_every_n_steps
@@ -101,3 +105,17 @@ def test_the_recorded_run_is_resumed_only_with_a_checkpoint_to_resume(
     (checkpoint_dir(exp) / COMPLETE).unlink()
     record_run_id(exp, "0123456789abcdef0123456789abcdef")  # not in this store
     assert resume_run_id(exp) is None
+
+
+def test_a_changed_config_is_not_resumed_but_more_epochs_are(digits_table, tmp_path, mlflow_uri):
+    _, exp = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}")
+    with mlflow.start_run() as run:
+        pass
+    record_run_id(exp, run.info.run_id)
+    header = {"epoch": 1, "config": config_fingerprint(exp)}
+    save_checkpoint(checkpoint_dir(exp) / "ckpt-000000010.npz", tiny_model(), header)
+    _, longer = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "train.epochs=50")
+    assert resume_run_id(longer) == run.info.run_id
+    _, other = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "model.filters=8")
+    assert config_fingerprint(other) != config_fingerprint(exp)
+    assert resume_run_id(other) is None
