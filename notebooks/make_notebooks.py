@@ -14,7 +14,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 
-PARAMETERS = '''\
+PARAMETERS = """\
 # Parameters (the test suite sets these through the environment, with small values).
 import os
 
@@ -24,34 +24,38 @@ WORKERS = int(os.environ.get("KERAS_DL_NB_WORKERS", "2"))
 os.makedirs(WORKDIR, exist_ok=True)
 TABLE = f"{WORKDIR}/digits"
 TRACKING_URI = f"sqlite:///{WORKDIR}/mlflow.db"
-os.environ["MLFLOW_TRACKING_URI"] = TRACKING_URI'''
+os.environ["MLFLOW_TRACKING_URI"] = TRACKING_URI"""
 
-INGEST = '''\
+INGEST = """\
 from keras_dl.data.ingest import ingest_sklearn_digits
 
 # "ignore" keeps an existing table as it is, so re-running the notebook reads the same version.
-print(ingest_sklearn_digits(TABLE, mode="ignore", rows_per_group=128))'''
+print(ingest_sklearn_digits(TABLE, mode="ignore", rows_per_group=128))"""
 
 
 def explore() -> nbformat.NotebookNode:
     return _notebook(
-        md("# 01 Explore the data\n\nIngest a dataset into a Delta table, read its schema, look at "
-        "a few images, and check that its row groups fit the workers you plan to train on "
-        "(sharding is by row group: fewer row groups than ranks leaves ranks idle)."),
+        md(
+            "# 01 Explore the data\n\nIngest a dataset into a Delta table, read its schema, look at "
+            "a few images, and check that its row groups fit the workers you plan to train on "
+            "(sharding is by row group: fewer row groups than ranks leaves ranks idle)."
+        ),
         PARAMETERS,
-        md("## Ingest to Delta\n\nscikit-learn's 8x8 digits ship with it, so this works offline. "
-        "For the flowers photos: `keras-dl ingest tfds tf_flowers --to data/flowers`."),
+        md(
+            "## Ingest to Delta\n\nscikit-learn's 8x8 digits ship with it, so this works offline. "
+            "For the flowers photos: `keras-dl ingest tfds tf_flowers --to data/flowers`."
+        ),
         INGEST,
         md("## Schema, version and files"),
-        '''\
+        """\
 from keras_dl.data.sources import open_table
 
 snapshot = open_table(TABLE)
 print(snapshot.schema)
 print("version", snapshot.version, "| partitioned by", snapshot.partition_columns,
-      "|", len(snapshot.files), "files")''',
+      "|", len(snapshot.files), "files")""",
         md("## Sample images"),
-        '''\
+        """\
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -64,31 +68,33 @@ for ax, (_, row) in zip(axes, sample.iterrows()):
     ax.set_title(f"{row['label']} ({row['split']})")
     ax.axis("off")
 plt.show()
-sample[["label", "split"]]''',
+sample[["label", "split"]]""",
         md("## Row groups and partitions against the planned workers"),
-        '''\
+        """\
 from keras_dl.explore import describe_table
 
 report = describe_table(TABLE, workers=WORKERS, split_column="split")
 print(report)
-assert report.ok, report.problems''',
+assert report.ok, report.problems""",
         md("The same table on 16 workers: the advice says how to rewrite it."),
-        '''\
+        """\
 too_many = describe_table(TABLE, workers=16, split_column="split")
 print(too_many)
-assert not too_many.ok''',
+assert not too_many.ok""",
     )
 
 
 def build_modules() -> nbformat.NotebookNode:
     return _notebook(
-        md("# 02 Build the modules\n\nThe pieces `keras_dl.train.fit` puts together, each on its "
-        "own: a recipe's model, the data module, the callbacks; then a short `model.fit` of "
-        "your own with them."),
+        md(
+            "# 02 Build the modules\n\nThe pieces `keras_dl.train.fit` puts together, each on its "
+            "own: a recipe's model, the data module, the callbacks; then a short `model.fit` of "
+            "your own with them."
+        ),
         PARAMETERS,
         INGEST,
         md("## The recipe and its resolved config"),
-        '''\
+        """\
 from keras_dl.config import resolve
 from keras_dl.recipe import load_recipe
 
@@ -96,9 +102,9 @@ recipe = load_recipe("digits")
 exp = resolve(recipe.defaults, sets=[f"data.table={TABLE}", f"train.epochs={EPOCHS}"])
 print(recipe.description)
 print(exp.train)
-print(exp.model)''',
+print(exp.model)""",
         md("## The data module: one table version, a column plan, one tf.data pipeline per split"),
-        '''\
+        """\
 from keras_dl.data.splits import make_splits
 
 data = make_splits(exp.data, exp.train.batch_size, accept=recipe.accept,
@@ -107,20 +113,20 @@ print(data.plan)
 print("train:", data.train.stats, "steps/epoch", data.train.steps)
 print("validation:", data.validation.stats)
 features, labels = next(iter(data.train.dataset.take(1)))
-print("one batch:", features.shape, features.dtype, labels.shape, labels.dtype)''',
+print("one batch:", features.shape, features.dtype, labels.shape, labels.dtype)""",
         md("## The model"),
-        '''\
+        """\
 model = recipe.build_model(data, exp)
-model.summary()''',
+model.summary()""",
         md("## The callbacks, each usable in any `model.fit`"),
-        '''\
+        """\
 from keras_dl.callbacks import EarlyStopping, Throughput
 
 throughput = Throughput(batch_size=exp.train.batch_size)
 early = EarlyStopping(monitor="val_loss", patience=3, restore_best_weights=True)
-print(throughput, early, sep="\\n")''',
+print(throughput, early, sep="\\n")""",
         md("## A short fit"),
-        '''\
+        """\
 from keras_dl.train import make_optimizer
 
 model.compile(optimizer=make_optimizer(exp.train.optimizer, exp.train.learning_rate),
@@ -137,27 +143,29 @@ history = model.fit(
 print("speed of the last epoch:", throughput.epoch_stats)
 scores = model.evaluate(data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0)
 print("test:", scores)
-assert scores["accuracy"] > 0.5''',
+assert scores["accuracy"] > 0.5""",
     )
 
 
 def train_and_scale() -> nbformat.NotebookNode:
     return _notebook(
-        md("# 03 Train and scale\n\nThe same recipe on one device, on `MirroredStrategy` (two "
-        "logical CPUs here; the GPUs of a node elsewhere) and on Horovod with `np=-2` (two "
-        "processes on this host, the way Databricks' `HorovodRunner(np=-2)` runs). Then find "
-        "the runs in MLflow, promote the best, and score a DataFrame with it on Spark."),
+        md(
+            "# 03 Train and scale\n\nThe same recipe on one device, on `MirroredStrategy` (two "
+            "logical CPUs here; the GPUs of a node elsewhere) and on Horovod with `np=-2` (two "
+            "processes on this host, the way Databricks' `HorovodRunner(np=-2)` runs). Then find "
+            "the runs in MLflow, promote the best, and score a DataFrame with it on Spark."
+        ),
         PARAMETERS
-        + '''
+        + """
 HOROVOD = os.environ.get("KERAS_DL_NB_HOROVOD", "1") == "1"
 
 # Two logical CPUs for MirroredStrategy: this must run before TensorFlow starts.
 from keras_dl.distribute.strategy import use_logical_cpus
 
-use_logical_cpus(2)''',
+use_logical_cpus(2)""",
         INGEST,
         md("## Three ways to train the same recipe"),
-        '''\
+        """\
 import time
 
 from keras_dl.config import resolve
@@ -178,18 +186,20 @@ results = {}
 start = time.perf_counter()
 results["one device"] = (fit(experiment("none"), recipe), time.perf_counter() - start)
 start = time.perf_counter()
-results["MirroredStrategy (2)"] = (fit(experiment("mirrored"), recipe), time.perf_counter() - start)''',
-        md("Horovod: `launch` runs `fit` on every rank through `HorovodRunner(np=-2)`; rank 0 "
-        "logs and registers."),
-        '''\
+results["MirroredStrategy (2)"] = (fit(experiment("mirrored"), recipe), time.perf_counter() - start)""",
+        md(
+            "Horovod: `launch` runs `fit` on every rank through `HorovodRunner(np=-2)`; rank 0 "
+            "logs and registers."
+        ),
+        """\
 if HOROVOD:
     from keras_dl.distribute.runner import launch
 
     start = time.perf_counter()
     results["Horovod np=-2"] = (launch(experiment("horovod", "runtime.np=-2")),
-                                time.perf_counter() - start)''',
+                                time.perf_counter() - start)""",
         md("## Time and validation loss"),
-        '''\
+        """\
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -203,22 +213,22 @@ table["seconds"].plot.barh(ax=left, title="wall time (s)")
 table["val_loss"].plot.barh(ax=right, title="final val_loss")
 plt.tight_layout()
 plt.show()
-table''',
+table""",
         md("## Find the runs in MLflow, promote the best"),
-        '''\
+        """\
 import mlflow
 
 from keras_dl.registry import promote
 
 runs = mlflow.search_runs(experiment_names=["digits"], order_by=["metrics.val_loss ASC"])
-runs[["run_id", "params.runtime.strategy", "metrics.val_loss", "metrics.test_accuracy"]]''',
-        '''\
+runs[["run_id", "params.runtime.strategy", "metrics.val_loss", "metrics.test_accuracy"]]""",
+        """\
 best = runs.iloc[0]["run_id"]
 (version,) = mlflow.MlflowClient().search_model_versions(f"run_id='{best}'")
 lineage = promote("digits", int(version.version), alias="champion", tracking_uri=TRACKING_URI)
-print(lineage)''',
+print(lineage)""",
         md("## Score a DataFrame on Spark with the champion"),
-        '''\
+        """\
 from pyspark.sql import functions as F
 
 from keras_dl.inference import predict
@@ -234,7 +244,7 @@ try:
     ).toPandas()
 finally:
     spark.stop()
-accuracy''',
+accuracy""",
     )
 
 
@@ -244,7 +254,11 @@ class md(str):  # noqa: N801 - reads as a cell marker in the notebook sources ab
 
 def _notebook(*cells: str) -> nbformat.NotebookNode:
     nb = new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.cells = [new_markdown_cell(c) if isinstance(c, md) else new_code_cell(c) for c in cells]
     return nb
 

@@ -225,7 +225,9 @@ def _make_target(values: np.ndarray, arrow_type, task: str, label: str) -> Targe
         )
     if len(classes) < 2:
         raise DataError(f"Label {label!r} has a single value {classes!r}: nothing to classify.")
-    return Target("classification", classes=tuple(c.item() if hasattr(c, "item") else c for c in classes))
+    return Target(
+        "classification", classes=tuple(c.item() if hasattr(c, "item") else c for c in classes)
+    )
 
 
 def _make_label_table(target: Target):

@@ -99,7 +99,9 @@ def test_float_label_is_regression_through_the_module_entry(tables, tmp_path):
     parquet = root / "houses_parquet"  # plain Parquet, hive-partitioned by split
     for split, rows in frame.drop(columns=["tier"]).groupby("split"):
         (parquet / f"split={split}").mkdir(parents=True, exist_ok=True)
-        rows.drop(columns=["split"]).to_parquet(parquet / f"split={split}" / "part-0.parquet", index=False)
+        rows.drop(columns=["split"]).to_parquet(
+            parquet / f"split={split}" / "part-0.parquet", index=False
+        )
     proc = run_cli(
         "-m",
         "recipes.tabular",
