@@ -260,6 +260,8 @@ def _notebook(*cells: str) -> nbformat.NotebookNode:
         "language": "python",
     }
     nb.cells = [new_markdown_cell(c) if isinstance(c, md) else new_code_cell(c) for c in cells]
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i:02d}"  # stable ids: regenerating changes nothing that did not change
     return nb
 
 
