@@ -115,4 +115,6 @@ def test_kill_9_mid_epoch_resumes_the_same_run_with_the_same_result(digits_table
     assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS
 
     # The resumed training ends where the uninterrupted one did.
-    assert abs(_test_accuracy(resumed.stdout) - _test_accuracy(ref.stdout)) <= 0.03
+    got, want = _test_accuracy(resumed.stdout), _test_accuracy(ref.stdout)
+    print(f"resumed at global step {last['global_step']}: test_accuracy {got} vs {want}")
+    assert abs(got - want) <= 0.03
