@@ -18,7 +18,7 @@ from pathlib import Path
 from keras_dl.errors import DistributedError
 
 _MARKER = "keras_dl rank failed:"
-_MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) cause=(.*)")
+_MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) secondary=([01]) cause=(.*)")
 # Ranks that fail *because* another rank died report Horovod's shutdown: not the cause.
 _SECONDARY = ("Horovod has been shut down", "HorovodInternalError")
 
@@ -26,29 +26,37 @@ _SECONDARY = ("Horovod has been shut down", "HorovodInternalError")
 def report_failure(exc: BaseException) -> None:
     """On a rank: write the marker line and the traceback of ``exc`` to stderr, and flush."""
     rank = os.environ.get("HOROVOD_RANK", "?")
-    cause = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
-    sys.stderr.write(f"{_MARKER} rank={rank} cause={cause}\n")
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+    # Judged on the whole message: TF puts Horovod's shutdown notice after a long traceback.
+    secondary = int(any(s in cause for s in _SECONDARY))
+    if len(cause) > 600:  # the head names the error, the tail often holds its reason
+        cause = f"{cause[:300]} ... {cause[-300:]}"
+    sys.stderr.write(f"{_MARKER} rank={rank} secondary={secondary} cause={cause}\n")
     traceback.print_exc()
     sys.stderr.flush()
     sys.stdout.flush()
 
 
-def explain_failure(exc: Exception, logs: str) -> DistributedError:
+def explain_failure(exc: Exception, logs: str, size: int = 0) -> DistributedError:
     """Turn Horovod's "a process exited non-zero" into an error naming the rank and the cause.
 
     Args:
         exc: What Horovod's launcher raised.
         logs: Folder holding a copy of every rank's output (searched recursively).
+        size: Number of ranks, to find one that died without a word. Defaults to 0 (unknown).
     """
     text = str(exc)
     causes: dict[int, str] = {}
+    primary: dict[int, str] = {}
     for f in Path(logs).rglob("*"):
         if f.is_file():
             for line in f.read_text(errors="replace").splitlines():
                 m = _MARKER_RE.search(line)
                 if m:
-                    causes.setdefault(int(m.group(1)), m.group(2).strip())
-    primary = {r: c for r, c in causes.items() if not any(s in c for s in _SECONDARY)}
+                    rank, cause = int(m.group(1)), m.group(3).strip()
+                    causes.setdefault(rank, cause)
+                    if m.group(2) == "0":
+                        primary.setdefault(rank, cause)
     first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
     first_rank = int(first.group(1)) if first else None
     if primary:
@@ -56,6 +64,15 @@ def explain_failure(exc: Exception, logs: str) -> DistributedError:
         return DistributedError(
             f"Horovod rank {rank} failed: {primary[rank]} (its traceback is above, lines "
             f"prefixed [{rank}]). The other ranks were stopped."
+        )
+    silent = [r for r in range(size) if r not in causes]
+    if first_rank in causes and silent:
+        # Horovod saw a rank that only reported the shutdown exit first; the culprit is the
+        # rank that left no report at all (killed, or crashed in native code).
+        return DistributedError(
+            f"Horovod rank {silent[0]} died without an error of its own (killed, or crashed in "
+            f"native code), so the job was stopped. Check its output above (lines prefixed "
+            f"[{silent[0]}]) and the machine's memory (the OOM killer)."
         )
     if first:
         code = int(first.group(2))

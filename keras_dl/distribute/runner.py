@@ -79,7 +79,7 @@ class HorovodRunner:
             except DistributedError:
                 raise
             except Exception as exc:
-                raise explain_failure(exc, logs) from exc
+                raise explain_failure(exc, logs, size=abs(self.np)) from exc
         return results[0]
 
     def _run_local(self, payload: bytes, env: dict, logs: str) -> list:

@@ -23,7 +23,9 @@ from tests.distribute.workers import train_with_fault
     ("mode", "message"),
     [
         ("raise", r"rank 1 failed: RuntimeError: injected fault on rank 1"),
-        ("kill", r"rank 1 died: killed by signal 9 \(SIGKILL\)"),
+        # Horovod names the killed rank (exit -9), or, when a rank stopped by the shutdown
+        # exited first, the rank that left no report.
+        ("kill", r"rank 1 died(: killed by signal 9 \(SIGKILL\)| without an error of its own)"),
     ],
 )
 def test_a_failing_rank_fails_the_job_within_60s(digits_exp, tmp_path, mode, message):
@@ -35,7 +37,9 @@ def test_a_failing_rank_fails_the_job_within_60s(digits_exp, tmp_path, mode, mes
     with pytest.raises(DistributedError, match=message):
         launch(exp, main=main)
     assert stamp.exists(), "the fault was never injected"
-    assert time.time() - float(stamp.read_text()) < 60
+    elapsed = time.time() - float(stamp.read_text())
+    print(f"job failed {elapsed:.1f} s after the fault ({mode})")
+    assert elapsed < 60
     (run,) = runs_in(exp.tracking.uri)
     assert run.info.status == "FAILED"
 

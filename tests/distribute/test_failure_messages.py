@@ -1,0 +1,45 @@
+"""How a failed job is explained, from the rank reports Horovod's launcher leaves behind."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from keras_dl.distribute.failures import explain_failure
+
+HOROVOD = (
+    "Horovod detected that one or more processes exited with non-zero status, thus causing the "
+    "job to be terminated. The first process to do so was:\nProcess name: {rank}\nExit code: "
+    "{code}\n"
+)
+SHUTDOWN = "UnknownError: Graph execution error: ... Horovod has been shut down. This was caused"
+
+
+def _logs(tmp_path, reports: dict[int, tuple[int, str]]) -> str:
+    for rank, (secondary, cause) in reports.items():
+        d = tmp_path / f"rank.{rank}"
+        d.mkdir()
+        (d / "stderr").write_text(
+            f"noise\nkeras_dl rank failed: rank={rank} secondary={secondary} cause={cause}\n"
+        )
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("first", "reports", "expected"),
+    [
+        # The raising rank's own error wins over the rank stopped by the shutdown.
+        ((0, 1), {0: (1, SHUTDOWN), 1: (0, "ValueError: bad")}, "rank 1 failed: ValueError: bad"),
+        # Killed: no report of its own, and Horovod saw it exit first.
+        ((1, -9), {0: (1, SHUTDOWN)}, r"rank 1 died: killed by signal 9 \(SIGKILL\)"),
+        # Killed, but the stopped rank exited first: the silent rank is the culprit.
+        ((0, 1), {0: (1, SHUTDOWN)}, "rank 1 died without an error of its own"),
+        # Out of memory in native code: exit 137 is SIGKILL too.
+        ((2, 137), {}, r"rank 2 died: killed by signal 9 \(SIGKILL\)"),
+    ],
+)
+def test_the_failing_rank_and_its_cause_are_named(tmp_path, first, reports, expected):
+    exc = RuntimeError(HOROVOD.format(rank=first[0], code=first[1]))
+    error = explain_failure(exc, _logs(tmp_path, reports), size=3 if first[0] == 2 else 2)
+    assert re.search(expected, str(error)), str(error)
