@@ -65,6 +65,8 @@ def run(args) -> int:
     groups = QUICK_ROWS_PER_GROUP if args.quick else ROWS_PER_GROUP
     batches = [int(b) for b in args.batch_sizes.split(",")]
     rounds = args.rounds or (1 if args.quick else 3)
+    if args.quick:
+        paths.MIN_SECONDS = 0.3  # a smoke test: the figures are not meant to be read
     wanted = args.tables.split(",")
     work = args.dir or tempfile.mkdtemp(prefix="keras_dl_bench_input_")
     os.makedirs(work, exist_ok=True)

@@ -8,6 +8,7 @@ row groups, which is what they are.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -156,7 +157,7 @@ def reader_alone(snapshot) -> float:
 
     urls = [file_url(f) for f in snapshot.files]
     while True:
-        with make_batch_reader(urls, workers_count=2, num_epochs=1) as reader:
+        with _closing(make_batch_reader(urls, workers_count=2, num_epochs=1)) as reader:
             it = iter(reader)
             # The reader's start-up is not throughput. Petastorm 0.13.1 sometimes ends a
             # finite read before its first row group (see keras_dl.data.reader): re-open.
@@ -185,7 +186,7 @@ def stock(snapshot, batch: int, rows: int) -> float:
     from keras_dl.data.sources import file_url
 
     urls = [file_url(f) for f in snapshot.files]
-    with make_batch_reader(urls, workers_count=2, num_epochs=None) as reader:
+    with _closing(make_batch_reader(urls, workers_count=2, num_epochs=None)) as reader:
         ds = make_petastorm_dataset(reader).unbatch().batch(batch).prefetch(-1)
         return consume(ds, rows // batch) * batch
 
@@ -196,7 +197,7 @@ def petastorm_codec(url: str, batch: int, rows: int) -> float:
     from petastorm import make_reader
     from petastorm.tf_utils import make_petastorm_dataset
 
-    with make_reader(url, workers_count=2, num_epochs=None) as reader:
+    with _closing(make_reader(url, workers_count=2, num_epochs=None)) as reader:
         ds = make_petastorm_dataset(reader).batch(batch)
         ds = ds.map(lambda r: (tf.cast(r.image, tf.float32) / 255.0, r.label)).prefetch(-1)
         return consume(ds, max(1, rows // batch)) * batch
@@ -270,6 +271,16 @@ def consume(ds, steps: int, warmup: int | None = None) -> float:
         drain(it, tf.constant(steps)).numpy()
         done += steps
     return done / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def _closing(reader):
+    """Stop and join a Petastorm reader (its own ``__exit__`` prints to stdout)."""
+    try:
+        yield reader
+    finally:
+        reader.stop()
+        reader.join()
 
 
 def _dense(col) -> np.ndarray:

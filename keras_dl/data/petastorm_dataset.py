@@ -18,6 +18,7 @@ import numpy as np
 from keras_dl.errors import DataError
 
 CHUNK_ROWS = 256  # rows stacked per chunk handed to tf.data
+_RESULTS_QUEUE = 4  # row groups Petastorm buffers (its floor is 5 per worker)
 _UNISCHEMA_KEY = b"dataset-toolkit.unischema.v1"
 
 
@@ -94,6 +95,18 @@ def iter_rows_as_chunks(
     snapshot, plan, *, shard, num_shards, epochs, shuffle, seed, workers
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yield ``{column: array}`` chunks of CHUNK_ROWS decoded rows from ``make_reader``."""
+    for _ in range(4):  # Petastorm can end a finite read before its first row: re-open
+        yielded = False
+        for chunk in _read_chunks(
+            snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers
+        ):
+            yielded = True
+            yield chunk
+        if yielded:
+            return
+
+
+def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers):
     import warnings
 
     from petastorm import make_reader
@@ -107,6 +120,9 @@ def iter_rows_as_chunks(
             schema_fields=plan.columns,
             reader_pool_type="thread",
             workers_count=workers,
+            # Petastorm buffers up to 25 row groups per worker by default: memory would grow
+            # with the table up to that. Its floor (5 per worker) is plenty ahead of tf.data.
+            results_queue_size=_RESULTS_QUEUE,
             num_epochs=epochs,
             shuffle_row_groups=shuffle,
             seed=seed if shuffle else None,

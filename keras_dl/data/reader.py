@@ -20,6 +20,7 @@ from keras_dl.data.sources import TableSnapshot, file_url, match_mask
 from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
+_RESULTS_QUEUE = 4
 _EMPTY_EPOCH_RETRIES = 3
 
 
@@ -178,6 +179,9 @@ def _open_reader(snapshot, plan, shard, num_shards, epochs, shuffle, seed, worke
                 schema_fields=columns,
                 reader_pool_type="thread",
                 workers_count=workers,
+                # Petastorm buffers up to 25 row groups per worker by default: memory would grow
+                # with the table up to that. Its floor (5 per worker) is plenty ahead of tf.data.
+                results_queue_size=_RESULTS_QUEUE,
                 num_epochs=epochs,
                 shuffle_row_groups=shuffle,
                 seed=seed if shuffle else None,
