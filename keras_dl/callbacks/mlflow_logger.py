@@ -115,13 +115,15 @@ class MLflowLogger(keras.callbacks.Callback):
             if active is not None:
                 self.run_id = active.info.run_id
             else:
-                self.run_id = self._create_run()
+                # Created by the sending thread, so an unreachable server delays it instead
+                # of failing ``fit``; values queue up meanwhile.
                 self._started_run = True
-        if self._params_sent_to != self.run_id:  # once per run: a second fit may differ
-            self._params_sent_to = self.run_id
+        if self._params_sent_to is None or self._params_sent_to != self.run_id:
+            self._params_sent_to = self.run_id or "new"  # once per run: a second fit may differ
             params = {**self._model_params(), **self.params}
             self._submit("params", {k: str(v)[:6000] for k, v in params.items()}, None)
-        self._submit_backfill()
+        if self.run_id is not None:
+            self._submit_backfill()
         self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
         self._thread.start()
 
@@ -152,6 +154,8 @@ class MLflowLogger(keras.callbacks.Callback):
                 "the run. Check that the tracking server is reachable.",
                 stacklevel=2,
             )
+        if self.run_id is None:
+            return  # the run could never be created: reported above
         if self.log_model:
             self._log_model()
         if self._started_run and self.end_run:
@@ -202,6 +206,13 @@ class MLflowLogger(keras.callbacks.Callback):
 
         if not self._pending or not self._reachable():
             return
+        if self.run_id is None:
+            try:
+                self.run_id = self._create_run()
+                self._params_sent_to = self.run_id
+            except Exception as exc:
+                self._warn(exc)
+                return
         sent = 0
         while self._pending:
             with self._lock:

@@ -34,11 +34,21 @@ class Throughput(keras.callbacks.Callback):
         log_every_n_steps: Also add the figures of the last N steps to every N-th step's logs
             (0: per epoch only). Defaults to 0.
         prefix: Prefix of the keys added to the logs. Defaults to "".
+        wait_every_n_steps: Measure the input wait on one step in N: reading the stamp costs
+            about as much CPU as 8% of a 3 ms step, sampling keeps it well under 1%.
+            Defaults to 8.
     """
 
-    def __init__(self, batch_size: int | None = None, log_every_n_steps: int = 0, prefix: str = ""):
+    def __init__(
+        self,
+        batch_size: int | None = None,
+        log_every_n_steps: int = 0,
+        prefix: str = "",
+        wait_every_n_steps: int = 8,
+    ):
         super().__init__()
         self.batch_size = batch_size
+        self.wait_every_n_steps = max(1, wait_every_n_steps)
         self.log_every_n_steps = log_every_n_steps
         self.prefix = prefix
         self._ready = None  # tf.Variable stamped by the instrumented dataset
@@ -119,7 +129,10 @@ class Throughput(keras.callbacks.Callback):
             return
         begin, self._begin = self._begin, None
         wait = None
-        if self._ready is not None:
+        # Sampled: the 2nd step of each epoch (the 1st also waits for the iterator to start),
+        # then one in N (every step when N is 1).
+        n = self.wait_every_n_steps
+        if self._ready is not None and self._epoch.steps % n == 1 % n:
             # The stamp of this step's batch (the next one is only fetched by the next step).
             # Clamped: it can precede the step when the batch was fetched earlier.
             wait = min(max(float(self._ready.numpy()) - begin, 0.0), end - begin)
@@ -143,21 +156,23 @@ class Throughput(keras.callbacks.Callback):
             out[f"{p}samples_per_sec"] = w.steps * self.batch_size / max(elapsed, 1e-9)
         else:
             out[f"{p}steps_per_sec"] = w.steps / max(elapsed, 1e-9)
-        if w.waited is not None:
-            out[f"{p}input_wait_fraction"] = w.waited / max(w.step_time, 1e-9)
+        if w.waited is not None:  # over the steps whose wait was measured
+            out[f"{p}input_wait_fraction"] = w.waited / max(w.sampled_time, 1e-9)
         return out
 
 
 class _Window:
-    """Step count, summed step time and summed input wait over some steps."""
+    """Step count, summed step time, and the input wait over the sampled steps."""
 
     def __init__(self):
         self.steps = 0
         self.step_time = 0.0
         self.waited: float | None = None
+        self.sampled_time = 0.0  # step time of the steps whose wait was measured
 
     def add(self, step_time: float, wait: float | None) -> None:
         self.steps += 1
         self.step_time += step_time
         if wait is not None:
             self.waited = (self.waited or 0.0) + wait
+            self.sampled_time += step_time

@@ -71,6 +71,21 @@ def test_a_value_the_store_rejects_is_dropped_and_does_not_block_the_rest(mlflow
     assert logger.dropped == 6 and logger.unsent == 0  # the 6 params of that one batch
 
 
+def test_no_server_at_all_never_fails_fit_and_says_what_was_lost(tmp_path):
+    from tests.callbacks.helpers import _free_port
+
+    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    logger = MLflowLogger(tracking_uri=uri, flush_timeout=1, retry_interval=0.2)
+    x, y = tiny_data()
+    with pytest.warns(UserWarning) as caught:
+        history = tiny_model().fit(x, y, epochs=2, batch_size=32, verbose=0, callbacks=[logger])
+    assert len(history.history["loss"]) == 2
+    assert logger.run_id is None and logger.unsent == 5 + 2 * 2  # params, then 2 epochs
+    messages = " ".join(str(w.message) for w in caught)
+    assert f"MLflow at {uri} is not answering" in messages
+    assert f"{logger.unsent} value(s) for run None could not be sent" in messages
+
+
 class _Outage(keras.callbacks.Callback):
     """Stops the tracking server after epoch ``down`` and starts it again after epoch ``up``."""
 
