@@ -52,7 +52,18 @@ class MetricAverage(keras.callbacks.Callback):
     Each rank's ``loss``/``accuracy`` is the mean over its own shard; their average is the
     metric over all the data, the same on every rank. The callbacks after this one see the
     averaged values (Keras passes the same ``logs`` dict to each callback in turn).
+
+    It also averages the model's non-trainable statistics (BatchNorm moving mean and variance),
+    which each rank updates from its own shard, so the ranks end every epoch with the same
+    model and rank 0's checkpoint stands for all of them.
+
+    Args:
+        average_statistics: Average non-trainable float variables too. Defaults to True.
     """
+
+    def __init__(self, average_statistics: bool = True):
+        super().__init__()
+        self.average_statistics = average_statistics
 
     def on_epoch_end(self, epoch, logs=None):
         hvd = khvd.import_horovod()
@@ -66,3 +77,6 @@ class MetricAverage(keras.callbacks.Callback):
                 continue  # e.g. a learning-rate schedule object: not averaged
         # Collective: every rank sends its epoch metrics and gets back the mean of all ranks'.
         logs.update(khvd.allreduce_mean(numbers, prefix=f"epoch{epoch}"))
+        if self.average_statistics:
+            # Collective: BatchNorm statistics and the like become the mean of all ranks'.
+            khvd.average_variables(self.model.non_trainable_variables, prefix=f"stats{epoch}")

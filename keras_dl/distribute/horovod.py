@@ -159,6 +159,33 @@ def broadcast_variables(variables: Sequence, root_rank: int = 0, prefix: str = "
         v.assign(value)
 
 
+def average_variables(variables: Sequence, prefix: str = "stats") -> None:
+    """Replace each floating-point variable by its mean over all ranks (collective).
+
+    For the statistics that gradients do not synchronise, such as BatchNorm's moving mean and
+    variance: each rank updates them from its own shard, so without this the ranks' models (and
+    rank 0's checkpoints) would drift apart.
+
+    Args:
+        variables: Variables, in the same order on every rank.
+        prefix: Name prefix for the allreduce op. Defaults to "stats".
+    """
+    import tensorflow as tf
+
+    hvd = import_horovod()
+    floats = [v for v in variables if tf.as_dtype(v.dtype).is_floating]
+    if hvd.size() == 1 or not floats:
+        return
+    # Collective: every rank sends its statistics and gets back the mean of all ranks'.
+    means = hvd.grouped_allreduce(
+        [tf.convert_to_tensor(v) for v in floats],
+        op=hvd.Average,
+        name=_op_name(f"keras_dl.{prefix}"),
+    )
+    for v, mean in zip(floats, means, strict=True):
+        v.assign(mean)
+
+
 def allreduce_mean(values: dict[str, float], prefix: str = "metrics") -> dict[str, float]:
     """Average a ``{name: number}`` dict across ranks (collective; same keys on every rank).
 
