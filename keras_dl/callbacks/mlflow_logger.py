@@ -115,9 +115,14 @@ class MLflowLogger(keras.callbacks.Callback):
             if active is not None:
                 self.run_id = active.info.run_id
             else:
-                # Created by the sending thread, so an unreachable server delays it instead
-                # of failing ``fit``; values queue up meanwhile.
+                # Created now when the store answers; otherwise later by the sending thread,
+                # so an unreachable server delays the run instead of failing ``fit``.
                 self._started_run = True
+                if self._reachable():
+                    try:
+                        self.run_id = self._create_run()
+                    except Exception as exc:
+                        self._warn(exc)
         if self._params_sent_to is None or self._params_sent_to != self.run_id:
             self._params_sent_to = self.run_id or "new"  # once per run: a second fit may differ
             params = {**self._model_params(), **self.params}
