@@ -25,6 +25,7 @@ from typing import Any
 
 import keras
 
+from keras_dl.callbacks.mlflow_rest import is_reachable, is_rejection, send_batch
 from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ class MLflowLogger(keras.callbacks.Callback):
             try:
                 self._log_batch(**batch)
             except Exception as exc:
-                if not _rejected(exc):  # unreachable or failing: keep it, retry later
+                if not is_rejection(exc):  # unreachable or failing: keep it, retry later
                     self._warn(exc)
                     return
                 # The store answered "no" (e.g. a param logged before with another value):
@@ -259,50 +260,13 @@ class MLflowLogger(keras.callbacks.Callback):
             log.warning("MLflowLogger: MLflow is reachable again; sent %d buffered value(s).", sent)
 
     def _log_batch(self, metrics=(), params=()) -> None:
-        if not self._uri.startswith(("http://", "https://")):
-            self._client.log_batch(self.run_id, metrics=list(metrics), params=list(params))
-            return
-        # MLflow's client retries a refused connection for minutes (urllib3 backoff); this
-        # thread has its own retry loop, so it sends the same REST call without retries.
-        import json
-
-        from mlflow.protos.service_pb2 import LogBatch
-        from mlflow.tracking._tracking_service.utils import get_default_host_creds
-        from mlflow.utils.proto_json_utils import message_to_json
-        from mlflow.utils.rest_utils import http_request, verify_rest_response
-
-        endpoint = "/api/2.0/mlflow/runs/log-batch"
-        body = message_to_json(
-            LogBatch(
-                run_id=self.run_id,
-                metrics=[m.to_proto() for m in metrics],
-                params=[p.to_proto() for p in params],
-            )
-        )
-        response = http_request(
-            get_default_host_creds(self._uri),
-            endpoint,
-            "POST",
-            max_retries=0,
-            backoff_factor=0,
-            timeout=10,
-            json=json.loads(body),
-        )
-        verify_rest_response(response, endpoint)
+        send_batch(self._client, self._uri, self.run_id, list(metrics), list(params))
 
     def _reachable(self) -> bool:
         """For an HTTP tracking server, a quick ``/health`` check; other stores are just tried."""
-        if not self._uri.startswith(("http://", "https://")):
-            return True
-        import requests
-
-        try:
-            ok = requests.get(self._uri.rstrip("/") + "/health", timeout=2).ok
-        except requests.RequestException as exc:
-            ok = False
-            self._warn(exc)
+        ok, reason = is_reachable(self._uri)
         if not ok:
-            self._warn("the /health check failed")
+            self._warn(reason)
         return ok
 
     def _call(self, fn) -> bool:
@@ -372,15 +336,6 @@ class MLflowLogger(keras.callbacks.Callback):
 
         if not self._call(log):
             log.warning("MLflowLogger: the model could not be logged to run %s.", self.run_id)
-
-
-def _rejected(exc: Exception) -> bool:
-    """True for an answer of the store that retrying cannot change (HTTP 4xx-like errors)."""
-    from mlflow.exceptions import MlflowException
-
-    if not isinstance(exc, MlflowException):
-        return False
-    return 400 <= exc.get_http_status_code() < 500 and exc.error_code != "TEMPORARILY_UNAVAILABLE"
 
 
 def _zeros_like_inputs(model):
