@@ -76,8 +76,8 @@ def measure(args, tmp: str) -> dict:
 
     # Warm up (tracing, reader threads), then size the epochs from the measured step time.
     timer = _epoch_timer()
-    model.fit(base_ds, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[timer])
-    model.fit(base_ds, epochs=1, steps_per_epoch=500, verbose=0, callbacks=[timer])
+    model.fit(base_ds, epochs=1, steps_per_epoch=50, verbose=0, shuffle=False, callbacks=[timer])
+    model.fit(base_ds, epochs=1, steps_per_epoch=500, verbose=0, shuffle=False, callbacks=[timer])
     # Sized with margin: a loaded host can make the measured epochs faster than this probe.
     steps = max(100, round(args.epoch_seconds / (timer.seconds[-1] / 500)))
 
@@ -86,7 +86,9 @@ def measure(args, tmp: str) -> dict:
         callbacks = make_callbacks(exp, current_world(), run_id, data)
         prepare_fit(callbacks, model, data)  # instruments data.train.dataset for Throughput
         cb_ds = data.train.dataset
-        model.fit(cb_ds, epochs=1, steps_per_epoch=50, verbose=0, callbacks=callbacks)  # warm-up
+        model.fit(
+            cb_ds, epochs=1, steps_per_epoch=50, verbose=0, shuffle=False, callbacks=callbacks
+        )  # warm-up
         # One-epoch fits, alternating: each pair runs close in time, under the same load
         # from whatever else shares the machine.
         times: dict[str, list[float]] = {"baseline": [], "callbacks": []}
@@ -95,7 +97,14 @@ def measure(args, tmp: str) -> dict:
         for _ in range(args.rounds):
             for name, ds, cbs in (("baseline", base_ds, []), ("callbacks", cb_ds, callbacks)):
                 timer = _epoch_timer()
-                model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[*cbs, timer])
+                model.fit(
+                    ds,
+                    epochs=1,
+                    steps_per_epoch=steps,
+                    verbose=0,
+                    shuffle=False,
+                    callbacks=[*cbs, timer],
+                )
                 times[name] += timer.seconds
                 cpu[name] += timer.cpu_seconds
         saves = []

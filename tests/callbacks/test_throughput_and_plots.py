@@ -41,7 +41,12 @@ def test_figures_reach_the_logs_per_epoch_and_every_n_steps():
     )
     model = tiny_model()
     history = model.fit(
-        tp.instrument(_dataset()), epochs=2, steps_per_epoch=4, verbose=0, callbacks=[tp, grab]
+        tp.instrument(_dataset()),
+        epochs=2,
+        steps_per_epoch=4,
+        verbose=0,
+        shuffle=False,
+        callbacks=[tp, grab],
     )
     for key in ("samples_per_sec", "step_time_ms", "input_wait_fraction"):
         assert len(history.history[key]) == 2 and all(v > 0 for v in history.history[key]), key
@@ -56,9 +61,14 @@ def test_input_wait_fraction_sees_a_slow_input_pipeline():
     model = tiny_model()
     fractions = {}
     for delay in (0.0, 0.05):
-        tp = Throughput(batch_size=32)
+        tp = Throughput(batch_size=32, wait_every_n_steps=1)  # every step, not one in 8
         model.fit(
-            tp.instrument(_dataset(delay)), epochs=2, steps_per_epoch=6, verbose=0, callbacks=[tp]
+            tp.instrument(_dataset(delay)),
+            epochs=2,
+            steps_per_epoch=6,
+            verbose=0,
+            shuffle=False,
+            callbacks=[tp],
         )
         fractions[delay] = tp.epoch_stats["input_wait_fraction"]
         if delay:
@@ -69,13 +79,20 @@ def test_input_wait_fraction_sees_a_slow_input_pipeline():
 
 def test_without_instrumented_input_there_is_no_wait_figure_and_no_batch_size_gives_steps():
     tp = Throughput()
-    history = tiny_model().fit(_dataset(), epochs=1, steps_per_epoch=3, verbose=0, callbacks=[tp])
+    history = tiny_model().fit(
+        _dataset(), epochs=1, steps_per_epoch=3, verbose=0, shuffle=False, callbacks=[tp]
+    )
     assert "steps_per_sec" in history.history and "input_wait_fraction" not in history.history
 
 
 def test_progress_bar_shows_samples_per_second_and_replaces_the_default_bar(capsys):
     tiny_model().fit(
-        _dataset(), epochs=2, steps_per_epoch=3, verbose=1, callbacks=[ProgressBar(batch_size=32)]
+        _dataset(),
+        epochs=2,
+        steps_per_epoch=3,
+        verbose=1,
+        shuffle=False,
+        callbacks=[ProgressBar(batch_size=32)],
     )
     out = capsys.readouterr().out
     assert "samples/s:" in out and "Epoch 2/2" in out
