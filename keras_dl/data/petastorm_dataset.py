@@ -94,8 +94,21 @@ def plan_spec(snapshot, name: str, accept, role: str):
 def iter_rows_as_chunks(
     snapshot, plan, *, shard, num_shards, epochs, shuffle, seed, workers
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Yield ``{column: array}`` chunks of CHUNK_ROWS decoded rows from ``make_reader``."""
-    for _ in range(4):  # Petastorm can end a finite read before its first row: re-open
+    """Yield ``{column: array}`` chunks of CHUNK_ROWS decoded rows from ``make_reader``.
+
+    Petastorm 0.13.1 ends finite reads early (see ``keras_dl.data.reader``): an unsharded finite
+    read runs the reader infinitely and stops after exactly ``epochs`` times the table's rows.
+    A sharded finite read (not used by ``make_splits``) re-opens only when it got nothing.
+    """
+    if epochs is not None and num_shards <= 1:
+        import pyarrow.parquet as pq
+
+        rows = epochs * sum(pq.ParquetFile(f).metadata.num_rows for f in snapshot.files)
+        yield from _read_chunks(
+            snapshot, plan, shard, num_shards, None, shuffle, seed or 1, workers, limit=rows
+        )
+        return
+    for _ in range(4):
         yielded = False
         for chunk in _read_chunks(
             snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers
@@ -106,7 +119,7 @@ def iter_rows_as_chunks(
             return
 
 
-def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers):
+def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers, limit=None):
     import warnings
 
     from petastorm import make_reader
@@ -131,11 +144,13 @@ def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, worke
         )
     try:
         rows = []
-        for row in reader:
+        for read, row in enumerate(reader, 1):
             rows.append(row)
-            if len(rows) == CHUNK_ROWS:
+            if len(rows) == CHUNK_ROWS or read == limit:
                 yield _stack(rows, plan)
                 rows = []
+            if read == limit:
+                return
         if rows:
             yield _stack(rows, plan)
     except DataError:
