@@ -158,7 +158,10 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         data.train.dataset,
         epochs=exp.train.epochs,
         steps_per_epoch=data.train.steps,
-        validation_data=val.dataset if val else None,
+        # Repeated: Keras keeps one validation iterator across epochs when validation_steps is
+        # set, and under MirroredStrategy an exhausted one raises StopIteration in epoch 2.
+        # val.steps is exactly one pass, so every epoch still validates on every row once.
+        validation_data=val.dataset.repeat() if val else None,
         validation_steps=val.steps if val else None,
         callbacks=callbacks,
         verbose=exp.train.verbose if world.is_chief else 0,
