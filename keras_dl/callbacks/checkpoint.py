@@ -129,7 +129,9 @@ class Checkpoint(keras.callbacks.Callback):
         self._last_epoch = (self.restored or {}).get("last_epoch")
         self._steps = self.params.get("steps") or 0
         # The position is the optimizer's step counter as restored (on rank 0 only).
-        self._global_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.restored else 0
+        self._global_step = (
+            int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.restored else 0
+        )
         if world.size > 1 and self.resume:
             self._global_step = _broadcast_step(self._global_step)
         if self._global_step and self._steps:

@@ -105,7 +105,11 @@ class MLflowLogger(keras.callbacks.Callback):
         if not self._active:
             return
         # Steps continue from the optimizer's counter, so a resumed run adds no duplicates.
-        self._global_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.model.optimizer else 0
+        self._global_step = (
+            int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            if self.model.optimizer
+            else 0
+        )
         import mlflow
 
         uri = self.tracking_uri or mlflow.get_tracking_uri()
