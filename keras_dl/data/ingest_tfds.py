@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
@@ -146,7 +147,8 @@ def _prepare(tfds, name: str, data_dir: str | None):
             "https://www.tensorflow.org/datasets/catalog for the names."
         ) from None
     try:
-        builder.download_and_prepare()
+        with _few_download_retries():
+            builder.download_and_prepare()
     except ModuleNotFoundError as exc:
         # tensorflow-datasets imports some packages only to prepare (e.g. importlib_resources).
         raise DataError(
@@ -161,6 +163,25 @@ def _prepare(tfds, name: str, data_dir: str | None):
             "here and pass --data-dir DIR."
         ) from None
     return builder
+
+
+@contextlib.contextmanager
+def _few_download_retries(retries: int = 2):
+    """Cap TFDS's download retries while preparing.
+
+    TFDS retries a failed download 10 times with exponential back-off, so on a machine without
+    network the answer takes about 3.5 minutes; 2 retries still ride out a passing error.
+    """
+    from tensorflow_datasets.core.download import downloader
+
+    before = getattr(downloader, "MAX_RETRIES", None)
+    if before is not None:
+        downloader.MAX_RETRIES = min(before, retries)
+    try:
+        yield
+    finally:
+        if before is not None:
+            downloader.MAX_RETRIES = before
 
 
 def _columns(tfds, features) -> dict[str, str]:
