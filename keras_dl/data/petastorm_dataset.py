@@ -18,7 +18,6 @@ import numpy as np
 from keras_dl.errors import DataError
 
 CHUNK_ROWS = 256  # rows stacked per chunk handed to tf.data
-_RESULTS_QUEUE = 4  # row groups Petastorm buffers (its floor is 5 per worker)
 _UNISCHEMA_KEY = b"dataset-toolkit.unischema.v1"
 
 
@@ -124,6 +123,7 @@ def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, worke
 
     from petastorm import make_reader
 
+    from keras_dl.data.reader import reader_options
     from keras_dl.data.sources import file_url
 
     with warnings.catch_warnings():
@@ -131,16 +131,7 @@ def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, worke
         reader = make_reader(
             file_url(snapshot.uri),
             schema_fields=plan.columns,
-            reader_pool_type="thread",
-            workers_count=workers,
-            # Petastorm buffers up to 25 row groups per worker by default: memory would grow
-            # with the table up to that. Its floor (5 per worker) is plenty ahead of tf.data.
-            results_queue_size=_RESULTS_QUEUE,
-            num_epochs=epochs,
-            shuffle_row_groups=shuffle,
-            seed=seed if shuffle else None,
-            cur_shard=shard if num_shards > 1 else None,
-            shard_count=num_shards if num_shards > 1 else None,
+            **reader_options(shard, num_shards, epochs, shuffle, seed, workers),
         )
     try:
         rows = []

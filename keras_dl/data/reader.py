@@ -176,19 +176,28 @@ def _open_reader(snapshot, plan, shard, num_shards, epochs, shuffle, seed, worke
             return make_batch_reader(
                 urls,
                 schema_fields=columns,
-                reader_pool_type="thread",
-                workers_count=workers,
-                # Petastorm buffers up to 25 row groups per worker by default: memory would grow
-                # with the table up to that. Its floor (5 per worker) is plenty ahead of tf.data.
-                results_queue_size=_RESULTS_QUEUE,
-                num_epochs=epochs,
-                shuffle_row_groups=shuffle,
-                seed=seed if shuffle else None,
-                cur_shard=shard if num_shards > 1 else None,
-                shard_count=num_shards if num_shards > 1 else None,
+                **reader_options(shard, num_shards, epochs, shuffle, seed, workers),
             )
         except Exception as exc:
             raise DataError(f"Petastorm cannot open table {snapshot.uri!r}: {exc}") from None
+
+
+def reader_options(
+    shard: int, num_shards: int, epochs: int | None, shuffle: bool, seed: int | None, workers: int
+) -> dict:
+    """The keyword arguments that Petastorm's ``make_batch_reader`` and ``make_reader`` share."""
+    return dict(
+        reader_pool_type="thread",
+        workers_count=workers,
+        # Petastorm buffers up to 25 row groups per worker by default: memory would grow
+        # with the table up to that. Its floor (5 per worker) is plenty ahead of tf.data.
+        results_queue_size=_RESULTS_QUEUE,
+        num_epochs=epochs,
+        shuffle_row_groups=shuffle,
+        seed=seed if shuffle else None,
+        cur_shard=shard if num_shards > 1 else None,
+        shard_count=num_shards if num_shards > 1 else None,
+    )
 
 
 def to_arrays(raw: dict, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str, np.ndarray]:
