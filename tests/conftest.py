@@ -58,29 +58,37 @@ def runs_in(uri: str):
     return client.search_runs(exps) if exps else []
 
 
-@pytest.fixture(scope="session")
-def digits_model(digits_table, tmp_path_factory):
-    """The digits recipe trained briefly and registered as ``digits`` version 1 in its own
-    SQLite store (once per session). Returns ``(tracking_uri, TrainResult)``."""
+def train_digits(table: str, tmp: Path, *sets: str):
+    """Train the digits recipe on ``table`` with ``sets`` overrides, tracked in a fresh SQLite
+    store under ``tmp``. Returns ``(experiment, TrainResult, tracking_uri)``."""
     import mlflow
 
     from keras_dl.config import resolve
     from keras_dl.recipe import load_recipe
     from keras_dl.train import fit
 
-    tmp = tmp_path_factory.mktemp("digits_model")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     recipe = load_recipe("digits")
     exp = resolve(
         recipe.defaults,
         sets=[
-            f"data.table={digits_table}",
+            f"data.table={table}",
             f"tracking.uri={uri}",
             f"runtime.run_dir={tmp / 'run'}",
-            "train.epochs=4",
             "train.verbose=0",
+            *sets,
         ],
     )
     result = fit(exp, recipe)
-    assert mlflow.active_run() is None and result.registered_version == 1
+    assert mlflow.active_run() is None
+    return exp, result, uri
+
+
+@pytest.fixture(scope="session")
+def digits_model(digits_table, tmp_path_factory):
+    """The digits recipe trained briefly and registered as ``digits`` version 1 in its own
+    SQLite store (once per session). Returns ``(tracking_uri, TrainResult)``."""
+    tmp = tmp_path_factory.mktemp("digits_model")
+    _, result, uri = train_digits(digits_table, tmp, "train.epochs=4")
+    assert result.registered_version == 1
     return uri, result

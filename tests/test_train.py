@@ -6,30 +6,13 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_digits
 
-from keras_dl.config import resolve
-from keras_dl.recipe import load_recipe
-from keras_dl.train import fit
-from tests.conftest import runs_in
+from tests.conftest import runs_in, train_digits
 
 
 @pytest.fixture(scope="module")
 def trained(digits_table, tmp_path_factory):
     """The digits recipe trained once with its default settings, tracked in a fresh store."""
-    tmp = tmp_path_factory.mktemp("train")
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    recipe = load_recipe("digits")
-    exp = resolve(
-        recipe.defaults,
-        sets=[
-            f"data.table={digits_table}",
-            f"tracking.uri={uri}",
-            f"runtime.run_dir={tmp / 'run'}",
-            "train.verbose=0",
-        ],
-    )
-    result = fit(exp, recipe)
-    assert mlflow.active_run() is None
-    return exp, result, uri
+    return train_digits(digits_table, tmp_path_factory.mktemp("train"))
 
 
 @pytest.mark.slow
