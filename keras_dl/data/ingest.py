@@ -80,8 +80,9 @@ def write_table(
         )
     dt = DeltaTable(to)
     files = dt.file_uris()
-    groups = sum(pq.ParquetFile(f).num_row_groups for f in files)
-    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    footers = [pq.read_metadata(f) for f in files]  # one footer read per file
+    groups = sum(m.num_row_groups for m in footers)
+    rows = sum(m.num_rows for m in footers)
     return IngestReport(
         table=to, version=dt.version(), rows=rows, files=len(files), row_groups=groups
     )
