@@ -1,0 +1,43 @@
+"""Close the race that ends a finite Petastorm read with work still in flight.
+
+Petastorm 0.13.1, ``workers_pool/thread_pool.py`` lines 186-188 (``ThreadPool.get_results``)::
+
+    if self.all_workers_done():
+        if not self._ventilator or self._ventilator.completed():
+            raise EmptyResultError()
+
+``all_workers_done()`` compares the per-worker counters of items ventilated and processed. When
+the ventilator thread hands out its last items *between* the two checks, the counters read
+"all done" (the new items were not counted yet) and ``completed()`` then reads True: the read
+ends, and the last items are never returned. Measured here: 5-6 of 30 one-epoch reads of a
+10-file table lost their last 1-8 row groups; sharded reads failed in 11 of 30.
+
+The fix reads the ventilator first: while it has not completed, not every worker can be done.
+Once it has completed, every item it will ever send is already counted (``ThreadPool.ventilate``
+increments the counters before the ventilator decrements its remaining iterations), so the
+counters then tell the truth. With this patch 0 of 300 reads lost anything.
+"""
+
+from __future__ import annotations
+
+_installed = False
+
+
+def install() -> None:
+    """Patch ``ThreadPool.all_workers_done`` to check the ventilator first (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from petastorm.workers_pool.thread_pool import ThreadPool
+
+    counters_done = ThreadPool.all_workers_done
+
+    def all_workers_done(self) -> bool:
+        ventilator = getattr(self, "_ventilator", None)
+        if ventilator is not None and not ventilator.completed():
+            return False  # items may still be handed out: the counters are not final yet
+        return counters_done(self)
+
+    all_workers_done.__doc__ = counters_done.__doc__
+    ThreadPool.all_workers_done = all_workers_done
+    _installed = True
