@@ -1,7 +1,7 @@
 """Tables in and out of Spark for batch inference, without Delta's Spark jars.
 
 Spark reads the Parquet files of one table version directly (the file list comes from
-``keras_dl.data.sources.open_table``, so Delta time travel works), and the predictions are
+``keras_dl.data.tables.open_table``, so Delta time travel works), and the predictions are
 written with ``deltalake``. On a Spark that has Delta, read with ``spark.read.format("delta")``
 and write ``keras_dl.inference.predict``'s DataFrame with ``df.write.format("delta")`` instead.
 """
@@ -37,7 +37,7 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
     Returns:
         The DataFrame and the table's snapshot (for its URI and version).
     """
-    from keras_dl.data.sources import open_table
+    from keras_dl.data.tables import open_table
 
     snapshot = open_table(table, version)
     if not snapshot.files:

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from keras_dl.data.sources import TableSnapshot
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 NUMERIC = "numeric"
@@ -136,12 +135,12 @@ def _spec(
 
 def _list_length(snapshot: TableSnapshot, column: str, depth: int) -> int:
     """The length of a list column's rows, taken from the first non-empty row group."""
-    for path in snapshot.files:
-        pf = pq.ParquetFile(path)
-        if column not in pf.schema_arrow.names:
-            continue
+    from keras_dl.data.rows import load_row_group, open_file
+
+    for index, path in enumerate(snapshot.files):
+        pf = open_file(snapshot, index)
         for rg in range(pf.num_row_groups):
-            col = pf.read_row_group(rg, columns=[column]).column(0).combine_chunks()
+            col = load_row_group(snapshot, index, pf, rg, [column]).column(0).combine_chunks()
             for _ in range(depth):
                 col = col.flatten()
             lengths = col.value_lengths() if len(col) else pa.array([], pa.int32())

@@ -11,13 +11,11 @@ encoded bytes and decode them in tf.data (``keras_dl.data.images``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import numpy as np
 
 from keras_dl.errors import DataError
 
-CHUNK_ROWS = 256  # rows stacked per chunk handed to tf.data
 _UNISCHEMA_KEY = b"dataset-toolkit.unischema.v1"
 
 
@@ -40,7 +38,8 @@ def open_petastorm(table: str):
     import pyarrow.dataset as ds
     from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 
-    from keras_dl.data.sources import TableSnapshot, file_url
+    from keras_dl.data.snapshot import TableSnapshot
+    from keras_dl.data.tables.storage import file_url
 
     root = os.path.abspath(table.removeprefix("file://"))
     try:
@@ -88,74 +87,3 @@ def plan_spec(snapshot, name: str, accept, role: str):
             f"this recipe cannot use as a {role} (it accepts {', '.join(accept)})."
         )
     return FeatureSpec(name, name_dtype, shape, kind)
-
-
-def iter_rows_as_chunks(
-    snapshot, plan, *, shard, num_shards, epochs, shuffle, seed, workers
-) -> Iterator[dict[str, np.ndarray]]:
-    """Yield ``{column: array}`` chunks of CHUNK_ROWS decoded rows from ``make_reader``.
-
-    Petastorm 0.13.1 ends finite reads early (see ``keras_dl.data.reader``): an unsharded finite
-    read runs the reader infinitely and stops after exactly ``epochs`` times the table's rows.
-    A sharded finite read (not used by ``make_splits``) re-opens only when it got nothing.
-    """
-    if epochs is not None and num_shards <= 1:
-        import pyarrow.parquet as pq
-
-        rows = epochs * sum(pq.ParquetFile(f).metadata.num_rows for f in snapshot.files)
-        yield from _read_chunks(
-            snapshot, plan, shard, num_shards, None, shuffle, seed or 1, workers, limit=rows
-        )
-        return
-    for _ in range(4):
-        yielded = False
-        for chunk in _read_chunks(
-            snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers
-        ):
-            yielded = True
-            yield chunk
-        if yielded:
-            return
-
-
-def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers, limit=None):
-    import warnings
-
-    from petastorm import make_reader
-
-    from keras_dl.data.reader import reader_options
-    from keras_dl.data.sources import file_url
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        reader = make_reader(
-            file_url(snapshot.uri),
-            schema_fields=plan.columns,
-            **reader_options(shard, num_shards, epochs, shuffle, seed, workers),
-        )
-    try:
-        rows = []
-        for read, row in enumerate(reader, 1):
-            rows.append(row)
-            if len(rows) == CHUNK_ROWS or read == limit:
-                yield _stack(rows, plan)
-                rows = []
-            if read == limit:
-                return
-        if rows:
-            yield _stack(rows, plan)
-    except DataError:
-        raise
-    except Exception as exc:
-        raise DataError(f"Reading Petastorm dataset {snapshot.uri!r} failed: {exc}") from exc
-    finally:
-        reader.stop()
-        reader.join()
-
-
-def _stack(rows, plan) -> dict[str, np.ndarray]:
-    out = {}
-    for name in plan.columns:
-        values = [getattr(r, name) for r in rows]
-        out[name] = np.stack(values) if np.ndim(values[0]) else np.asarray(values)
-    return out

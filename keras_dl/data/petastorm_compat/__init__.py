@@ -13,6 +13,8 @@ made (``keras_dl.data.reader``), so every pool type and every process that reads
 
 from __future__ import annotations
 
+import warnings
+
 _installed = False
 
 
@@ -25,4 +27,7 @@ def install() -> None:
 
     types.install()
     race.install()
+    # Petastorm's workers warn about pyarrow's legacy dataset on every read, from their own
+    # threads (where a caller's catch_warnings does not reach): keep them off stderr.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
     _installed = True
