@@ -35,18 +35,25 @@ def is_petastorm_dataset(path: str) -> bool:
     return _UNISCHEMA_KEY in kv
 
 
-def open_petastorm(table: str):
-    """The snapshot of a Petastorm dataset: its files, Arrow schema and Unischema."""
-    import pyarrow.dataset as ds
-    from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
+def open_petastorm(table: str, *, trust: bool | None = None):
+    """The snapshot of a Petastorm dataset: its files, Arrow schema and Unischema.
 
-    from keras_dl.data.sources import TableSnapshot, file_url
+    Args:
+        table: The dataset's local folder or ``file://`` URL.
+        trust: Unpickle the Unischema with Petastorm's own loader, which runs any code the
+            pickle names (``data.trust_petastorm_metadata``). Defaults to None: the
+            ``petastorm_meta.trusting()`` scope, off unless entered; then only data classes load.
+
+    Raises:
+        DataError: When the Unischema is missing, or its pickle names anything but data.
+    """
+    import pyarrow.dataset as ds
+
+    from keras_dl.data.sources import TableSnapshot
+    from keras_dl.data.tables.petastorm_meta import read_unischema
 
     root = os.path.abspath(table.removeprefix("file://"))
-    try:
-        unischema = get_schema_from_dataset_url(file_url(root))
-    except Exception as exc:
-        raise DataError(f"Petastorm dataset {table!r} has no readable Unischema: {exc}") from None
+    unischema = read_unischema(root, trust=trust)
     dataset = ds.dataset(root, format="parquet", partitioning="hive")
     files = tuple(sorted(dataset.files))
     if not files:
@@ -123,10 +130,14 @@ def _read_chunks(snapshot, plan, shard, num_shards, epochs, shuffle, seed, worke
 
     from petastorm import make_reader
 
+    from keras_dl.data import petastorm_compat
     from keras_dl.data.reader import reader_options
     from keras_dl.data.sources import file_url
+    from keras_dl.data.tables.petastorm_meta import known_unischema
 
-    with warnings.catch_warnings():
+    petastorm_compat.install()  # Petastorm's own metadata unpickling is patched too
+    # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
+    with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
         warnings.simplefilter("ignore", FutureWarning)
         reader = make_reader(
             file_url(snapshot.uri),
