@@ -81,10 +81,9 @@ def plan_columns(
         if not chosen:
             raise DataError(f"Table {snapshot.uri!r} has no feature column besides {label!r}.")
     if snapshot.unischema is not None:  # a Petastorm dataset: its Unischema knows the shapes
-        from keras_dl.data.petastorm_dataset import plan_spec
 
         def spec_of(name, kinds, role):
-            return plan_spec(snapshot, name, kinds, role)
+            return _unischema_spec(snapshot, name, kinds, role)
     else:
 
         def spec_of(name, kinds, role):
@@ -163,3 +162,29 @@ def _missing(snapshot: TableSnapshot, missing: list[str], key: str) -> str:
         f"{snapshot.uri!r}. The table has these columns: {', '.join(snapshot.schema.names)}. "
         f"Fix {key} (for example --set {key}=<column>)."
     )
+
+
+def _unischema_spec(snapshot, name: str, accept, role: str):
+    """A FeatureSpec for a Unischema field: dtype and shape from the schema, not the bytes."""
+    field = snapshot.unischema.fields[name]
+    dtype = np.dtype(field.numpy_dtype)
+    shape = tuple(field.shape)
+    if any(d is None for d in shape):
+        raise DataError(
+            f"Field {name!r} of Petastorm dataset {snapshot.uri!r} has a variable shape {shape}: "
+            "a feature needs a fixed shape. Re-materialize it with a fixed shape."
+        )
+    if dtype.kind in "iufb":
+        kind, name_dtype = NUMERIC, dtype.name
+    elif dtype.kind == "U":
+        kind, name_dtype = STRING, "string"
+    elif dtype.kind == "S":
+        kind, name_dtype = BINARY, "binary"
+    else:
+        kind, name_dtype = "unsupported", str(dtype)
+    if kind not in accept:
+        raise DataError(
+            f"Field {name!r} of Petastorm dataset {snapshot.uri!r} is {dtype}{list(shape)}, which "
+            f"this recipe cannot use as a {role} (it accepts {', '.join(accept)})."
+        )
+    return FeatureSpec(name, name_dtype, shape, kind)

@@ -224,10 +224,12 @@ def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed
     from petastorm import make_reader
 
     from keras_dl.data import petastorm_compat
+    from keras_dl.data.tables.petastorm_meta import known_unischema
 
-    petastorm_compat.install()
+    petastorm_compat.install()  # Petastorm's own metadata unpickling is patched too
     expected = stats.shard_rows(shard, num_shards)
-    with warnings.catch_warnings():
+    # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
+    with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
         warnings.simplefilter("ignore")
         reader = make_reader(
             file_url(snapshot.uri),

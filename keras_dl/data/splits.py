@@ -113,7 +113,7 @@ def make_splits(
 
 def _open(data: DataConfig, table: str, version=None, timestamp=None) -> TableSnapshot:
     """Open a table with ``data.filters`` applied and, with ``data.cache_dir``, cached locally."""
-    snapshot = open_table(table, version, timestamp)
+    snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
     if data.filters:
         snapshot = select(snapshot, parse_filters(data.filters, snapshot.schema))
     if data.cache_dir:

@@ -14,7 +14,10 @@ from keras_dl.errors import DataError
 
 
 def open_table(
-    table: str | Sequence[str], version: int | None = None, timestamp: str | None = None
+    table: str | Sequence[str],
+    version: int | None = None,
+    timestamp: str | None = None,
+    trust_petastorm_metadata: bool | None = None,
 ) -> TableSnapshot:
     """Open a Delta table (latest, ``version`` or ``timestamp``), a Petastorm dataset or Parquet.
 
@@ -27,6 +30,9 @@ def open_table(
             comma-separated string) of Parquet files.
         version: Delta version to read. Defaults to the latest.
         timestamp: ISO 8601 timestamp for Delta time travel. Defaults to None.
+        trust_petastorm_metadata: Unpickle a Petastorm dataset's Unischema with Petastorm's own
+            loader, which can run code (``data.trust_petastorm_metadata``). Defaults to None:
+            only data classes are loaded, unless inside ``petastorm_meta.trusting()``.
 
     Raises:
         DataError: When the table does not exist, cannot be listed, or cannot be read exactly.
@@ -53,10 +59,10 @@ def open_table(
     _no_time_travel(table, version, timestamp)
     local = local_path(table)
     if local is not None:
-        from keras_dl.data.petastorm_dataset import is_petastorm_dataset, open_petastorm
+        from keras_dl.data.tables.petastorm import is_petastorm_dataset, open_petastorm
 
         if is_petastorm_dataset(local):
-            return open_petastorm(table)
+            return open_petastorm(table, trust=trust_petastorm_metadata)
     return open_parquet(table)
 
 
