@@ -110,6 +110,13 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
         pf = open_file(snapshot, index)
         stored = _stored_names(snapshot, pf.schema_arrow, columns)
         _check_columns(snapshot, path, pf, stored, columns)
+        for name in columns:
+            if name in snapshot.partition_columns and snapshot.partitions[index].get(name) is None:
+                raise DataError(
+                    f"Partition column {name!r} is null in file {path!r} of table "
+                    f"{snapshot.uri!r}. Features and labels cannot be null: filter those rows "
+                    f"out (data.filters) or leave {name!r} out of data.features."
+                )
         deleted = snapshot.deletions(index)
         meta = pf.metadata
         offset = 0
