@@ -55,6 +55,7 @@ def iter_epoch(
         DataError: When a file cannot be read, or the epoch did not return exactly this
             shard's rows.
     """
+    stats.check_shards(num_shards, snapshot.uri)
     expected = stats.shard_rows(shard, num_shards)
     if expected == 0:
         return  # nothing live in this shard (or more shards than row groups): nothing to read

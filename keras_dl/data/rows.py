@@ -39,6 +39,20 @@ class TableStats:
     bytes: int
     group_rows: tuple[int, ...] = ()
 
+    def check_shards(self, num_shards: int, table: str) -> None:
+        """Refuse more shards than row groups: Petastorm shards by row group.
+
+        Raises:
+            DataError: Naming the table, the counts and the fixes.
+        """
+        if self.row_groups < num_shards:
+            raise DataError(
+                f"Table {table!r} has {self.row_groups} row group(s) but {num_shards} shards "
+                "(ranks) must each read at least one. Rewrite it with more, smaller row groups "
+                "(for example `keras-dl ingest ... --rows-per-group N`, or repartition the Spark "
+                f"DataFrame to >= {2 * num_shards} partitions), or use fewer processes."
+            )
+
     def shard_rows(self, shard: int, num_shards: int) -> int:
         """Rows that shard ``shard`` of ``num_shards`` reads in one epoch."""
         if num_shards <= 1:

@@ -130,7 +130,9 @@ def test_v2_checkpoint_table_reads_through_its_checkpoint_alone(copy, tmp_path):
     # Drop every commit the v2 checkpoint at version 8 covers: the state must come from it.
     for v in range(0, 9):
         (Path(path) / "_delta_log" / f"{v:020d}.json").unlink()
-    assert sorted(read_table(path).column("id").to_pylist()) == sorted(full.column("id").to_pylist())
+    assert sorted(read_table(path).column("id").to_pylist()) == sorted(
+        full.column("id").to_pylist()
+    )
     with pytest.raises(DataError, match=r"no version 3"):
         read_table(path, version=3)
 
