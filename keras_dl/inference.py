@@ -115,9 +115,16 @@ def predict(
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     width = _output_width(signature)
     columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
-    return df.select(*columns).mapInPandas(
+    return df.select(*[quoted(c) for c in columns]).mapInPandas(
         partial(_score_batches, plan), _output_schema(df, plan, width)
     )
+
+
+def quoted(column: str):
+    """A Spark column by its exact name: dots, spaces and backticks are not syntax here."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + column.replace("`", "``") + "`")
 
 
 def _plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPlan:
