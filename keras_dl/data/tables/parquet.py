@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from keras_dl.data.filters import to_type
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables.storage import local_path
 from keras_dl.errors import DataError
@@ -110,17 +111,10 @@ def _typed(value: str | None, kind: pa.DataType, column: str, path: str) -> Any:
 
     if value is None or value == HIVE_NULL:
         return None
-    value = unquote(value)  # Hive escapes special characters in folder names
-    try:
-        if pa.types.is_integer(kind):
-            return int(value)
-        if pa.types.is_floating(kind):
-            return float(value)
-        if pa.types.is_boolean(kind):
-            return value.lower() == "true"
-    except ValueError:
+    try:  # Hive escapes special characters in folder names
+        return to_type(unquote(value), kind, column)
+    except DataError:
         raise DataError(
             f"File {path!r} has partition {column}={value!r}, which is not a {kind} value like "
             "the other files' partitions. Rename the folder or move the file."
         ) from None
-    return value
