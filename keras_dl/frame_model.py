@@ -67,7 +67,6 @@ def log_frame_model(model: Any, sample_input: dict, registered_model: str | None
     import pandas as pd
     from mlflow.models import infer_signature
 
-
     frame = pd.DataFrame({k: _widen(np.asarray(v)) for k, v in sample_input.items()})
     prediction = model.predict(to_model_inputs(model, frame), verbose=0)
     signature = infer_signature(frame, np.asarray(prediction))

@@ -115,8 +115,11 @@ def predict(
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     width = _output_width(signature)
     columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
-    return df.select(*[quoted(c) for c in columns]).mapInPandas(
-        partial(_score_batches, plan), _output_schema(df, plan, width)
+    # Positional aliases: PySpark's mapInPandas looks its input columns up by name, unquoted,
+    # so a column named "a.b" would not resolve. The UDF gives the names back.
+    aliased = df.select(*[quoted(c).alias(f"_kdl_{i}") for i, c in enumerate(columns)])
+    return aliased.mapInPandas(
+        partial(_score_batches, plan, columns), _output_schema(df, plan, width)
     )
 
 
@@ -179,13 +182,14 @@ def _plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPl
     return ScoringPlan("", tuple(wanted), frame, len(specs) > 1 or bool(specs[0].name), tuple(keys))
 
 
-def _score_batches(plan: ScoringPlan, batches):
+def _score_batches(plan: ScoringPlan, columns: list[str], batches):
     """The UDF body, run on the executors: one model per process, one Arrow batch at a time."""
     import numpy as np
     import pandas as pd
 
     score = _load_scorer(plan.model_file, plan.keras_flavor)
     for pdf in batches:
+        pdf.columns = columns  # the real column names, behind their positional aliases
         out = pdf[list(plan.keys)].reset_index(drop=True)
         if len(pdf) == 0:
             continue

@@ -297,7 +297,7 @@ def _convertible(got: pa.DataType, want: pa.DataType) -> bool:
 
 
 def _open_uri(uri: str):
-    import pyarrow.fs as pafs
+    from keras_dl.storage import filesystem
 
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = filesystem(uri)
     return fs.open_input_file(path)
