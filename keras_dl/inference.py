@@ -297,11 +297,13 @@ def run(args: argparse.Namespace) -> int:
     """``keras-dl predict``: read the table into Spark, score it, write a Delta table."""
     from keras_dl.inference_io import read_table_into_spark, spark_session, write_predictions
 
-    if args.mode == "error" and os.path.isdir(os.path.join(args.out, "_delta_log")):
+    if args.batch_size < 1:
         raise DataError(
-            f"Delta table {args.out!r} already exists. Pass --mode overwrite (a new version) or "
-            "--mode append, or choose another --out."
+            f"--batch-size must be at least 1 (rows per Arrow batch), got {args.batch_size}."
         )
+    from keras_dl.storage import check_safe_delta_writes
+
+    check_safe_delta_writes(args.out)  # before any scoring: S3 needs a commit lock
     spark = spark_session(args.master)
     try:
         df, snapshot = read_table_into_spark(spark, args.table, args.version)
@@ -318,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
     print(
         f"scored {report.rows} rows of {snapshot.uri} (version {snapshot.version}) with "
-        f"{args.model}: wrote Delta table {args.out} version {report.version}"
+        f"{args.model}: wrote {report.files} file(s) to Delta table {args.out} version "
+        f"{report.version}"
     )
     return 0

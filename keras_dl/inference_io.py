@@ -85,11 +85,7 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
 
 
 def write_predictions(scored, to: str, mode: str = "error"):
-    """Collect a scored DataFrame through Arrow and write it as a Delta table."""
-    import pyarrow as pa
+    """Write a scored DataFrame as a Delta table: the executors write, the driver commits."""
+    from keras_dl.delta_writer import write_delta
 
-    from keras_dl.data.ingest import write_table
-
-    frame = scored.toPandas()
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    return write_table(table, to, mode=mode, rows_per_group=max(1, min(len(frame), 65536)))
+    return write_delta(scored, to, mode=mode)

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from sklearn.datasets import load_digits
 
+from keras_dl.data import read_table
 from keras_dl.errors import DataError
 from keras_dl.inference import predict
 from keras_dl.inference_io import spark_session
@@ -124,7 +125,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"scored 1797 rows of {digits_table} (version 0)" in proc.stdout
-    scores = DeltaTable(out).to_pandas()
+    scores = read_table(out).to_pandas()
     assert len(scores) == 1797
     assert {"label", "split", "prediction", "probability_9"} <= set(scores.columns)
     assert (scores["prediction"] == scores["label"]).mean() >= 0.8
@@ -133,3 +134,17 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
         "--tracking-uri", uri, cwd=tmp_path,
     )  # fmt: skip
     assert again.returncode == 2 and "already exists" in again.stderr
+    # Appending: the report counts the rows this command wrote, not the table's.
+    more = run_cli(
+        "predict", "--model", "models:/digits@champion", "--table", digits_table, "--version",
+        "0", "--out", out, "--mode", "append", "--master", "local[2]", "--tracking-uri", uri,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "scored 1797 rows" in more.stdout and "version 1" in more.stdout
+    assert read_table(out).num_rows == 2 * 1797
+    zero = run_cli(
+        "predict", "--model", "models:/digits@champion", "--table", digits_table, "--out",
+        str(tmp_path / "other"), "--batch-size", "0", "--tracking-uri", uri, cwd=tmp_path,
+    )  # fmt: skip
+    assert zero.returncode == 2 and "--batch-size must be at least 1" in zero.stderr
