@@ -118,6 +118,8 @@ class KerasEstimator(Estimator, EstimatorParams):
                 f"has {outputs}. Use 'sparse_categorical_crossentropy' to classify."
             )
         columns.check_label_type(df, label)
+        if isinstance(self.getValidation(), str):
+            columns.check_present(df, [self.getValidation()], "validation")
         feature_array = columns.features_column(df, features)
         layout = columns.check_data(df, features, label, task, outputs)
         _check_width(model, layout)
@@ -165,7 +167,6 @@ class KerasEstimator(Estimator, EstimatorParams):
         ]
         validation = self.getValidation()
         if isinstance(validation, str):
-            columns.check_present(df, [validation], "validation")
             is_val = F.coalesce(columns._col(validation).cast("boolean"), F.lit(False))
             cols.append(F.when(is_val, "validation").otherwise("train").alias(columns.SPLIT))
         elif validation:
