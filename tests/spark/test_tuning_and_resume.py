@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def _estimator(store, **params):
-    return KerasEstimator(
+    settings = dict(
         model=make_model(),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
@@ -27,8 +27,8 @@ def _estimator(store, **params):
         epochs=1,
         store=str(store),
         experiment=["callbacks.plots=false", "tracking.log_model=false"],
-        **params,
     )
+    return KerasEstimator(**{**settings, **params})
 
 
 def test_tuning_trials_are_child_runs(iris, tmp_path, mlflow_uri):
