@@ -79,7 +79,9 @@ def test_iris_pipeline_learns_and_scores_as_spark_ml(fitted, iris):
     assert isinstance(keras_model, KerasModel)
     scaled = np.stack([v.toArray() for v in out.sort("id").select("scaled").toPandas()["scaled"]])
     expected = keras_model.getModel().predict(scaled.astype("float32"), verbose=0)
-    got = np.stack([v.toArray() for v in out.sort("id").select("probability").toPandas()["probability"]])
+    got = np.stack(
+        [v.toArray() for v in out.sort("id").select("probability").toPandas()["probability"]]
+    )
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
@@ -155,7 +157,10 @@ def test_regression_output_works_with_regression_evaluator(spark, tmp_path, mlfl
     )
     model = est.fit(df)
     out = model.transform(df)
-    assert "probability" not in out.columns and out.schema["prediction"].dataType.simpleString() == "double"
+    assert (
+        "probability" not in out.columns
+        and out.schema["prediction"].dataType.simpleString() == "double"
+    )
     rmse = RegressionEvaluator(labelCol="y").evaluate(out)
     assert np.isfinite(rmse)
     run = mlflow.MlflowClient(mlflow_uri).get_run(model.getRunId())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pyspark.ml.linalg import Vectors, VectorUDT
-from pyspark.sql.types import DoubleType, StructField, StructType
 from pyspark.ml.tuning import ParamGridBuilder
+from pyspark.sql.types import DoubleType, StructField, StructType
 
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.spark import KerasEstimator
@@ -32,7 +32,12 @@ def test_params_named_as_in_horovod_with_getters_setters_and_grids():
     assert est.setBatchSize(8) is est and est.getBatchSize() == 8
     assert est.getNumProc() == 1 and est.getEpochs() == 1 and est.getStrategy() == "auto"
     assert KerasEstimator(label_cols="y").getLabelCols() == ["y"]
-    grid = ParamGridBuilder().addGrid(est.epochs, [1, 2]).addGrid(est.optimizer, ["adam", "sgd"]).build()
+    grid = (
+        ParamGridBuilder()
+        .addGrid(est.epochs, [1, 2])
+        .addGrid(est.optimizer, ["adam", "sgd"])
+        .build()
+    )
     assert len(grid) == 4
     assert est.copy(grid[3]).getEpochs() == 2 and est.copy(grid[3]).getOptimizer() == "sgd"
     with pytest.raises(ConfigError, match="validation=1.5"):
@@ -60,7 +65,10 @@ def _frame(spark, features, labels, **extra):
     [
         (dict(feature_cols=["nope"]), r"Column\(s\) 'nope' named in feature_cols are not in"),
         (dict(label_cols=["target"]), r"'target' named in label_cols"),
-        (dict(feature_cols=["name"]), r"Feature column 'name' is string, not numeric.*StringIndexer"),
+        (
+            dict(feature_cols=["name"]),
+            r"Feature column 'name' is string, not numeric.*StringIndexer",
+        ),
         (dict(validation="is_val"), r"'is_val' named in validation"),
     ],
     ids=["missing feature", "missing label", "string feature", "missing validation column"],
@@ -78,7 +86,9 @@ def test_rows_checked_by_column(spark, tmp_path):
     with pytest.raises(DataError, match=r"Label column 'label' has 1 null value\(s\)"):
         est.fit(nulls)
     sizes = spark.createDataFrame([(Vectors.dense([0.0, 1.0]), 0.0), (Vectors.dense([1.0]), 1.0)], VECTOR_SCHEMA)  # fmt: skip
-    with pytest.raises(DataError, match=r"Feature column 'f' holds vectors of different sizes \(1 to 2\)"):
+    with pytest.raises(
+        DataError, match=r"Feature column 'f' holds vectors of different sizes \(1 to 2\)"
+    ):
         est.fit(sizes)
     out_of_range = _frame(spark, [[0.0, 1.0]] * 3, [0.0, 1.0, 3.0])
     with pytest.raises(DataError, match=r"Label column 'label' holds values from 0 to 3.*0 to 2"):
@@ -91,7 +101,9 @@ def test_rows_checked_by_column(spark, tmp_path):
     null_feature = spark.createDataFrame([([0.0, 1.0], 0.0), (None, 1.0)], "f array<double>, label double")  # fmt: skip
     with pytest.raises(DataError, match=r"Feature column 'f' has 1 null value\(s\)"):
         est.fit(null_feature)
-    with pytest.raises(ConfigError, match=r"feature_cols give 2 values per row: f \(2\).*keras.Input\(\(2,\)\)"):
+    with pytest.raises(
+        ConfigError, match=r"feature_cols give 2 values per row: f \(2\).*keras.Input\(\(2,\)\)"
+    ):
         _estimator(tmp_path, model=make_model(5, 3)).fit(_frame(spark, [[0.0, 1.0]], [0.0]))
 
 
