@@ -187,7 +187,7 @@ def _score_batches(plan: ScoringPlan, columns: list[str], batches):
     import numpy as np
     import pandas as pd
 
-    score = _load_scorer(plan.model_file, plan.keras_flavor)
+    score = load_scorer(plan.model_file, plan.keras_flavor)
     for pdf in batches:
         pdf.columns = columns  # the real column names, behind their positional aliases
         out = pdf[list(plan.keys)].reset_index(drop=True)
@@ -223,13 +223,18 @@ def _model_input(pdf, plan: ScoringPlan):
     return arrays if plan.named else next(iter(arrays.values()))
 
 
-def _load_scorer(model_file: str, keras_flavor: bool):
+def load_scorer(model_file: str, keras_flavor: bool):
     """``fn(inputs) -> numpy scores`` for the shipped model, loaded once per worker process.
 
     A Keras-flavor model is called directly inside a ``tf.function``: pyfunc's
     ``model.predict`` runs 32-row steps and builds a pipeline per call, about 5x slower per
     1,024-row batch here, for the same numbers. Inputs were already checked and cast to the
-    signature by this module. Other models go through their pyfunc ``predict``.
+    signature by the caller. Other models go through their pyfunc ``predict``.
+
+    Args:
+        model_file: Name of an MLflow model folder, or of a ``.keras`` file (the Spark ML
+            ``KerasModel``), shipped with ``SparkContext.addFile``.
+        keras_flavor: Whether the folder has MLflow's Keras flavor (ignored for ``.keras``).
     """
     import keras
     import mlflow
@@ -238,10 +243,13 @@ def _load_scorer(model_file: str, keras_flavor: bool):
     path = SparkFiles.get(model_file)
     if path not in _MODELS:
         keras.utils.disable_interactive_logging()  # no progress bars in executor logs
-        if keras_flavor:
+        if keras_flavor or path.endswith(".keras"):
             import tensorflow as tf
 
-            model = mlflow.keras.load_model(path)
+            if path.endswith(".keras"):
+                model = keras.saving.load_model(path, compile=False)
+            else:
+                model = mlflow.keras.load_model(path)
             call = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
             _MODELS[path] = lambda x: call(x).numpy()
         else:

@@ -32,7 +32,9 @@ class Recipe:
         loss: A Keras loss. Defaults to sparse categorical cross-entropy.
         metrics: Keras metrics. Defaults to ("accuracy",).
         compile_options: ``fn(data, exp) -> {"loss": ..., "metrics": [...]}`` for recipes whose
-            loss depends on the data (regression vs classification). Defaults to None.
+            loss depends on the data (regression vs classification). It may also give an
+            ``"optimizer"`` instance, used as it is: ``train.optimizer``, ``learning_rate``,
+            ``lr_schedule`` and ``runtime.lr_scaling`` then do not apply. Defaults to None.
         accept: Feature kinds the model consumes. Defaults to numeric only.
         preprocess: Vectorized ``fn(features, label)`` run in tf.data on every split.
             Defaults to None.

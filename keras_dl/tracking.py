@@ -48,7 +48,10 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     import mlflow
 
     experiment_id = setup_mlflow(exp.tracking.uri, exp.tracking.experiment)
-    run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id)
+    # Nested under a run already active in this thread (e.g. a tuning run around
+    # CrossValidator over keras_dl.spark.KerasEstimator), rather than an error.
+    nested = mlflow.active_run() is not None
+    run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id, nested=nested)
     if run_id is None:
         mlflow.log_params({k: _param(v) for k, v in to_flat_dict(exp).items()})
         mlflow.log_dict(to_dict(exp), "config.yaml")  # the resolved config, for lineage

@@ -132,7 +132,8 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
             replicas=world.size * strategy.num_replicas_in_sync,
             warmup_steps=round(exp.runtime.warmup_epochs * data.train.steps),
         )
-        optimizer = make_optimizer(exp.train.optimizer, lr)
+        # A recipe may bring its own optimizer instance (the Spark ML KerasEstimator's).
+        optimizer = options.pop("optimizer", None) or make_optimizer(exp.train.optimizer, lr)
         if exp.runtime.strategy == "horovod":
             optimizer, more = _horovod_optimizer(optimizer, exp)
             options.update(more)

@@ -51,6 +51,7 @@ def test_notebooks_are_generated_from_their_script():
         ("01_explore_data", module.explore),
         ("02_build_modules", module.build_modules),
         ("03_train_and_scale", module.train_and_scale),
+        ("04_spark_ml_pipeline", module.spark_ml_pipeline),
     ):
         stored = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         assert [c.source for c in stored.cells] == [c.source for c in build().cells], name
@@ -93,3 +94,13 @@ def test_03_train_and_scale(tmp_path, monkeypatch):
     assert champion.run_id == runs[0].info.run_id
     assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
     assert "validation" in text and "accuracy" in text and "1257" in text  # the scored splits
+
+
+@pytest.mark.slow
+def test_04_spark_ml_pipeline(tmp_path, monkeypatch):
+    nb = _execute("04_spark_ml_pipeline", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="5")
+    text = _text(nb)
+    accuracy = float(text.split("test accuracy: ")[1].split()[0])
+    assert accuracy >= 0.8, text
+    assert "same predictions after load: True" in text
+    assert "3 child runs under" in text  # two trials, then the refit of the best

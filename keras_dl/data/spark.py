@@ -73,6 +73,7 @@ def make_spark_converter(
     *,
     workers: int | None = None,
     dtype: str | None = "float32",
+    table_format: str = "parquet",
 ) -> SparkConverter:
     """Materialize ``df`` as Parquet once (per query plan) and return its converter.
 
@@ -86,14 +87,19 @@ def make_spark_converter(
             worker. Defaults to Spark's default parallelism.
         dtype: Cast double columns (and arrays of double) to this type: "float32" halves the
             data and matches Keras' default; None keeps them. Defaults to "float32".
+        table_format: "parquet", or "delta": Spark's Parquet files committed as version 0 of a
+            Delta table (with ``deltalake``, as Spark here has no Delta jars), so the runs
+            trained on it record a table and a version. Defaults to "parquet".
 
     Raises:
         DataError: For a column type the data path cannot turn into a tensor.
     """
     spark = df.sparkSession
+    if table_format not in ("parquet", "delta"):
+        raise DataError(f"table_format={table_format!r}: use 'parquet' or 'delta'.")
     check_columns(df)
     df = _cast_doubles(df, dtype)
-    key = (df.semanticHash(), df.schema.json(), workers)
+    key = (df.semanticHash(), df.schema.json(), workers, table_format)
     plan = df._jdf.queryExecution().analyzed()
     with _lock:
         hit = _cache.get(key)
@@ -110,6 +116,8 @@ def make_spark_converter(
     path = f"{root.rstrip('/')}/{key[0] & 0xFFFFFFFF:08x}-{uuid.uuid4().hex[:12]}"
     df.write.mode("error").parquet(path)
     rows = spark.read.parquet(path).count()
+    if table_format == "delta":
+        _commit_delta(path)
     converter = SparkConverter(key, plan, path, rows, partitions)
     with _lock:
         _cache[key] = converter
@@ -174,6 +182,36 @@ def _cast_doubles(df, dtype: str | None):
         else:
             cols.append(F.col(f.name))
     return df.select(*cols)
+
+
+def _commit_delta(path: str) -> None:
+    """Commit the Parquet files Spark wrote under ``path`` as version 0 of a Delta table.
+
+    The way delta-rs' own Dask and Ray writers commit files written elsewhere: one ``add``
+    action per file, with its size and row count, and the schema from the files' footers.
+    """
+    import json
+    import time
+
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+    from deltalake._internal import write_new_deltalake
+    from deltalake.writer import AddAction
+
+    fs, root = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    infos = fs.get_file_info(pafs.FileSelector(root))
+    parts = sorted((i for i in infos if i.base_name.endswith(".parquet")), key=lambda i: i.path)
+    actions, schema = [], None
+    for info in parts:
+        with fs.open_input_file(info.path) as f:
+            meta = pq.ParquetFile(f).metadata
+        schema = schema or meta.schema.to_arrow_schema()
+        stats = json.dumps({"numRecords": meta.num_rows})
+        now = int(time.time() * 1000)
+        actions.append(AddAction(info.base_name, info.size, {}, now, True, stats))
+    if schema is None:
+        raise DataError(f"Spark wrote no Parquet files under {path!r}: nothing to commit.")
+    write_new_deltalake(path, schema, actions, "error", [], None, None, None, None, None)
 
 
 def _default_dir() -> str:

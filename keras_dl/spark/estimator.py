@@ -1,0 +1,279 @@
+"""``KerasEstimator``: a Spark ML Estimator that trains a Keras model through keras_dl.
+
+Example::
+
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import StandardScaler, VectorAssembler
+    from keras_dl.spark import KerasEstimator
+
+    est = KerasEstimator(model=model, loss="sparse_categorical_crossentropy",
+                         metrics=["accuracy"], feature_cols=["scaled"], label_cols=["label"],
+                         validation=0.2, batch_size=16, epochs=20, store="/tmp/keras_dl_store")
+    pipeline = Pipeline(stages=[VectorAssembler(...), StandardScaler(...), est])
+    model = pipeline.fit(train_df)              # a PipelineModel ending in a KerasModel
+    scored = model.transform(test_df)           # + prediction (double), probability (vector)
+
+``fit`` checks the columns, writes the features and label once per query plan as a Delta table
+under ``store`` (:func:`keras_dl.data.make_spark_converter`), and trains with
+:func:`keras_dl.train.fit`: one MLflow run with the config, lineage, metrics and model, and
+checkpoints under ``store/runs``. Inside an active MLflow run, or under ``CrossValidator`` /
+``TrainValidationSplit`` started inside one, each fit is a child run of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+from pyspark import keyword_only
+from pyspark.ml import Estimator
+
+from keras_dl.errors import ConfigError
+from keras_dl.spark import columns
+from keras_dl.spark.model import KerasModel
+from keras_dl.spark.params import EstimatorParams
+from keras_dl.spark.training import NAME, make_compile_spec, train
+
+
+class KerasEstimator(Estimator, EstimatorParams):
+    """Train a keras.Model on a Spark DataFrame; ``fit`` returns a :class:`KerasModel`.
+
+    Args:
+        model: A keras.Model, compiled or not. Each fit trains a clone that starts from its
+            weights; the model itself is never changed.
+        optimizer: A Keras optimizer name or instance (copied for each fit). Defaults to the
+            compiled model's, else "adam".
+        loss: A Keras loss. "sparse_categorical_crossentropy" (class indexes) and
+            "binary_crossentropy" make a classifier (``prediction`` and ``probability``);
+            any other loss a regressor. Defaults to the compiled model's.
+        metrics: Keras metrics. Defaults to the compiled model's, else none.
+        feature_cols: Feature columns (vectors, numeric arrays, numbers), concatenated in
+            this order into the model's one input.
+        label_cols: The label column, as a one-item list (or a string).
+        validation: A fraction of rows (seeded by ``random_seed``) or a column whose true/1
+            rows validate. Defaults to None (no validation).
+        batch_size: Global training batch. Defaults to 32.
+        val_batch_size: Batch for validation and scoring. Defaults to ``batch_size``.
+        epochs: Defaults to 1.
+        num_proc: HorovodRunner's np: 1 trains in this process (with ``strategy``), -N on N
+            local Horovod processes, N on N Spark tasks. Defaults to 1.
+        store: Folder or URI for the materialized data (``store/data``) and the checkpoints
+            (``store/runs``). Defaults to ``keras_dl_store`` in the temp folder.
+        callbacks: Extra Keras callbacks. Defaults to none.
+        random_seed: Seeds weights, shuffling and the validation split. Defaults to 42.
+        verbose: Keras fit verbosity. Defaults to 0.
+        run_id: An MLflow run, of a fit that failed, to resume from its last checkpoint.
+            Defaults to None.
+        experiment: A keras_dl :class:`~keras_dl.config.Experiment` or a list of
+            ``"section.key=value"`` overrides for what no Param sets (``tracking.uri``,
+            ``callbacks.patience``, ``train.learning_rate``...), or an MLflow experiment name.
+            Defaults to None.
+        registered_model: Register the trained model in MLflow under this name. Defaults to
+            None (logged with the run, not registered).
+        strategy: "auto", "none" or "mirrored" for ``num_proc=1``. Defaults to "auto".
+    """
+
+    @keyword_only
+    def __init__(self, **kwargs):
+        super().__init__()
+        self._set_defaults()
+        self._set(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs):
+        """Set any Params by keyword; returns the estimator."""
+        return self._set(**self._input_kwargs)
+
+    def fitMultiple(self, dataset, paramMaps):
+        """As Spark ML's, but the trials know the MLflow run active in the caller's thread.
+
+        ``CrossValidator`` and ``TrainValidationSplit`` call this in the caller's thread and
+        fit in pool threads, where MLflow sees no active run: each trial is made its child.
+        """
+        estimator = self.copy()
+        estimator._parent_run = _active_run_id()
+        return super(KerasEstimator, estimator).fitMultiple(dataset, paramMaps)
+
+    def _fit(self, df) -> KerasModel:
+        model = self.getModel()
+        if model is None:
+            raise ConfigError("KerasEstimator has no model: pass model=keras.Model(...).")
+        features, labels = self.getFeatureCols(), self.getLabelCols()
+        if not features or not labels or len(labels) != 1:
+            raise ConfigError(
+                f"KerasEstimator needs feature_cols and one label column; got feature_cols="
+                f"{features}, label_cols={labels}."
+            )
+        label = labels[0]
+        spec = make_compile_spec(model, self.getOptimizer(), self.getLoss(), self.getMetrics())
+        task = columns.task_of(spec.loss)
+        outputs = int(model.output_shape[-1])
+        if task == columns.REGRESSION and outputs != 1:
+            raise ConfigError(
+                f"loss={spec.loss!r} makes a regressor, whose model needs one output; this one "
+                f"has {outputs}. Use 'sparse_categorical_crossentropy' to classify."
+            )
+        columns.check_label_type(df, label)
+        if isinstance(self.getValidation(), str):
+            columns.check_present(df, [self.getValidation()], "validation")
+        feature_array = columns.features_column(df, features)
+        layout = columns.check_data(df, features, label, task, outputs)
+        _check_width(model, layout)
+        exp = self._experiment(self._materialize(df, feature_array, label, task))
+        parent = getattr(self, "_parent_run", None) or _active_run_id()
+        if parent:
+            exp = _under(exp, parent)
+        run_id = self.getRunId()
+        exp = self._run_dir(exp, run_id)
+        try:
+            run_id, trained = train(exp, model, spec, self.getCallbacks() or (), run_id)
+        except BaseException as exc:
+            failed = _recorded_run(exp)
+            if failed and hasattr(exc, "add_note"):
+                exc.add_note(
+                    f"MLflow run {failed}: resume it with setRunId({failed!r}) and fit again."
+                )
+            raise
+        if parent:
+            import mlflow
+
+            mlflow.MlflowClient(exp.tracking.uri).set_tag(run_id, "mlflow.parentRunId", parent)
+        # Not _copyValues: the estimator's run_id (a run to resume) is not the model's.
+        return KerasModel(
+            feature_cols=features,
+            label_cols=[label],
+            task=task,
+            from_logits=spec.from_logits,
+            run_id=run_id,
+            batch_size=self.getValBatchSize() or self.getBatchSize(),
+        )._with_model(trained)
+
+    # -- what fit is made of -------------------------------------------------------------------
+
+    def _materialize(self, df, feature_array, label: str, task: str) -> str:
+        """Write features, label (and split) as a Delta table under store, once per plan."""
+        from pyspark.sql import functions as F
+
+        from keras_dl.data import make_spark_converter
+
+        label_type = "int" if task == columns.MULTICLASS else "float"
+        cols = [
+            feature_array.alias(columns.FEATURES),
+            columns._col(label).cast(label_type).alias(columns.LABEL),
+        ]
+        validation = self.getValidation()
+        if isinstance(validation, str):
+            is_val = F.coalesce(columns._col(validation).cast("boolean"), F.lit(False))
+            cols.append(F.when(is_val, "validation").otherwise("train").alias(columns.SPLIT))
+        elif validation:
+            is_val = F.rand(self.getRandomSeed()) < validation
+            cols.append(F.when(is_val, "validation").otherwise("train").alias(columns.SPLIT))
+        converter = make_spark_converter(
+            df.select(*cols), cache_dir=f"{self._store()}/data", table_format="delta"
+        )
+        return converter.path
+
+    def _experiment(self, table: str):
+        """The keras_dl Experiment of this fit: the ``experiment`` Param, then the others."""
+        from keras_dl.config import Experiment, TrackingConfig, resolve
+
+        base = self.getExperiment()
+        sets: list[str] = []
+        if isinstance(base, str):
+            base = Experiment(tracking=TrackingConfig(experiment=base))
+        elif isinstance(base, (list, tuple)):
+            base, sets = Experiment(), list(base)
+        elif base is None:
+            base = Experiment()
+        num_proc = self.getNumProc()
+        horovod = num_proc not in (1, -1, 0)
+        data = dataclasses.replace(
+            base.data,
+            table=table,
+            label=columns.LABEL,
+            features=(columns.FEATURES,),
+            split_column=columns.SPLIT if self.getValidation() else None,
+            test_split="",
+            seed=self.getRandomSeed(),
+        )
+        optimizer = self.getOptimizer()
+        train_cfg = dataclasses.replace(
+            base.train,
+            epochs=self.getEpochs(),
+            batch_size=self.getBatchSize(),
+            seed=self.getRandomSeed(),
+            verbose=self.getVerbose(),
+            **({"optimizer": optimizer} if isinstance(optimizer, str) else {}),
+        )
+        runtime = dataclasses.replace(
+            base.runtime,
+            strategy="horovod" if horovod else self.getStrategy(),
+            np=num_proc if horovod else 0,
+        )
+        tracking = dataclasses.replace(
+            base.tracking,
+            uri=base.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI", ""),
+            registered_model=self.getRegisteredModel() or base.tracking.registered_model or "none",
+        )
+        exp = dataclasses.replace(
+            base, recipe=NAME, data=data, train=train_cfg, runtime=runtime, tracking=tracking
+        )
+        return resolve(exp, sets=sets)
+
+    def _run_dir(self, exp, run_id: str | None):
+        """``store/runs/<new id>``, or the folder of the run being resumed."""
+        runs = Path(self._store()) / "runs"
+        if run_id:
+            for record in runs.glob("*/run.json"):
+                if json.loads(record.read_text()).get("run_id") == run_id:
+                    return _with_run_dir(exp, record.parent)
+            raise ConfigError(
+                f"run_id={run_id!r}: no checkpoint folder under {runs} belongs to this run. "
+                "Use the store of the fit that failed, or clear run_id to start afresh."
+            )
+        return _with_run_dir(exp, runs / uuid.uuid4().hex[:12])
+
+    def _store(self) -> str:
+        store = self.getStore() or os.path.join(tempfile.gettempdir(), "keras_dl_store")
+        return store.removeprefix("file://").rstrip("/")
+
+
+def _check_width(model, layout: columns.FeatureLayout) -> None:
+    expected = model.input_shape
+    if isinstance(expected, list) or len(expected) != 2 or expected[-1] != layout.width:
+        detail = ", ".join(f"{c} ({w})" for c, w in zip(layout.columns, layout.widths))
+        raise ConfigError(
+            f"The model takes input of shape {expected}, but feature_cols give {layout.width} "
+            f"values per row: {detail}. Build the model with keras.Input(({layout.width},))."
+        )
+
+
+def _with_run_dir(exp, path: Path):
+    return dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, run_dir=str(path)))
+
+
+def _under(exp, parent: str):
+    """Train in the parent run's MLflow experiment (the UI nests runs within one)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    name = client.get_experiment(client.get_run(parent).info.experiment_id).name
+    return dataclasses.replace(exp, tracking=dataclasses.replace(exp.tracking, experiment=name))
+
+
+def _active_run_id() -> str | None:
+    import mlflow
+
+    run = mlflow.active_run()
+    return run.info.run_id if run else None
+
+
+def _recorded_run(exp) -> str | None:
+    try:
+        return json.loads((Path(exp.runtime.run_dir) / "run.json").read_text())["run_id"]
+    except (OSError, ValueError, KeyError):
+        return None

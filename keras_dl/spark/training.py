@@ -1,0 +1,147 @@
+"""The estimator's model as a keras_dl Recipe, trained by the one training path.
+
+There is no second training loop: :func:`train` builds a :class:`~keras_dl.recipe.Recipe`
+whose ``build_model`` clones the estimator's model (with its weights) and whose loss, metrics
+and optimizer come from the Params, then calls :func:`keras_dl.train.fit` in this process or,
+with ``num_proc`` asking for Horovod, on every rank through
+:func:`keras_dl.distribute.runner.launch`. Everything is passed as serialized Keras configs, so
+it pickles to the ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from keras_dl.errors import ConfigError
+
+NAME = "keras_estimator"  # the recipe name runs are tagged with (keras_dl.recipe)
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Loss, metrics and optimizer as Keras-serialized values (names or config dicts)."""
+
+    loss: Any
+    metrics: tuple
+    optimizer: Any  # a name (str) or a serialized optimizer (dict)
+
+    def compile_options(self) -> dict:
+        """Fresh Keras objects for one ``model.compile`` (metrics hold state: never share)."""
+        import keras
+
+        options = {
+            "loss": keras.losses.get(self.loss),
+            "metrics": [m if isinstance(m, str) else keras.metrics.get(m) for m in self.metrics],
+        }
+        if isinstance(self.optimizer, dict):
+            options["optimizer"] = keras.optimizers.deserialize(self.optimizer)
+        return options
+
+    @property
+    def from_logits(self) -> bool:
+        """Whether the loss reads the model's outputs as logits (scoring applies softmax)."""
+        config = self.loss.get("config", {}) if isinstance(self.loss, dict) else {}
+        return bool(config.get("from_logits", False))
+
+
+def make_compile_spec(model, optimizer=None, loss=None, metrics=None) -> CompileSpec:
+    """Loss, metrics and optimizer from the Params, else from a compiled model.
+
+    Raises:
+        ConfigError: When neither the Params nor a compiled model give a loss.
+    """
+    import keras
+
+    compiled = model.get_compile_config() if getattr(model, "compiled", False) else {}
+    loss = loss if loss is not None else compiled.get("loss")
+    if loss is None:
+        raise ConfigError(
+            "KerasEstimator has no loss: set loss= (e.g. 'sparse_categorical_crossentropy' for "
+            "class indexes, 'mse' for values), or pass a compiled model."
+        )
+    if metrics is None:
+        metrics = compiled.get("metrics") or ()
+    optimizer = optimizer if optimizer is not None else compiled.get("optimizer", "adam")
+    return CompileSpec(
+        loss=loss if isinstance(loss, (str, dict)) else keras.losses.serialize(loss),
+        metrics=tuple(
+            m if isinstance(m, (str, dict)) else keras.metrics.serialize(m) for m in metrics
+        ),
+        optimizer=optimizer
+        if isinstance(optimizer, (str, dict))
+        else keras.optimizers.serialize(optimizer),
+    )
+
+
+def make_recipe(model, spec: CompileSpec, exp):
+    """A Recipe whose model is a fresh clone of ``model``, starting from its weights."""
+    from keras_dl.recipe import Recipe
+
+    def build_model(data, exp):
+        import keras
+
+        try:
+            clone = keras.models.clone_model(model)
+        except Exception as exc:
+            raise ConfigError(
+                f"KerasEstimator could not clone the model with keras.models.clone_model: {exc}. "
+                "Use a Sequential or functional model, or give the subclass get_config()."
+            ) from exc
+        if model.weights:
+            clone.set_weights(model.get_weights())  # every trial starts from the same weights
+        return clone
+
+    return Recipe(
+        name=NAME,
+        description="a keras.Model given to keras_dl.spark.KerasEstimator",
+        defaults=exp,
+        build_model=build_model,
+        compile_options=lambda data, exp: spec.compile_options(),
+    )
+
+
+def train(exp, model, spec: CompileSpec, callbacks=(), run_id: str | None = None):
+    """Train in this process, or on Horovod ranks when ``exp.runtime.np`` asks for them.
+
+    Returns:
+        The MLflow run id and the trained keras.Model.
+    """
+    if exp.runtime.np == 0:
+        from keras_dl.train import fit
+
+        result = fit(exp, make_recipe(model, spec, exp), callbacks=callbacks, run_id=run_id)
+        return result.run_id, result.model
+    import functools
+
+    import keras
+
+    from keras_dl.callbacks.defaults import record_run_id
+    from keras_dl.distribute.runner import launch
+
+    os.makedirs(exp.runtime.run_dir, exist_ok=True)
+    source = os.path.join(exp.runtime.run_dir, "source_model.keras")
+    trained = os.path.join(exp.runtime.run_dir, "trained_model.keras")
+    model.save(source)  # the ranks load it: a file pickles, a live model may not
+    if run_id:
+        record_run_id(exp, run_id)  # launch continues the run recorded in run_dir
+    main = functools.partial(
+        _train_rank, source=source, out=trained, spec=spec, callbacks=list(callbacks)
+    )
+    result = launch(exp, main)
+    return result.run_id, keras.saving.load_model(trained, compile=False)
+
+
+def _train_rank(exp, run_id=None, *, source: str, out: str, spec: CompileSpec, callbacks):
+    """Every Horovod rank: load the source model, fit its shard; rank 0 saves the result."""
+    import keras
+
+    from keras_dl.train import fit
+
+    model = keras.saving.load_model(source, compile=False)
+    result = fit(exp, make_recipe(model, spec, exp), callbacks=callbacks, run_id=run_id)
+    if result.run_id:  # only the chief has a run id
+        result.model.save(out)
+    result.model = None
+    return result
