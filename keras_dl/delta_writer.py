@@ -22,6 +22,7 @@ from keras_dl.errors import DataError
 from keras_dl.storage import (
     check_safe_delta_writes,
     delta_storage_options,
+    environment,
     filesystem,
     local_path,
     open_storage,
@@ -92,10 +93,15 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
 
 def _file_writer(to: str, schema, rows_per_file: int):
     """The function each Spark task runs: write its batches as Parquet files under ``to``."""
+    settings = environment()
 
     def write(batches):
         import pyarrow as pa
         import pyarrow.parquet as pq
+
+        from keras_dl.storage import use_environment
+
+        use_environment(settings)  # the object store's endpoint and credentials
 
         fs, root = _filesystem(to)
         writer, path, rows = None, None, 0

@@ -63,14 +63,19 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from keras_dl.data.tables import open_table
+    from keras_dl.storage import environment
 
     snapshot = open_table(table, version)
     if not snapshot.files:
         raise DataError(f"Table {snapshot.uri!r} (version {snapshot.version}) has no data files.")
     names = list(snapshot.schema.names)
+    settings = environment()
 
     def read_files(batches):  # runs in the executors: one task reads its share of the files
         from keras_dl.data.rows import load_row_group, open_file
+        from keras_dl.storage import use_environment
+
+        use_environment(settings)  # the object store's endpoint and credentials
 
         for batch in batches:
             for index in batch.column(0).to_pylist():

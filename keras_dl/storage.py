@@ -209,6 +209,33 @@ def check_safe_delta_writes(uri: str) -> None:
     )
 
 
+_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_PROFILE",
+)
+
+
+def environment() -> dict[str, str]:
+    """The object-store settings of this process's environment, to hand to Spark tasks.
+
+    Executors may not share the driver's environment (a cluster, or Python workers started
+    before the variables were set); tasks call :func:`use_environment` with this.
+    """
+    return {k: os.environ[k] for k in _ENV if os.environ.get(k)}
+
+
+def use_environment(settings: dict[str, str]) -> None:
+    """Apply the driver's object-store settings where this process has none of its own."""
+    for key, value in settings.items():
+        os.environ.setdefault(key, value)
+
+
 def local_path(uri: str) -> str | None:
     """The local path of ``uri``, or None for a remote URI."""
     if uri.startswith("file://"):
