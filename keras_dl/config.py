@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -304,12 +305,15 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
 
 def validate(exp: Experiment) -> Experiment:
     """Check the settings that a type alone cannot, and fill in recipe-derived defaults."""
-    if exp.train.epochs < 1:
-        raise ConfigError(f"train.epochs must be >= 1, got {exp.train.epochs}.")
-    if exp.train.batch_size < 1:
-        raise ConfigError(f"train.batch_size must be >= 1, got {exp.train.batch_size}.")
-    if exp.train.learning_rate <= 0:
-        raise ConfigError(f"train.learning_rate must be > 0, got {exp.train.learning_rate}.")
+    _check_finite(exp)  # a NaN passes every "<" and ">" test below
+    if not exp.train.learning_rate > 0:
+        raise ConfigError(
+            f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."
+        )
+    for key in _AT_LEAST_ONE:
+        _check_min(exp, key, 1)
+    for key in _AT_LEAST_ZERO:
+        _check_min(exp, key, 0)
     if exp.train.lr_schedule not in ("constant", "cosine"):
         raise ConfigError(
             f"train.lr_schedule={exp.train.lr_schedule!r} is not one of constant, cosine."
@@ -322,15 +326,11 @@ def validate(exp: Experiment) -> Experiment:
         raise ConfigError(
             f"runtime.lr_scaling={exp.runtime.lr_scaling!r} is not one of none, linear."
         )
-    if exp.runtime.warmup_epochs < 0 or exp.runtime.start_timeout < 1:
-        raise ConfigError("runtime.warmup_epochs must be >= 0 and runtime.start_timeout >= 1.")
     if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
             f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
         )
-    if exp.data.workers < 1:
-        raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
     if exp.data.on_bad_image not in ("fail", "skip"):
         raise ConfigError(f"data.on_bad_image={exp.data.on_bad_image!r} is not one of fail, skip.")
     if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
@@ -340,10 +340,6 @@ def validate(exp: Experiment) -> Experiment:
         )
     if exp.callbacks.mode not in ("auto", "min", "max"):
         raise ConfigError(f"callbacks.mode={exp.callbacks.mode!r} is not one of auto, min, max.")
-    if exp.callbacks.keep_checkpoints < 1:
-        raise ConfigError(
-            f"callbacks.keep_checkpoints must be >= 1, got {exp.callbacks.keep_checkpoints}."
-        )
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
     if not exp.data.table:
@@ -450,6 +446,43 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
             return str(value)
         raise _type_error(key, value, "a string", origin)
     return value
+
+
+# Settings that only make sense from 1 (counts, sizes) or from 0 (offsets, intervals).
+_AT_LEAST_ONE = (
+    "train.epochs",
+    "train.batch_size",
+    "data.workers",
+    "data.shuffle_buffer",
+    "runtime.start_timeout",
+    "callbacks.keep_checkpoints",
+)
+_AT_LEAST_ZERO = (
+    "runtime.warmup_epochs",
+    "callbacks.min_delta",
+    "callbacks.checkpoint_every_n_steps",
+    "callbacks.log_every_n_steps",
+    "callbacks.patience",
+)
+
+
+def _check_finite(exp: Experiment) -> None:
+    """Every float setting, the recipe's model section included, must be a finite number."""
+    for name, section in exp.sections().items():
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(
+                    f"{name}.{f.name} must be a finite number, got {value}. Set a number, "
+                    f"for example --set {name}.{f.name}=0.1."
+                )
+
+
+def _check_min(exp: Experiment, key: str, low: int) -> None:
+    section, name = key.split(".")
+    value = getattr(getattr(exp, section), name)
+    if value is not None and value < low:
+        raise ConfigError(f"{key} must be >= {low}, got {value}. Fix it with --set {key}=...")
 
 
 def _type_error(key: str, value: Any, expected: str, origin: str) -> ConfigError:

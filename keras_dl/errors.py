@@ -11,6 +11,17 @@ from __future__ import annotations
 class KerasDLError(Exception):
     """A problem with the user's input or environment, explained in the message."""
 
+    exit_code = 2  # the CLI's exit status for this error
+
+
+class DivergenceError(KerasDLError):
+    """Training diverged: a loss, metric or weight became NaN or infinite.
+
+    Not retried by automatic recovery: the same settings would diverge again.
+    """
+
+    exit_code = 3
+
 
 class ConfigError(KerasDLError, ValueError):
     """An unknown config key, a badly typed value, or an inconsistent setting."""

@@ -56,12 +56,34 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     return run.info.run_id
 
 
-def end_run(status: str = "FINISHED") -> None:
-    """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one."""
+def end_run(status: str = "FINISHED", reason: BaseException | str | None = None) -> None:
+    """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one.
+
+    Args:
+        status: The run's final status. Defaults to "FINISHED".
+        reason: Why it did not finish, set as the ``keras_dl.failure`` tag (an exception is
+            written as ``Type: message``). Defaults to None (no tag).
+    """
     import mlflow
 
-    if mlflow.active_run() is not None:
-        mlflow.end_run(status=status)
+    if mlflow.active_run() is None:
+        return
+    if reason is not None:
+        try:
+            mlflow.set_tag(FAILURE_TAG, failure_text(reason))
+        except Exception as exc:  # the status below matters more than the tag
+            log.warning("Could not tag the run with its failure (%s).", exc)
+    mlflow.end_run(status=status)
+
+
+FAILURE_TAG = "keras_dl.failure"
+
+
+def failure_text(reason: BaseException | str) -> str:
+    """``Type: message`` of an exception (or the text as is), within MLflow's tag limit."""
+    if isinstance(reason, BaseException):
+        reason = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
+    return reason[:5000]
 
 
 def log_keras_model(

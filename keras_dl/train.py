@@ -18,6 +18,7 @@ from keras_dl.config import Experiment, save
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
+from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, load_recipe
 
@@ -102,9 +103,9 @@ def fit(
                 if split is not None:
                     split.raise_error()  # the reader's own error, not TF's wrapper of it
             raise
-    except BaseException:
+    except BaseException as exc:
         if world.is_chief:
-            tracking.end_run("FAILED")
+            tracking.end_run("FAILED", reason=exc)
         raise
     if world.is_chief:
         tracking.end_run("FINISHED")
@@ -167,12 +168,15 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         verbose=exp.train.verbose if world.is_chief else 0,
         shuffle=False,  # the tf.data pipeline shuffles (row groups + buffer)
     )
+    # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
+    check_finite(model, history.history, learning_rate=exp.train.learning_rate)
     metrics: dict[str, float] = {}
     if data.test is not None:
         scores = model.evaluate(
             data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0
         )
         metrics = {f"test_{k}": float(v) for k, v in scores.items()}
+        check_finite(metrics=metrics, learning_rate=exp.train.learning_rate)
     skipped = data.bad_images_skipped()  # data.on_bad_image=skip: rows dropped, every read
     if skipped:
         log.warning("Skipped %d undecodable image(s) (counted over every epoch read).", skipped)
