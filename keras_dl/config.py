@@ -15,6 +15,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import difflib
 import math
 import os
 import types
@@ -227,7 +229,9 @@ def resolve(
     Args:
         defaults: The recipe's default experiment.
         config_file: YAML file of ``{section: {key: value}}``. Defaults to None.
-        sets: ``section.key=value`` strings; values are parsed as YAML scalars. Defaults to ().
+        sets: ``section.key=value`` strings; each value is parsed by its field's type (a str
+            stays as written, a bool takes true/false, a tuple a comma list, an Optional
+            null). Defaults to ().
 
     Returns:
         The resolved, validated experiment.
@@ -249,7 +253,8 @@ def read_yaml(path: str | os.PathLike) -> dict:
     if not p.is_file():
         raise ConfigError(f"Config file {str(p)!r} does not exist. Pass an existing YAML file.")
     try:
-        loaded = yaml.safe_load(p.read_text()) or {}
+        # BaseLoader keeps every scalar as its text, for _coerce to parse by the field's type.
+        loaded = yaml.load(p.read_text(), Loader=yaml.BaseLoader) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"Config file {str(p)!r} is not valid YAML: {exc}") from None
     if not isinstance(loaded, dict):
@@ -259,7 +264,7 @@ def read_yaml(path: str | os.PathLike) -> dict:
 
 
 def parse_set(item: str) -> dict:
-    """Turn ``"train.epochs=3"`` into ``{"train": {"epochs": 3}}``."""
+    """Turn ``"train.epochs=3"`` into ``{"train": {"epochs": "3"}}`` (parsed later by type)."""
     key, sep, raw = item.partition("=")
     section, dot, name = key.strip().partition(".")
     if not sep or not dot or not section or not name:
@@ -267,11 +272,9 @@ def parse_set(item: str) -> dict:
             f"--set {item!r} is not of the form section.key=value (for example "
             f"--set train.epochs=5). Valid keys: {', '.join(valid_keys(Experiment(model=None)))}."
         )
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return {section: {name: value}}
+    # The text as written: _coerce parses it by the field's type (YAML's guess would turn
+    # 2026-11-24T06:32:54+00:00 into a datetime and 0042 into 42).
+    return {section: {name: raw.strip()}}
 
 
 def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> Experiment:
@@ -281,7 +284,8 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
     for section, values in mapping.items():
         if section not in sections:
             raise ConfigError(
-                f"Unknown config section {section!r} in {origin}. Valid sections: "
+                f"Unknown config section {section!r} in {origin}.{_did_you_mean(section, sections)}"
+                " Valid sections: "
                 f"{', '.join(sections)}. Valid keys: {', '.join(valid_keys(exp))}."
             )
         if not isinstance(values, Mapping):
@@ -294,7 +298,8 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
                 raise ConfigError(
                     # The section's keys only: every key of every section no longer reads
                     # as one short paragraph.
-                    f"Unknown config key '{section}.{key}' in {origin}. Valid keys in "
+                    f"Unknown config key '{section}.{key}' in {origin}."
+                    f"{_did_you_mean(f'{section}.{key}', valid_keys(exp), key)} Valid keys in "
                     f"{section!r}: {', '.join(f'{section}.{h}' for h in hints)}. Other sections: "
                     f"{', '.join(s for s in sections if s != section)}."
                 )
@@ -403,25 +408,33 @@ def save(exp: Experiment, path: str | os.PathLike) -> Path:
 
 
 def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
-    """Check ``value`` against a field's type hint, converting the few safe cases."""
+    """``value`` as the field's type. Text (every ``--set`` value, every YAML scalar) is parsed
+    by the type: a str stays as written, a bool takes true/false, a tuple a comma list and an
+    Optional null. Values that are already typed (from Python) are checked and kept."""
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin_type in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NULLS):
             if type(None) in args:
                 return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], key, origin)
     if origin_type is tuple:
         if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-            if args[0] is not str:  # "32,32" for a tuple of ints: parse each item as YAML
-                value = [yaml.safe_load(v) for v in value]
+            text = value.strip()
+            if text[:1] + text[-1:] in ("[]", "()"):  # --set data.features=[a, b]
+                text = text[1:-1]
+            value = [v.strip() for v in text.split(",") if v.strip()]
         if value is None:
             value = []
         if not isinstance(value, (list, tuple)):
-            raise _type_error(key, value, "a list", origin)
+            raise _type_error(key, value, "a comma-separated list", origin)
         return tuple(_coerce(v, args[0], key, origin) for v in value)
+    if isinstance(value, str) and hint in _PARSERS:
+        parsed = _PARSERS[hint](value.strip())
+        if parsed is None:
+            raise _type_error(key, value, _EXPECTED[hint], origin)
+        return parsed
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -435,17 +448,50 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
         raise _type_error(key, value, "a number", origin)
     if hint is str:
+        if isinstance(value, (datetime.date, datetime.time)):
+            return value.isoformat()  # from a mapping someone loaded with YAML's own types
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
         raise _type_error(key, value, "a string", origin)
     return value
+
+
+_NULLS = ("null", "none", "~", "")
+
+
+def _did_you_mean(wrong: str, choices: Iterable[str], name: str | None = None) -> str:
+    """`` Did you mean X?`` for the closest valid name, or "" when none is close. ``name`` (the
+    key alone) also matches a key of the same name in another section."""
+    choices = list(choices)
+    close = difflib.get_close_matches(wrong, choices, n=1, cutoff=0.75)
+    if not close and name is not None:
+        close = [c for c in choices if c.split(".", 1)[-1] == name][:1]
+    return f" Did you mean {close[0]}?" if close else ""
+
+
+def _parse_bool(text: str) -> bool | None:
+    return {"true": True, "false": False}.get(text.lower())
+
+
+def _parse_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        number = _parse_float(text)  # "1e3" is an integer too; "1.5" is not
+        return int(number) if number is not None and number.is_integer() else None
+
+
+def _parse_float(text: str) -> float | None:
+    try:
+        return float(text)  # NaN and inf parse here and are refused by validate()
+    except ValueError:
+        return None
+
+
+_PARSERS = {str: lambda text: text, bool: _parse_bool, int: _parse_int, float: _parse_float}
+_EXPECTED = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
 
 
 # Settings that only make sense from 1 (counts, sizes) or from 0 (offsets, intervals).
