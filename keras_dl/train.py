@@ -21,6 +21,7 @@ from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, load_recipe
+from keras_dl.runlock import open_run_lock
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ def fit(
     recipe: Recipe | None = None,
     callbacks: Sequence = (),
     run_id: str | None = None,
+    lock_run_dir: bool = True,
 ) -> TrainResult:
     """Train ``exp``'s recipe on its table and track everything in MLflow.
 
@@ -54,11 +56,17 @@ def fit(
         callbacks: Extra Keras callbacks. Defaults to ().
         run_id: An MLflow run to attach to (the launcher creates it, so that it can end it
             FAILED if rank 0 dies). Defaults to None (a new run).
+        lock_run_dir: Take ``runtime.run_dir``'s lock on the chief for the whole run (see
+            :mod:`keras_dl.runlock`); False when a launcher holds it for its ranks.
+            Defaults to True.
 
     Returns:
         The run id, test metrics, model URI and registered version.
+
+    Raises:
+        RunLockedError: Another training holds ``runtime.run_dir``.
+        DivergenceError: A loss, metric or weight became NaN or infinite.
     """
-    import keras
 
     if exp.runtime.strategy == "horovod":
         from keras_dl.distribute.horovod import init
@@ -73,6 +81,20 @@ def fit(
             f"train.batch_size={exp.train.batch_size} is the global batch and must divide evenly "
             f"over {world.size} processes. Use a multiple of {world.size}."
         )
+    lock = open_run_lock(exp.runtime.run_dir) if world.is_chief and lock_run_dir else None
+    if lock is not None:
+        lock.acquire()  # before anything is written: a second run in this run_dir stops here
+    try:
+        return _run(exp, recipe, world, run_id, callbacks, lock)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
+    """Read the data, start (or continue) the MLflow run, train, and end the run."""
+    import keras
+
     keras.utils.set_random_seed(exp.train.seed)
     if exp.train.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
@@ -95,6 +117,8 @@ def fit(
         attach = attach or resume_run_id(exp)
         run_id = tracking.start_run(exp, tags=data.snapshot.lineage, run_id=attach)
         record_run_id(exp, run_id)
+        if lock is not None:
+            lock.update(run_id)  # a second run's error names it
     try:
         try:
             result = _fit(exp, recipe, data, strategy, world, run_id, list(callbacks))

@@ -33,6 +33,7 @@ from typing import Any
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import DistributedError
+from keras_dl.runlock import open_run_lock
 
 
 class HorovodRunner:
@@ -146,18 +147,24 @@ def launch(exp, main: Callable | None = None) -> Any:
 
     import_horovod()  # fail before creating a run that could never start
     runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
-    spark = _start_spark() if exp.runtime.np > 0 else None
+    spark = None
+    # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
+    lock = open_run_lock(exp.runtime.run_dir)
+    lock.acquire()
     try:
+        spark = _start_spark() if exp.runtime.np > 0 else None
         from keras_dl.callbacks.defaults import resume_run_id
 
         # An interrupted job with a checkpoint in runtime.run_dir continues its own run.
         run_id = resume_run_id(exp) or _create_run(exp)
+        lock.update(run_id)
         try:
             return runner.run(main or train_rank, exp=exp, run_id=run_id)
         except BaseException:
             _end_run(exp.tracking.uri, run_id, "FAILED")
             raise
     finally:
+        lock.release()
         if spark is not None:
             spark.stop()
 
@@ -189,7 +196,7 @@ def train_rank(exp, run_id: str | None = None):
 
     # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
-    result = fit(exp, run_id=run_id)
+    result = fit(exp, run_id=run_id, lock_run_dir=False)  # the driver holds the lock
     result.model = None
     return result
 
