@@ -140,8 +140,10 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     import keras
     import mlflow
 
+    from keras_dl.callbacks.checkpoint import Checkpoint
     from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
     from keras_dl.distribute.lr import scale_learning_rate
+    from keras_dl.finish import finish
 
     with strategy.scope():
         model = recipe.build_model(data, exp)
@@ -194,34 +196,16 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     )
     # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
     check_finite(model, history.history, learning_rate=exp.train.learning_rate)
-    metrics: dict[str, float] = {}
-    if data.test is not None:
-        scores = model.evaluate(
-            data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0
-        )
-        metrics = {f"test_{k}": float(v) for k, v in scores.items()}
-        check_finite(metrics=metrics, learning_rate=exp.train.learning_rate)
-    skipped = data.bad_images_skipped()  # data.on_bad_image=skip: rows dropped, every read
-    if skipped:
-        log.warning("Skipped %d undecodable image(s) (counted over every epoch read).", skipped)
-        metrics["data.bad_images_skipped"] = float(skipped)
-    result = TrainResult(run_id=run_id, metrics=metrics, history=dict(history.history), model=model)
-    if not world.is_chief:
-        return result
-    if metrics:
-        mlflow.log_metrics(metrics)
-    if exp.tracking.log_model:
-        sample = _sample_input(data)
-        lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
-        scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
-        result.model_uri, result.registered_version = tracking.log_keras_model(
-            model,
-            sample,
-            exp.tracking.registered_model,
-            tags={**lineage, **scores},
-            description=tracking.describe_version(exp, lineage, metrics),
-        )
-    return result
+    checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
+    metrics, model_uri, version = finish(exp, model, data, world, run_id, checkpoint)
+    return TrainResult(
+        run_id=run_id,
+        metrics=metrics,
+        model_uri=model_uri,
+        registered_version=version,
+        history=dict(history.history),
+        model=model,
+    )
 
 
 def _horovod_optimizer(optimizer, exp: Experiment):

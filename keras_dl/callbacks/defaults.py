@@ -58,6 +58,7 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
             keep=c.keep_checkpoints,
             resume=exp.runtime.resume,
             metadata={"run_id": run_id, "config": config_fingerprint(exp)},
+            mark_complete=False,  # keras_dl.finish marks it after evaluation and logging
         ),
         EarlyStopping(
             monitor=monitor,
