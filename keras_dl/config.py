@@ -129,6 +129,9 @@ class RuntimeConfig:
         fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
         start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
             failing. Defaults to 120.
+        stall_timeout: Horovod: a rank that waits longer than this many seconds for the others
+            in a collective (an allreduce, a broadcast) ends the job, naming the ranks that did
+            not join and the collective. Defaults to 120.
     """
 
     strategy: str = "auto"
@@ -139,6 +142,7 @@ class RuntimeConfig:
     warmup_epochs: float = 0.0
     fp16_allreduce: bool = False
     start_timeout: int = 120
+    stall_timeout: int = 120
 
 
 @dataclass(frozen=True)
@@ -501,6 +505,7 @@ _AT_LEAST_ONE = (
     "data.workers",
     "data.shuffle_buffer",
     "runtime.start_timeout",
+    "runtime.stall_timeout",
     "callbacks.keep_checkpoints",
 )
 _AT_LEAST_ZERO = (

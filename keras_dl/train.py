@@ -176,10 +176,17 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         )
     if exp.runtime.strategy == "horovod":
         from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+        from keras_dl.distribute.stall import StallWatchdog
 
-        # Averaged metrics first, so MLflow, early stopping and checkpoints agree on every rank;
-        # the broadcast last, so it sends what a resuming callback restored on rank 0.
-        callbacks = [MetricAverage(), *callbacks, BroadcastState()]
+        # The watchdog first, so it times every collective below; averaged metrics next, so
+        # MLflow, early stopping and checkpoints agree on every rank; the broadcast last, so it
+        # sends what a resuming callback restored on rank 0.
+        callbacks = [
+            StallWatchdog(exp.runtime.stall_timeout),
+            MetricAverage(),
+            *callbacks,
+            BroadcastState(),
+        ]
     val = data.validation
     history = model.fit(
         data.train.dataset,

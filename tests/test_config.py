@@ -37,6 +37,7 @@ def test_defaults_match_the_documented_values():
     assert exp.tracking.uri.startswith("sqlite:///") and exp.tracking.uri.endswith("mlflow.db")
     assert exp.tracking.registered_model == "toy"
     assert exp.runtime.run_dir == "runs/toy"
+    assert exp.runtime.stall_timeout == 120
 
 
 def test_overrides_apply_defaults_then_yaml_then_sets_in_order(tmp_path):

@@ -44,9 +44,20 @@ class HorovodRunner:
             tasks on the active SparkSession's cluster (one process per task).
         start_timeout: Seconds to wait for every process or Spark task to start. Defaults to 120.
         env: Extra environment variables for the ranks. Defaults to None.
+        stall_timeout: Seconds a rank may wait in a collective (a training step's gradient
+            allreduce, the start-of-training broadcast, an epoch's metric average) before the
+            job ends, naming that rank and the collective; used by
+            :class:`~keras_dl.distribute.stall.StallWatchdog` in ``main``'s ``fit``.
+            Defaults to 120.
     """
 
-    def __init__(self, np: int, start_timeout: int = 120, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        np: int,
+        start_timeout: int = 120,
+        env: dict[str, str] | None = None,
+        stall_timeout: int = 120,
+    ):
         if np == 0:
             raise DistributedError(
                 "HorovodRunner(np=0) runs nothing: use np=-N for N processes on this host or "
@@ -54,6 +65,7 @@ class HorovodRunner:
             )
         self.np = np
         self.start_timeout = start_timeout
+        self.stall_timeout = stall_timeout
         self.env = dict(env or {})
 
     def run(self, main: Callable, **kwargs) -> Any:
@@ -71,6 +83,8 @@ class HorovodRunner:
 
         import_horovod()  # a clear error here rather than in every rank
         env = _rank_env(self.env)
+        # The ranks' StallWatchdog reads it (keras_dl.distribute.stall).
+        env.setdefault("KERAS_DL_STALL_TIMEOUT", str(self.stall_timeout))
         with tempfile.TemporaryDirectory(prefix="keras_dl_hvd_") as logs:
             try:
                 if self.np < 0:
@@ -146,7 +160,11 @@ def launch(exp, main: Callable | None = None) -> Any:
     from keras_dl.distribute.horovod import import_horovod
 
     import_horovod()  # fail before creating a run that could never start
-    runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
+    runner = HorovodRunner(
+        exp.runtime.np,
+        start_timeout=exp.runtime.start_timeout,
+        stall_timeout=exp.runtime.stall_timeout,
+    )
     spark = None
     # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
     lock = open_run_lock(exp.runtime.run_dir)

@@ -123,3 +123,38 @@ def own_model_fit(seed_by_rank=True, fp16=False, warmup_steps=0):
         "iterations": int(opt.iterations),
     }
     return hvd.allgather_object(mine)
+
+
+class SleepAfterStep(keras.callbacks.Callback):
+    """On ``rank``, sleep ``seconds`` after step ``batch`` (between the collectives of two steps)."""
+
+    def __init__(self, rank: int, batch: int, seconds: float):
+        super().__init__()
+        self.rank, self.batch, self.seconds = rank, batch, seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        import horovod.tensorflow as hvd
+
+        if hvd.rank() == self.rank and batch == self.batch:
+            time.sleep(self.seconds)
+
+
+def fit_with_a_stalled_rank(timeout: float):
+    """A tiny model.fit on every rank; rank 1 stalls after step 2 for 600 s."""
+    import numpy as np
+
+    from keras_dl.distribute import horovod as khvd
+    from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+    from keras_dl.distribute.stall import StallWatchdog
+
+    khvd.init()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(khvd.distributed_optimizer(keras.optimizers.SGD(0.01)), "mse", jit_compile=False)
+    x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
+    callbacks = [
+        StallWatchdog(timeout),
+        MetricAverage(),
+        SleepAfterStep(1, 2, 600),
+        BroadcastState(),
+    ]
+    model.fit(x, y, batch_size=8, epochs=1, callbacks=callbacks, verbose=0)
