@@ -30,6 +30,8 @@ from pathlib import Path
 from keras_dl.errors import KerasDLError
 
 LOCK_FILE = ".lock"
+# Set by a launcher that holds the lock for its ranks (the Horovod driver): the run directory.
+HELD_BY_LAUNCHER = "KERAS_DL_RUN_DIR_LOCKED"
 
 
 class RunLockedError(KerasDLError):
@@ -156,6 +158,12 @@ class FileLock(RunLock):
         os.pwrite(self._fd, data, 0)
         os.fsync(self._fd)
         self.owner = owner
+
+
+def held_by_launcher(run_dir: str | os.PathLike) -> bool:
+    """True in a rank whose launcher holds ``run_dir``'s lock for the whole job."""
+    held = os.environ.get(HELD_BY_LAUNCHER)
+    return bool(held) and os.path.abspath(held) == os.path.abspath(str(run_dir))
 
 
 def open_run_lock(run_dir: str | os.PathLike) -> RunLock:

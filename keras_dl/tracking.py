@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl.config import Experiment, to_dict, to_flat_dict
+from keras_dl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -22,11 +23,22 @@ def setup_mlflow(uri: str, experiment: str) -> str:
     """Point MLflow at ``uri`` and make sure ``experiment`` exists; return its id.
 
     For a SQLite URI, new experiments keep artifacts in ``mlartifacts/`` beside the database.
+
+    Raises:
+        ConfigError: When the store cannot be reached or the experiment is deleted.
     """
     import mlflow
 
+    check_reachable(uri)
     mlflow.set_tracking_uri(uri)
     existing = mlflow.get_experiment_by_name(experiment)
+    if existing is not None and existing.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"MLflow experiment {experiment!r} (id {existing.experiment_id}) in {uri} is deleted, "
+            "so no run can start in it. Restore it (MLFLOW_TRACKING_URI="
+            f"{uri} mlflow experiments restore --experiment-id {existing.experiment_id}), or "
+            "train into another experiment with --set tracking.experiment=NAME."
+        )
     if existing is not None:
         return existing.experiment_id
     artifact_location = None
@@ -37,6 +49,34 @@ def setup_mlflow(uri: str, experiment: str) -> str:
         return mlflow.create_experiment(experiment, artifact_location=artifact_location)
     except Exception:  # created concurrently by another process
         return mlflow.get_experiment_by_name(experiment).experiment_id
+
+
+def check_reachable(uri: str) -> None:
+    """Fail fast, with the fix, when the tracking store at ``uri`` cannot be used.
+
+    MLflow itself retries an unreachable server for minutes before it gives up; a tracking
+    server gets one ``/health`` request here, a SQLite store a check that its folder exists.
+
+    Raises:
+        ConfigError: Naming ``tracking.uri`` and the reason.
+    """
+    from keras_dl.callbacks.mlflow_rest import is_reachable
+
+    fix = (
+        "Start the server or fix tracking.uri, or track locally with "
+        "--set tracking.uri=sqlite:///mlflow.db."
+    )
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri[len("sqlite:///") :]).parent
+        if not folder.is_dir():
+            raise ConfigError(
+                f"tracking.uri={uri} points into {folder}, which does not exist. Create it or "
+                "point tracking.uri at an existing folder."
+            )
+        return
+    ok, reason = is_reachable(uri, timeout=5.0)
+    if not ok:
+        raise ConfigError(f"tracking.uri={uri} cannot be reached ({reason}). {fix}")
 
 
 def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = None) -> str:

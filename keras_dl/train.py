@@ -21,7 +21,7 @@ from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, load_recipe
-from keras_dl.runlock import open_run_lock
+from keras_dl.runlock import held_by_launcher, open_run_lock
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def fit(
     recipe: Recipe | None = None,
     callbacks: Sequence = (),
     run_id: str | None = None,
-    lock_run_dir: bool = True,
+    lock_run_dir: bool | None = None,
 ) -> TrainResult:
     """Train ``exp``'s recipe on its table and track everything in MLflow.
 
@@ -57,8 +57,8 @@ def fit(
         run_id: An MLflow run to attach to (the launcher creates it, so that it can end it
             FAILED if rank 0 dies). Defaults to None (a new run).
         lock_run_dir: Take ``runtime.run_dir``'s lock on the chief for the whole run (see
-            :mod:`keras_dl.runlock`); False when a launcher holds it for its ranks.
-            Defaults to True.
+            :mod:`keras_dl.runlock`). Defaults to None: yes, unless this is a rank whose
+            launcher holds it (:func:`~keras_dl.distribute.runner.launch` does).
 
     Returns:
         The run id, test metrics, model URI and registered version.
@@ -81,6 +81,8 @@ def fit(
             f"train.batch_size={exp.train.batch_size} is the global batch and must divide evenly "
             f"over {world.size} processes. Use a multiple of {world.size}."
         )
+    if lock_run_dir is None:
+        lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
     lock = open_run_lock(exp.runtime.run_dir) if world.is_chief and lock_run_dir else None
     if lock is not None:
         lock.acquire()  # before anything is written: a second run in this run_dir stops here
@@ -113,6 +115,7 @@ def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
         save(exp, Path(exp.runtime.run_dir) / "config.yaml")
         from keras_dl.callbacks.defaults import record_run_id, resume_run_id
 
+        tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
         # Re-running with the same runtime.run_dir continues the interrupted run (issue 5).
         attach = attach or resume_run_id(exp)
         run_id = tracking.start_run(exp, tags=data.snapshot.lineage, run_id=attach)

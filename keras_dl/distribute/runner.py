@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl.distribute.failures import explain_failure, report_failure
+from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import DistributedError
-from keras_dl.runlock import open_run_lock
+from keras_dl.runlock import HELD_BY_LAUNCHER, open_run_lock
 
 
 class HorovodRunner:
@@ -75,9 +76,13 @@ class HorovodRunner:
         needs inside its body, and do not close over locks, sessions or open files.
 
         Raises:
-            DistributedError: When ``main`` does not pickle, Horovod is missing, there are not
-                enough free Spark task slots, or a rank fails (naming it and the cause).
+            DistributedError: When it is called from a script outside
+                ``if __name__ == "__main__":`` (np < 0), ``main`` does not pickle, Horovod is
+                missing, there are not enough free Spark task slots, or a rank fails (naming
+                it and the cause).
         """
+        if self.np < 0:
+            check_main_guard()  # the local launcher re-imports the main script
         payload = _check_pickles(main, kwargs)
         from keras_dl.distribute.horovod import import_horovod
 
@@ -164,6 +169,8 @@ def launch(exp, main: Callable | None = None) -> Any:
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,
         stall_timeout=exp.runtime.stall_timeout,
+        # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
+        env={HELD_BY_LAUNCHER: os.path.abspath(exp.runtime.run_dir)},
     )
     spark = None
     # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
@@ -172,7 +179,9 @@ def launch(exp, main: Callable | None = None) -> Any:
     try:
         spark = _start_spark() if exp.runtime.np > 0 else None
         from keras_dl.callbacks.defaults import resume_run_id
+        from keras_dl.tracking import check_reachable
 
+        check_reachable(exp.tracking.uri)  # before asking the store for a run to resume
         # An interrupted job with a checkpoint in runtime.run_dir continues its own run.
         run_id = resume_run_id(exp) or _create_run(exp)
         lock.update(run_id)
@@ -214,7 +223,7 @@ def train_rank(exp, run_id: str | None = None):
 
     # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
-    result = fit(exp, run_id=run_id, lock_run_dir=False)  # the driver holds the lock
+    result = fit(exp, run_id=run_id)
     result.model = None
     return result
 
