@@ -8,6 +8,12 @@ buffer is flushed in order, with the original timestamps and steps. At the end o
 waits up to ``flush_timeout`` seconds for the buffer to empty, then reports plainly how many
 values could not be sent (``unsent``).
 
+Beside MLflow's autolog (``mlflow.tensorflow.autolog()`` or ``mlflow.keras.autolog()``), it logs
+into the run autolog uses and leaves the epoch metrics to autolog, which logs every value of the
+epoch's logs (those Throughput adds included) under the same names: each metric then has one
+value per epoch, not two. Its own params (``fit.*``, ``optimizer.*``, ``keras.param_count``),
+step metrics (``step_*``) and backfill are kept; their names differ from autolog's.
+
 Example:
     >>> logger = MLflowLogger(experiment="my-exp", params={"lr": 1e-3}, log_model=True)  # doctest: +SKIP
     >>> model.fit(x, y, epochs=3, callbacks=[logger])                                   # doctest: +SKIP
@@ -104,6 +110,7 @@ class MLflowLogger(keras.callbacks.Callback):
         self.dropped = 0
         if not self._active:
             return
+        self._autologged = autolog_logs_epochs()
         # Steps continue from the optimizer's counter, so a resumed run adds no duplicates.
         self._global_step = (
             int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
@@ -146,7 +153,7 @@ class MLflowLogger(keras.callbacks.Callback):
             self._submit("metrics", _numbers(logs, prefix="step_"), self._global_step)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._active and logs:
+        if self._active and logs and not self._autologged:
             self._submit("metrics", _numbers(logs), epoch + self.step_offset)
 
     def on_train_end(self, logs=None):
@@ -340,6 +347,15 @@ class MLflowLogger(keras.callbacks.Callback):
 
         if not self._call(log):
             log.warning("MLflowLogger: the model could not be logged to run %s.", self.run_id)
+
+
+def autolog_logs_epochs() -> bool:
+    """True when MLflow's TensorFlow or Keras autolog is on: it logs each epoch's logs itself."""
+    try:
+        from mlflow.utils.autologging_utils import autologging_is_disabled
+    except ImportError:  # an MLflow without it: log as usual
+        return False
+    return any(not autologging_is_disabled(flavor) for flavor in ("tensorflow", "keras"))
 
 
 def _zeros_like_inputs(model):
