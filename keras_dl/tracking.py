@@ -96,27 +96,34 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     return run.info.run_id
 
 
-def end_run(status: str = "FINISHED", reason: BaseException | str | None = None) -> None:
+def end_run(
+    status: str = "FINISHED",
+    reason: BaseException | str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> None:
     """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one.
 
     Args:
         status: The run's final status. Defaults to "FINISHED".
         reason: Why it did not finish, set as the ``keras_dl.failure`` tag (an exception is
             written as ``Type: message``). Defaults to None (no tag).
+        tags: More tags, e.g. ``{"preempted": "SIGTERM"}``. Defaults to None.
     """
     import mlflow
 
     if mlflow.active_run() is None:
         return
-    if reason is not None:
+    if reason is not None or tags:
         try:
-            mlflow.set_tag(FAILURE_TAG, failure_text(reason))
+            extra = {FAILURE_TAG: failure_text(reason)} if reason is not None else {}
+            mlflow.set_tags({**(tags or {}), **extra})
         except Exception as exc:  # the status below matters more than the tag
             log.warning("Could not tag the run with its failure (%s).", exc)
     mlflow.end_run(status=status)
 
 
 FAILURE_TAG = "keras_dl.failure"
+PREEMPTED_TAG = "preempted"  # the signal that stopped a run marked KILLED
 
 
 def failure_text(reason: BaseException | str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl import tracking
+from keras_dl.callbacks.preemption import Preempted
 from keras_dl.config import Experiment, save
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.distribute.strategy import make_strategy
@@ -130,6 +131,10 @@ def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
                 if split is not None:
                     split.raise_error()  # the reader's own error, not TF's wrapper of it
             raise
+    except Preempted as exc:
+        if world.is_chief:  # KILLED, not FAILED: nothing is wrong, rerunning resumes it
+            tracking.end_run("KILLED", reason=exc, tags={tracking.PREEMPTED_TAG: exc.signal_name})
+        raise
     except BaseException as exc:
         if world.is_chief:
             tracking.end_run("FAILED", reason=exc)
@@ -145,6 +150,7 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
 
     from keras_dl.callbacks.checkpoint import Checkpoint
     from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
+    from keras_dl.callbacks.mlflow_logger import MLflowLogger
     from keras_dl.distribute.lr import scale_learning_rate
     from keras_dl.finish import finish
 
@@ -190,20 +196,13 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
             *callbacks,
             BroadcastState(),
         ]
-    val = data.validation
-    history = model.fit(
-        data.train.dataset,
-        epochs=exp.train.epochs,
-        steps_per_epoch=data.train.steps,
-        # Repeated: Keras keeps one validation iterator across epochs when validation_steps is
-        # set, and under MirroredStrategy an exhausted one raises StopIteration in epoch 2.
-        # val.steps is exactly one pass, so every epoch still validates on every row once.
-        validation_data=val.dataset.repeat() if val else None,
-        validation_steps=val.steps if val else None,
-        callbacks=callbacks,
-        verbose=exp.train.verbose if world.is_chief else 0,
-        shuffle=False,  # the tf.data pipeline shuffles (row groups + buffer)
-    )
+    try:
+        history = _run_fit(model, data, exp, world, callbacks)
+    except BaseException:
+        for cb in callbacks:
+            if isinstance(cb, MLflowLogger):
+                cb.flush()  # the steps and epochs before the error still reach the run
+        raise
     # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
     check_finite(model, history.history, learning_rate=exp.train.learning_rate)
     checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
@@ -215,6 +214,24 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         registered_version=version,
         history=dict(history.history),
         model=model,
+    )
+
+
+def _run_fit(model, data: DataSplits, exp: Experiment, world, callbacks):
+    """``model.fit`` over the training split, validating on the validation split each epoch."""
+    val = data.validation
+    return model.fit(
+        data.train.dataset,
+        epochs=exp.train.epochs,
+        steps_per_epoch=data.train.steps,
+        # Repeated: Keras keeps one validation iterator across epochs when validation_steps is
+        # set, and under MirroredStrategy an exhausted one raises StopIteration in epoch 2.
+        # val.steps is exactly one pass, so every epoch still validates on every row once.
+        validation_data=val.dataset.repeat() if val else None,
+        validation_steps=val.steps if val else None,
+        callbacks=callbacks,
+        verbose=exp.train.verbose if world.is_chief else 0,
+        shuffle=False,  # the tf.data pipeline shuffles (row groups + buffer)
     )
 
 

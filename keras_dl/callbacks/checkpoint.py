@@ -129,6 +129,14 @@ class Checkpoint(keras.callbacks.Callback):
         """Training steps completed (as of the last ``fit``)."""
         return getattr(self, "_global_step", 0)
 
+    def save_now(self) -> None:
+        """Checkpoint the current position now, even mid-epoch (rank 0 writes).
+
+        Called between steps (after a step's ``on_train_batch_end``), for example by
+        :class:`~keras_dl.callbacks.preemption.Preemption` on SIGTERM.
+        """
+        self._save()
+
     def save_final(self) -> None:
         """Checkpoint the weights as training left them, marked ``training_done``.
 

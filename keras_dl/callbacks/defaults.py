@@ -20,6 +20,7 @@ from keras_dl.callbacks.checkpoint import Checkpoint, is_complete, list_checkpoi
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
+from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
 from keras_dl.callbacks.throughput import Throughput
 from keras_dl.config import to_flat_dict
@@ -34,7 +35,8 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
 
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
     then EarlyStopping, Throughput (it adds its figures to the logs the loggers read),
-    MLflowLogger, Plots, and the progress bar last. Every rank gets the same list: each
+    MLflowLogger, Plots, the progress bar, and Preemption last (SIGTERM/SIGINT: checkpoint at
+    the end of the step and stop). Every rank gets the same list: each
     callback gates its own side effects on rank 0.
 
     Args:
@@ -51,15 +53,16 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
     if data.validation is None and monitor.startswith("val_"):
         monitor = monitor[len("val_") :]  # no validation split: watch the training metric
     checks = data.validation or data.test
+    checkpoint = Checkpoint(
+        checkpoint_dir(exp),
+        every_n_steps=c.checkpoint_every_n_steps,
+        keep=c.keep_checkpoints,
+        resume=exp.runtime.resume,
+        metadata={"run_id": run_id, "config": config_fingerprint(exp)},
+        mark_complete=False,  # keras_dl.finish marks it after evaluation and logging
+    )
     callbacks = [
-        Checkpoint(
-            checkpoint_dir(exp),
-            every_n_steps=c.checkpoint_every_n_steps,
-            keep=c.keep_checkpoints,
-            resume=exp.runtime.resume,
-            metadata={"run_id": run_id, "config": config_fingerprint(exp)},
-            mark_complete=False,  # keras_dl.finish marks it after evaluation and logging
-        ),
+        checkpoint,
         EarlyStopping(
             monitor=monitor,
             mode=c.mode,
@@ -79,6 +82,8 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
         callbacks.append(Plots(run_id=run_id, confusion_data=confusion))
     if world.is_chief and exp.train.verbose:
         callbacks.append(ProgressBar(batch_size=exp.train.batch_size))
+    # Last among the batch-end hooks, so the step it stops after is logged like any other.
+    callbacks.append(Preemption(checkpoint))
     return callbacks
 
 

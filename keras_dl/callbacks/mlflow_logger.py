@@ -159,9 +159,26 @@ class MLflowLogger(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if not self._active:
             return
+        self.flush()
+        if self.run_id is None:
+            return  # the run could never be created: reported above
+        if self.log_model:
+            self._log_model()
+        if self._started_run and self.end_run:
+            self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
+
+    def flush(self) -> None:
+        """Send what is queued (waiting up to ``flush_timeout``) and stop the sending thread.
+
+        ``on_train_end`` calls it; call it yourself when ``fit`` raises, so the values of the
+        steps and epochs before the error still reach the run. Idempotent.
+        """
+        thread = getattr(self, "_thread", None)
+        if not getattr(self, "_active", False) or thread is None or not thread.is_alive():
+            return
         self._deadline = time.monotonic() + self.flush_timeout
         self._queue.put(None)
-        self._thread.join(self.flush_timeout + 5)
+        thread.join(self.flush_timeout + 5)
         with self._lock:
             self.unsent = sum(len(item[1]) for item in self._pending)
         if self.unsent:
@@ -171,12 +188,6 @@ class MLflowLogger(keras.callbacks.Callback):
                 "the run. Check that the tracking server is reachable.",
                 stacklevel=2,
             )
-        if self.run_id is None:
-            return  # the run could never be created: reported above
-        if self.log_model:
-            self._log_model()
-        if self._started_run and self.end_run:
-            self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
 
     def _submit_backfill(self) -> None:
         if not self.backfill or not self.backfill.get("logs"):
