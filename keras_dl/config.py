@@ -129,6 +129,9 @@ class RuntimeConfig:
         fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
         start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
             failing. Defaults to 120.
+        max_restarts: Horovod: relaunch the job from its newest checkpoint, in the same MLflow
+            run, when a rank dies or is preempted, up to this many times. Python errors are
+            never retried. Defaults to 0 (as TF Model Garden's ``recovery_max_trials``).
         stall_timeout: Horovod: a rank that waits longer than this many seconds for the others
             in a collective (an allreduce, a broadcast) ends the job, naming the ranks that did
             not join and the collective. Defaults to 120.
@@ -142,6 +145,7 @@ class RuntimeConfig:
     warmup_epochs: float = 0.0
     fp16_allreduce: bool = False
     start_timeout: int = 120
+    max_restarts: int = 0
     stall_timeout: int = 120
 
 
@@ -510,6 +514,7 @@ _AT_LEAST_ONE = (
 )
 _AT_LEAST_ZERO = (
     "runtime.warmup_epochs",
+    "runtime.max_restarts",
     "callbacks.min_delta",
     "callbacks.checkpoint_every_n_steps",
     "callbacks.log_every_n_steps",

@@ -33,3 +33,28 @@ class DataError(KerasDLError):
 
 class DistributedError(KerasDLError):
     """A distributed setup that cannot run (too few shards, missing Horovod, no free slots...)."""
+
+
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; distinct from errors (1, 2, 3) and signals
+
+
+class Preempted(KerasDLError):
+    """Training stopped on SIGTERM or SIGINT after checkpointing; rerun to resume.
+
+    Attributes:
+        signal_name: "SIGTERM" or "SIGINT" (the first one received on any rank).
+        global_step: Training steps completed and checkpointed.
+    """
+
+    exit_code = PREEMPTED_EXIT
+
+    def __init__(self, signal_name: str, global_step: int):
+        super().__init__(
+            f"Preempted by {signal_name}: stopped after step {global_step}, which is "
+            "checkpointed. Run the same command again to resume from it."
+        )
+        self.signal_name = signal_name
+        self.global_step = global_step
+
+    def __reduce__(self):  # picklable with its two arguments (Horovod returns it from ranks)
+        return (type(self), (self.signal_name, self.global_step))

@@ -32,8 +32,9 @@ from typing import Any
 
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.mainguard import check_main_guard
+from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import wait_for_free_slots
-from keras_dl.errors import DistributedError
+from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
 from keras_dl.runlock import HELD_BY_LAUNCHER, open_run_lock
 
 
@@ -96,7 +97,7 @@ class HorovodRunner:
                     results = self._run_local(payload, env, logs)
                 else:
                     results = self._run_spark(payload, env, logs)
-            except DistributedError:
+            except (DistributedError, Preempted):
                 raise
             except Exception as exc:
                 raise explain_failure(exc, logs, size=abs(self.np)) from exc
@@ -148,8 +149,12 @@ def launch(exp, main: Callable | None = None) -> Any:
 
     The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
     attaches to it and ends it; a relaunch after a failure continues the same run from the last
-    checkpoint in ``runtime.run_dir``. If the job fails for any reason (a rank raised, was
-    killed, did not start), the driver ends the run FAILED and raises. With ``np > 0`` and no
+    checkpoint in ``runtime.run_dir``. A rank that dies or is preempted relaunches the job from
+    the newest checkpoint, up to ``runtime.max_restarts`` times (see
+    :mod:`keras_dl.distribute.recovery`). Otherwise, if the job fails (a rank raised, did not
+    start, or the restarts are used up), the driver ends the run FAILED and raises; if the job
+    was preempted (SIGTERM/SIGINT, to the driver or its ranks), it ends it KILLED with a
+    ``preempted`` tag and raises :class:`~keras_dl.errors.Preempted`. With ``np > 0`` and no
     active SparkSession, one is started (and stopped after) on the master from ``MASTER`` or
     ``spark-defaults.conf``.
 
@@ -186,9 +191,16 @@ def launch(exp, main: Callable | None = None) -> Any:
         run_id = resume_run_id(exp) or _create_run(exp)
         lock.update(run_id)
         try:
-            return runner.run(main or train_rank, exp=exp, run_id=run_id)
-        except BaseException:
-            _end_run(exp.tracking.uri, run_id, "FAILED")
+            return run_with_recovery(
+                lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
+                exp.runtime.max_restarts,
+                lambda count, cause: _log_restart(exp, run_id, count, cause),
+            )
+        except Preempted as exc:  # KILLED, not FAILED: rerunning the command resumes it
+            _end_run(exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name})
+            raise
+        except BaseException as exc:
+            _end_run(exp.tracking.uri, run_id, "FAILED", {"keras_dl.failure": str(exc)[:5000]})
             raise
     finally:
         lock.release()
@@ -243,7 +255,7 @@ def _rank_main(payload: bytes):
         # Exit now: the other ranks may be blocked in a collective with this one, and Horovod's
         # background thread could keep this interpreter alive. The launcher sees the non-zero
         # exit and terminates the rest of the job.
-        os._exit(1)
+        os._exit(PREEMPTED_EXIT if isinstance(exc, Preempted) else 1)
 
 
 def _check_pickles(main: Callable, kwargs: dict) -> bytes:
@@ -307,10 +319,27 @@ def _create_run(exp) -> str:
     return run.info.run_id
 
 
-def _end_run(uri: str, run_id: str, status: str) -> None:
+def _end_run(uri: str, run_id: str, status: str, tags: dict | None = None) -> None:
     import mlflow
 
-    mlflow.MlflowClient(uri).set_terminated(run_id, status)
+    client = mlflow.MlflowClient(uri)
+    for key, value in (tags or {}).items():
+        client.set_tag(run_id, key, value)
+    client.set_terminated(run_id, status)
+
+
+def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
+    """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
+    import mlflow
+
+    print(
+        f"Restart {count}/{exp.runtime.max_restarts} of the Horovod job from the newest "
+        f"checkpoint in {exp.runtime.run_dir}, in MLflow run {run_id}. Cause: {cause}",
+        flush=True,
+    )
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    client.log_metric(run_id, "keras_dl.restarts", count, step=count)
+    client.set_tag(run_id, f"keras_dl.restart.{count}", cause[:5000])
 
 
 def _param(value: Any) -> str:

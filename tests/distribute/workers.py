@@ -26,11 +26,13 @@ class Recorder(keras.callbacks.Callback):
 
 
 class Fault(keras.callbacks.Callback):
-    """On ``rank`` at ``epoch``/``batch``: raise, or SIGKILL this process; note the time first."""
+    """On ``rank`` at ``epoch``/``batch``: raise, SIGKILL or SIGTERM this process; note the time
+    first. With ``once``, only when the stamp file does not exist yet (the first attempt)."""
 
-    def __init__(self, mode: str, rank: int, epoch: int, batch: int, stamp: str):
+    def __init__(self, mode: str, rank: int, epoch: int, batch: int, stamp: str, once=False):
         super().__init__()
         self.mode, self.rank, self.epoch, self.batch, self.stamp = mode, rank, epoch, batch, stamp
+        self.once = once
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -41,10 +43,15 @@ class Fault(keras.callbacks.Callback):
 
         if hvd.rank() != self.rank or (self._epoch, batch) != (self.epoch, self.batch):
             return
+        if self.once and os.path.exists(self.stamp):
+            return
         with open(self.stamp, "w") as f:
             f.write(str(time.time()))
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.mode == "sigterm":  # as a preempted node's rank gets it
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         raise RuntimeError(f"injected fault on rank {self.rank} at epoch {self.epoch}")
 
 
@@ -73,12 +80,14 @@ def train_and_report(exp, run_id=None):
     return {"result": result, "ranks": ranks}
 
 
-def train_with_fault(exp, run_id=None, mode="raise", rank=1, epoch=1, batch=2, stamp=""):
+def train_with_fault(
+    exp, run_id=None, mode="raise", rank=1, epoch=1, batch=2, stamp="", once=False
+):
     """Train, injecting a fault on one rank mid-epoch."""
     from keras_dl.train import fit
 
-    fit(exp, callbacks=[Fault(mode, rank, epoch, batch, stamp)], run_id=run_id)
-    return "finished"
+    result = fit(exp, callbacks=[Fault(mode, rank, epoch, batch, stamp, once)], run_id=run_id)
+    return result.history
 
 
 def own_model_fit(seed_by_rank=True, fp16=False, warmup_steps=0):
