@@ -162,7 +162,7 @@ class Checkpoint(keras.callbacks.Callback):
         )
         done = int(bool((self.restored or {}).get("training_done")))
         if world.size > 1 and self.resume:
-            self._global_step, done = _broadcast_position(self._global_step, done)
+            self._global_step, done = broadcast_position(self._global_step, done)
         if done:  # trained to the end before: fit runs no epoch, whatever the step says
             self.model._initial_epoch = self.params.get("epochs") or 0
         elif self._global_step and self._steps:
@@ -382,7 +382,7 @@ def _finite(value) -> bool:
         return True
 
 
-def _broadcast_position(step: int, done: int) -> tuple[int, int]:
+def broadcast_position(step: int, done: int) -> tuple[int, int]:
     """Rank 0's global step and training-done flag on every rank (collective), so all ranks
     resume at one position.
 

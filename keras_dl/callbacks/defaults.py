@@ -16,7 +16,13 @@ import logging
 import os
 from pathlib import Path
 
-from keras_dl.callbacks.checkpoint import Checkpoint, is_complete, list_checkpoints, read_header
+from keras_dl.callbacks.checkpoint import (
+    Checkpoint,
+    broadcast_position,
+    is_complete,
+    list_checkpoints,
+    read_header,
+)
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
@@ -24,6 +30,7 @@ from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
 from keras_dl.callbacks.throughput import Throughput
 from keras_dl.config import to_flat_dict
+from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +97,10 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
 def prepare_fit(callbacks: list, model, data) -> int:
     """Restore the last checkpoint into ``model`` and position the training data after it.
 
-    Call after ``compile`` and before ``fit``. Rank 0 reads the checkpoint; under Horovod the
-    ``BroadcastState`` callback copies the restored state to the other ranks when ``fit``
-    starts, and :class:`Checkpoint` broadcasts the position. Also wraps the training data so
+    Call after ``compile`` and before ``fit``, on every rank (under Horovod it is collective).
+    Rank 0 reads the checkpoint and its step is broadcast here, so every rank skips the batches
+    it consumed; the ``BroadcastState`` callback copies the restored state to the other ranks
+    when ``fit`` starts. Also wraps the training data so
     :class:`Throughput` can measure the time steps wait for input (single-replica only: a
     mirrored strategy distributes the dataset itself).
 
@@ -104,6 +112,10 @@ def prepare_fit(callbacks: list, model, data) -> int:
         if isinstance(cb, Checkpoint):
             cb.set_model(model)
             step, restored = cb.restore(), cb.restored
+            if current_world().size > 1 and cb.resume:
+                # Only rank 0 reads the checkpoint: every rank must skip the batches it
+                # consumed before the interruption, or the ranks' data would drift apart.
+                step, _ = broadcast_position(step, 0)
         if isinstance(cb, MLflowLogger) and restored:
             cb.backfill = restored.get("last_epoch")
         if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:

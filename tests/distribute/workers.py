@@ -167,3 +167,17 @@ def fit_with_a_stalled_rank(timeout: float):
         BroadcastState(),
     ]
     model.fit(x, y, batch_size=8, epochs=1, callbacks=callbacks, verbose=0)
+
+
+def train_for_weights(exp, run_id=None, sigterm_at=None, stamp=""):
+    """Train (SIGTERM to rank 1 once at ``sigterm_at`` = (epoch, batch)); return every rank's
+    final weights, in rank order, from rank 0."""
+    import horovod.tensorflow as hvd
+
+    from keras_dl.train import fit
+
+    callbacks = []
+    if sigterm_at is not None:
+        callbacks.append(Fault("sigterm", 1, *sigterm_at, stamp=stamp, once=True))
+    result = fit(exp, callbacks=callbacks, run_id=run_id)
+    return hvd.allgather_object(result.model.get_weights())
