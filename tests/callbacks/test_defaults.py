@@ -14,7 +14,6 @@ from keras_dl.callbacks import (
     Throughput,
 )
 from keras_dl.callbacks.checkpoint import COMPLETE, save_checkpoint
-from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.defaults import (
     checkpoint_dir,
     config_fingerprint,
@@ -22,6 +21,7 @@ from keras_dl.callbacks.defaults import (
     record_run_id,
     resume_run_id,
 )
+from keras_dl.callbacks.preemption import Preemption
 from keras_dl.config import resolve
 from keras_dl.data.splits import make_splits
 from keras_dl.distribute.world import World
