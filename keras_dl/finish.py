@@ -67,8 +67,6 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
         return metrics, None, None
     model_uri, version = done.get("model_uri"), done.get("registered_version")
     if exp.tracking.log_model and model_uri is None:
-        from keras_dl.train import _sample_input
-
         lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
         scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
         model_uri, version = tracking.log_keras_model(
@@ -99,3 +97,14 @@ def record_finishing(directory: str | os.PathLike, **values) -> None:
     tmp = path.with_name(f".{FINISHING}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({**read_finishing(directory), **values}))
     os.replace(tmp, path)
+
+
+def _sample_input(data, rows: int = 5):
+    """A few rows of model input, as numpy, for the model signature."""
+    split = data.test or data.validation or data.train
+    features = next(iter(split.dataset.take(1)))
+    if isinstance(features, tuple):
+        features = features[0]
+    if isinstance(features, dict):
+        return {k: v.numpy()[:rows] for k, v in features.items()}
+    return features.numpy()[:rows]

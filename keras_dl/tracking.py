@@ -60,8 +60,6 @@ def check_reachable(uri: str) -> None:
     Raises:
         ConfigError: Naming ``tracking.uri`` and the reason.
     """
-    from keras_dl.callbacks.mlflow_rest import is_reachable
-
     fix = (
         "Start the server or fix tracking.uri, or track locally with "
         "--set tracking.uri=sqlite:///mlflow.db."
@@ -74,8 +72,16 @@ def check_reachable(uri: str) -> None:
                 "point tracking.uri at an existing folder."
             )
         return
-    ok, reason = is_reachable(uri, timeout=5.0)
-    if not ok:
+    if not uri.startswith(("http://", "https://")):
+        return  # databricks, file stores...: MLflow's own errors are quick there
+    import requests
+
+    try:
+        answered = requests.get(uri.rstrip("/") + "/health", timeout=5.0).ok
+        reason = "" if answered else "its /health check failed"
+    except requests.RequestException as exc:
+        answered, reason = False, str(exc)
+    if not answered:
         raise ConfigError(f"tracking.uri={uri} cannot be reached ({reason}). {fix}")
 
 
@@ -160,7 +166,7 @@ def log_keras_model(
     """
     import mlflow
 
-    from keras_dl.frame_model import is_frame_input, log_frame_model
+    from keras_dl.frame_model import is_frame_input, log_frame_model, model_requirements
 
     register = registered_model if registered_model and registered_model != "none" else None
     if is_frame_input(sample_input):
@@ -183,24 +189,6 @@ def log_keras_model(
         if description:
             client.update_model_version(register, str(version), description=description)
     return info.model_uri, None if version is None else int(version)
-
-
-def model_requirements() -> list[str]:
-    """The pip requirements of a logged model: the installed mlflow, keras, TensorFlow, numpy
-    and pandas.
-
-    Given explicitly because MLflow's inference of them re-imports the model in a subprocess,
-    which took about 15 s per logged model here.
-    """
-    from importlib import metadata
-
-    out = []
-    for dist in ("mlflow", "keras", "tensorflow", "tensorflow-cpu", "numpy", "pandas"):
-        try:
-            out.append(f"{dist}=={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def describe_version(exp: Experiment, lineage: Mapping[str, str], metrics: Mapping) -> str:

@@ -262,14 +262,3 @@ def make_optimizer(name: str, learning_rate):
             f"train.optimizer={name!r} is not a Keras optimizer. Use adam, adamw, sgd, rmsprop, "
             "nadam, adagrad or another keras.optimizers class name."
         ) from None
-
-
-def _sample_input(data: DataSplits, rows: int = 5):
-    """A few rows of model input, as numpy, for the model signature."""
-    split = data.test or data.validation or data.train
-    features = next(iter(split.dataset.take(1)))
-    if isinstance(features, tuple):
-        features = features[0]
-    if isinstance(features, dict):
-        return {k: v.numpy()[:rows] for k, v in features.items()}
-    return features.numpy()[:rows]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl.distribute.failures import explain_failure, report_failure
+from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import wait_for_free_slots
@@ -51,6 +52,10 @@ class HorovodRunner:
             job ends, naming that rank and the collective; used by
             :class:`~keras_dl.distribute.stall.StallWatchdog` in ``main``'s ``fit``.
             Defaults to 120.
+        bind_address: Address Horovod's servers in this process listen on. With ``np < 0``
+            it must be loopback or "0.0.0.0"; with ``np > 0`` (Spark executors must reach the
+            driver) only a value other than the default changes Horovod's own, which listens
+            on every interface. Defaults to "127.0.0.1".
     """
 
     def __init__(
@@ -59,6 +64,7 @@ class HorovodRunner:
         start_timeout: int = 120,
         env: dict[str, str] | None = None,
         stall_timeout: int = 120,
+        bind_address: str = LOOPBACK,
     ):
         if np == 0:
             raise DistributedError(
@@ -69,6 +75,9 @@ class HorovodRunner:
         self.start_timeout = start_timeout
         self.stall_timeout = stall_timeout
         self.env = dict(env or {})
+        self.bind_address = bind_address
+        if np < 0:
+            check_local_job_address(bind_address)
 
     def run(self, main: Callable, **kwargs) -> Any:
         """Run ``main(**kwargs)`` on every rank; return what rank 0 returned.
@@ -109,7 +118,10 @@ class HorovodRunner:
         n = -self.np
         # Each rank's stdout/stderr goes to sys.stdout/sys.stderr prefixed "[rank]<stdout>:",
         # and a copy to logs/rank.N/ which the driver reads to name a failure's cause.
-        with _environ(env):  # horovod.runner.run passes the driver's environment to the ranks
+        # The rendezvous and key-value servers listen on bind_address (loopback by default):
+        # the ranks are on this host, and the key-value store accepts pickles.
+        # horovod.runner.run passes the driver's environment to the ranks.
+        with _environ(env), bound_to(self.bind_address):
             return horovod_run(
                 _rank_main,
                 args=(payload,),
@@ -127,18 +139,23 @@ class HorovodRunner:
         wait_for_free_slots(self.np, timeout=min(self.start_timeout, 30))
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
+        # Executors on other hosts must reach the driver's services: keep Horovod's binding
+        # (every interface) unless the user chose another address than the default.
+        widened = self.bind_address != LOOPBACK
+        scope = bound_to(self.bind_address) if widened else contextlib.nullcontext()
         try:
-            return horovod.spark.run(
-                _rank_main,
-                args=(payload,),
-                num_proc=self.np,
-                start_timeout=self.start_timeout,
-                use_gloo=True,
-                env=env,
-                stdout=out,
-                stderr=err,
-                verbose=0,
-            )
+            with scope:
+                return horovod.spark.run(
+                    _rank_main,
+                    args=(payload,),
+                    num_proc=self.np,
+                    start_timeout=self.start_timeout,
+                    use_gloo=True,
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    verbose=0,
+                )
         finally:
             out.close()
             err.close()
@@ -174,6 +191,7 @@ def launch(exp, main: Callable | None = None) -> Any:
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,
         stall_timeout=exp.runtime.stall_timeout,
+        bind_address=exp.runtime.bind_address,
         # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
         env={HELD_BY_LAUNCHER: os.path.abspath(exp.runtime.run_dir)},
     )
@@ -182,7 +200,7 @@ def launch(exp, main: Callable | None = None) -> Any:
     lock = open_run_lock(exp.runtime.run_dir)
     lock.acquire()
     try:
-        spark = _start_spark() if exp.runtime.np > 0 else None
+        spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
         from keras_dl.callbacks.defaults import resume_run_id
         from keras_dl.tracking import check_reachable
 
@@ -208,11 +226,12 @@ def launch(exp, main: Callable | None = None) -> Any:
             spark.stop()
 
 
-def _start_spark():
+def _start_spark(runtime):
     """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
 
     Its master comes from Spark's own configuration: the ``MASTER`` environment variable or
-    ``spark-defaults.conf``, else ``local[*]``.
+    ``spark-defaults.conf``, else ``local[*]``. On a local master its driver listens on
+    ``runtime.bind_address``; its web UI runs only with ``runtime.spark_ui``.
     """
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -221,7 +240,12 @@ def _start_spark():
         return None
     # Spark's Python workers otherwise run `python3` from PATH, which may lack Horovod.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkSession.builder.appName("keras_dl-horovod").getOrCreate()
+    builder = SparkSession.builder.appName("keras_dl-horovod")
+    for key, value in spark_conf(
+        None, bind_address=runtime.bind_address, ui=runtime.spark_ui
+    ).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def train_rank(exp, run_id: str | None = None):
