@@ -1,7 +1,7 @@
 """``keras-dl``: train, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
 
 Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
-with status 2; nothing else is swallowed.
+with their ``exit_code``: 2, or 3 when training diverged; nothing else is swallowed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args) or 0
     except KerasDLError as exc:
         print(f"error: {textwrap.fill(str(exc), 100)}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return exc.exit_code  # 2, or 3 for a diverged training
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

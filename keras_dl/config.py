@@ -15,6 +15,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import difflib
+import math
 import os
 import types
 import typing
@@ -131,6 +134,12 @@ class RuntimeConfig:
         fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
         start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
             failing. Defaults to 120.
+        max_restarts: Horovod: relaunch the job from its newest checkpoint, in the same MLflow
+            run, when a rank dies or is preempted, up to this many times. Python errors are
+            never retried. Defaults to 0 (as TF Model Garden's ``recovery_max_trials``).
+        stall_timeout: Horovod: a rank that waits longer than this many seconds for the others
+            in a collective (an allreduce, a broadcast) ends the job, naming the ranks that did
+            not join and the collective. Defaults to 120.
         bind_address: Address the servers keras_dl starts listen on: Horovod's rendezvous,
             driver and task services for ``np < 0``, and the Spark driver on a local master.
             Widen it (e.g. "0.0.0.0") only on a trusted network: these services accept
@@ -147,6 +156,8 @@ class RuntimeConfig:
     warmup_epochs: float = 0.0
     fp16_allreduce: bool = False
     start_timeout: int = 120
+    max_restarts: int = 0
+    stall_timeout: int = 120
     bind_address: str = "127.0.0.1"
     spark_ui: bool = False
 
@@ -239,7 +250,9 @@ def resolve(
     Args:
         defaults: The recipe's default experiment.
         config_file: YAML file of ``{section: {key: value}}``. Defaults to None.
-        sets: ``section.key=value`` strings; values are parsed as YAML scalars. Defaults to ().
+        sets: ``section.key=value`` strings; each value is parsed by its field's type (a str
+            stays as written, a bool takes true/false, a tuple a comma list, an Optional
+            null). Defaults to ().
 
     Returns:
         The resolved, validated experiment.
@@ -261,7 +274,8 @@ def read_yaml(path: str | os.PathLike) -> dict:
     if not p.is_file():
         raise ConfigError(f"Config file {str(p)!r} does not exist. Pass an existing YAML file.")
     try:
-        loaded = yaml.safe_load(p.read_text()) or {}
+        # BaseLoader keeps every scalar as its text, for _coerce to parse by the field's type.
+        loaded = yaml.load(p.read_text(), Loader=yaml.BaseLoader) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"Config file {str(p)!r} is not valid YAML: {exc}") from None
     if not isinstance(loaded, dict):
@@ -271,7 +285,7 @@ def read_yaml(path: str | os.PathLike) -> dict:
 
 
 def parse_set(item: str) -> dict:
-    """Turn ``"train.epochs=3"`` into ``{"train": {"epochs": 3}}``."""
+    """Turn ``"train.epochs=3"`` into ``{"train": {"epochs": "3"}}`` (parsed later by type)."""
     key, sep, raw = item.partition("=")
     section, dot, name = key.strip().partition(".")
     if not sep or not dot or not section or not name:
@@ -279,11 +293,9 @@ def parse_set(item: str) -> dict:
             f"--set {item!r} is not of the form section.key=value (for example "
             f"--set train.epochs=5). Valid keys: {', '.join(valid_keys(Experiment(model=None)))}."
         )
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return {section: {name: value}}
+    # The text as written: _coerce parses it by the field's type (YAML's guess would turn
+    # 2026-11-24T06:32:54+00:00 into a datetime and 0042 into 42).
+    return {section: {name: raw.strip()}}
 
 
 def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> Experiment:
@@ -293,7 +305,8 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
     for section, values in mapping.items():
         if section not in sections:
             raise ConfigError(
-                f"Unknown config section {section!r} in {origin}. Valid sections: "
+                f"Unknown config section {section!r} in {origin}.{_did_you_mean(section, sections)}"
+                " Valid sections: "
                 f"{', '.join(sections)}. Valid keys: {', '.join(valid_keys(exp))}."
             )
         if not isinstance(values, Mapping):
@@ -306,7 +319,8 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
                 raise ConfigError(
                     # The section's keys only: every key of every section no longer reads
                     # as one short paragraph.
-                    f"Unknown config key '{section}.{key}' in {origin}. Valid keys in "
+                    f"Unknown config key '{section}.{key}' in {origin}."
+                    f"{_did_you_mean(f'{section}.{key}', valid_keys(exp), key)} Valid keys in "
                     f"{section!r}: {', '.join(f'{section}.{h}' for h in hints)}. Other sections: "
                     f"{', '.join(s for s in sections if s != section)}."
                 )
@@ -317,12 +331,15 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
 
 def validate(exp: Experiment) -> Experiment:
     """Check the settings that a type alone cannot, and fill in recipe-derived defaults."""
-    if exp.train.epochs < 1:
-        raise ConfigError(f"train.epochs must be >= 1, got {exp.train.epochs}.")
-    if exp.train.batch_size < 1:
-        raise ConfigError(f"train.batch_size must be >= 1, got {exp.train.batch_size}.")
-    if exp.train.learning_rate <= 0:
-        raise ConfigError(f"train.learning_rate must be > 0, got {exp.train.learning_rate}.")
+    _check_finite(exp)  # a NaN passes every "<" and ">" test below
+    if not exp.train.learning_rate > 0:
+        raise ConfigError(
+            f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."
+        )
+    for key in _AT_LEAST_ONE:
+        _check_min(exp, key, 1)
+    for key in _AT_LEAST_ZERO:
+        _check_min(exp, key, 0)
     if exp.train.lr_schedule not in ("constant", "cosine"):
         raise ConfigError(
             f"train.lr_schedule={exp.train.lr_schedule!r} is not one of constant, cosine."
@@ -335,15 +352,11 @@ def validate(exp: Experiment) -> Experiment:
         raise ConfigError(
             f"runtime.lr_scaling={exp.runtime.lr_scaling!r} is not one of none, linear."
         )
-    if exp.runtime.warmup_epochs < 0 or exp.runtime.start_timeout < 1:
-        raise ConfigError("runtime.warmup_epochs must be >= 0 and runtime.start_timeout >= 1.")
     if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
             f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
         )
-    if exp.data.workers < 1:
-        raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
     if exp.data.on_bad_image not in ("fail", "skip"):
         raise ConfigError(f"data.on_bad_image={exp.data.on_bad_image!r} is not one of fail, skip.")
     if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
@@ -353,10 +366,6 @@ def validate(exp: Experiment) -> Experiment:
         )
     if exp.callbacks.mode not in ("auto", "min", "max"):
         raise ConfigError(f"callbacks.mode={exp.callbacks.mode!r} is not one of auto, min, max.")
-    if exp.callbacks.keep_checkpoints < 1:
-        raise ConfigError(
-            f"callbacks.keep_checkpoints must be >= 1, got {exp.callbacks.keep_checkpoints}."
-        )
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
     if not exp.data.table:
@@ -420,25 +429,33 @@ def save(exp: Experiment, path: str | os.PathLike) -> Path:
 
 
 def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
-    """Check ``value`` against a field's type hint, converting the few safe cases."""
+    """``value`` as the field's type. Text (every ``--set`` value, every YAML scalar) is parsed
+    by the type: a str stays as written, a bool takes true/false, a tuple a comma list and an
+    Optional null. Values that are already typed (from Python) are checked and kept."""
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin_type in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NULLS):
             if type(None) in args:
                 return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], key, origin)
     if origin_type is tuple:
         if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-            if args[0] is not str:  # "32,32" for a tuple of ints: parse each item as YAML
-                value = [yaml.safe_load(v) for v in value]
+            text = value.strip()
+            if text[:1] + text[-1:] in ("[]", "()"):  # --set data.features=[a, b]
+                text = text[1:-1]
+            value = [v.strip() for v in text.split(",") if v.strip()]
         if value is None:
             value = []
         if not isinstance(value, (list, tuple)):
-            raise _type_error(key, value, "a list", origin)
+            raise _type_error(key, value, "a comma-separated list", origin)
         return tuple(_coerce(v, args[0], key, origin) for v in value)
+    if isinstance(value, str) and hint in _PARSERS:
+        parsed = _PARSERS[hint](value.strip())
+        if parsed is None:
+            raise _type_error(key, value, _EXPECTED[hint], origin)
+        return parsed
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -452,17 +469,89 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
         raise _type_error(key, value, "a number", origin)
     if hint is str:
+        if isinstance(value, (datetime.date, datetime.time)):
+            return value.isoformat()  # from a mapping someone loaded with YAML's own types
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
         raise _type_error(key, value, "a string", origin)
     return value
+
+
+_NULLS = ("null", "none", "~", "")
+
+
+def _did_you_mean(wrong: str, choices: Iterable[str], name: str | None = None) -> str:
+    """`` Did you mean X?`` for the closest valid name, or "" when none is close. ``name`` (the
+    key alone) also matches a key of the same name in another section."""
+    choices = list(choices)
+    close = difflib.get_close_matches(wrong, choices, n=1, cutoff=0.75)
+    if not close and name is not None:
+        close = [c for c in choices if c.split(".", 1)[-1] == name][:1]
+    return f" Did you mean {close[0]}?" if close else ""
+
+
+def _parse_bool(text: str) -> bool | None:
+    return {"true": True, "false": False}.get(text.lower())
+
+
+def _parse_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        number = _parse_float(text)  # "1e3" is an integer too; "1.5" is not
+        return int(number) if number is not None and number.is_integer() else None
+
+
+def _parse_float(text: str) -> float | None:
+    try:
+        return float(text)  # NaN and inf parse here and are refused by validate()
+    except ValueError:
+        return None
+
+
+_PARSERS = {str: lambda text: text, bool: _parse_bool, int: _parse_int, float: _parse_float}
+_EXPECTED = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
+
+
+# Settings that only make sense from 1 (counts, sizes) or from 0 (offsets, intervals).
+_AT_LEAST_ONE = (
+    "train.epochs",
+    "train.batch_size",
+    "data.workers",
+    "data.shuffle_buffer",
+    "runtime.start_timeout",
+    "runtime.stall_timeout",
+    "callbacks.keep_checkpoints",
+)
+_AT_LEAST_ZERO = (
+    "runtime.warmup_epochs",
+    "runtime.max_restarts",
+    "callbacks.min_delta",
+    "callbacks.checkpoint_every_n_steps",
+    "callbacks.log_every_n_steps",
+    "callbacks.patience",
+)
+
+
+def _check_finite(exp: Experiment) -> None:
+    """Every float setting, the recipe's model section included, must be a finite number."""
+    for name, section in exp.sections().items():
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(
+                    f"{name}.{f.name} must be a finite number, got {value}. Set a number, "
+                    f"for example --set {name}.{f.name}=0.1."
+                )
+
+
+def _check_min(exp: Experiment, key: str, low: int) -> None:
+    section, name = key.split(".")
+    value = getattr(getattr(exp, section), name)
+    if value is not None and value < low:
+        raise ConfigError(f"{key} must be >= {low}, got {value}. Fix it with --set {key}=...")
 
 
 def _type_error(key: str, value: Any, expected: str, origin: str) -> ConfigError:

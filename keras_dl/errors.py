@@ -11,6 +11,17 @@ from __future__ import annotations
 class KerasDLError(Exception):
     """A problem with the user's input or environment, explained in the message."""
 
+    exit_code = 2  # the CLI's exit status for this error
+
+
+class DivergenceError(KerasDLError):
+    """Training diverged: a loss, metric or weight became NaN or infinite.
+
+    Not retried by automatic recovery: the same settings would diverge again.
+    """
+
+    exit_code = 3
+
 
 class ConfigError(KerasDLError, ValueError):
     """An unknown config key, a badly typed value, or an inconsistent setting."""
@@ -22,3 +33,28 @@ class DataError(KerasDLError):
 
 class DistributedError(KerasDLError):
     """A distributed setup that cannot run (too few shards, missing Horovod, no free slots...)."""
+
+
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; distinct from errors (1, 2, 3) and signals
+
+
+class Preempted(KerasDLError):
+    """Training stopped on SIGTERM or SIGINT after checkpointing; rerun to resume.
+
+    Attributes:
+        signal_name: "SIGTERM" or "SIGINT" (the first one received on any rank).
+        global_step: Training steps completed and checkpointed.
+    """
+
+    exit_code = PREEMPTED_EXIT
+
+    def __init__(self, signal_name: str, global_step: int):
+        super().__init__(
+            f"Preempted by {signal_name}: stopped after step {global_step}, which is "
+            "checkpointed. Run the same command again to resume from it."
+        )
+        self.signal_name = signal_name
+        self.global_step = global_step
+
+    def __reduce__(self):  # picklable with its two arguments (Horovod returns it from ranks)
+        return (type(self), (self.signal_name, self.global_step))

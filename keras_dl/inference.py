@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from keras_dl.errors import DataError
+from keras_dl.errors import ConfigError, DataError
 
 _MODELS: dict[str, Any] = {}  # per Python worker process: model path -> loaded pyfunc model
 
@@ -85,6 +85,9 @@ def predict(
     from mlflow.models import Model
 
     from keras_dl.registry import resolve_model_uri
+
+    if batch_size < 1:  # Spark reads 0 as "no limit": one batch of the whole partition
+        raise ConfigError(f"predict batch_size must be >= 1 rows per batch, got {batch_size}.")
 
     lineage = resolve_model_uri(model_uri, tracking_uri)
     pinned = f"models:/{lineage.name}/{lineage.version}"
@@ -296,7 +299,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="error", choices=["error", "append", "overwrite"])
     p.add_argument("--key", action="append", default=None, help="key column (repeatable)")
     p.add_argument("--features", default=None, help="input column of a single-tensor model")
-    p.add_argument("--batch-size", type=int, default=1024, help="rows per Arrow batch")
+    p.add_argument(
+        "--batch-size", type=_positive_int, default=1024, help="rows per Arrow batch (>= 1)"
+    )
     p.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
 
@@ -332,3 +337,14 @@ def run(args: argparse.Namespace) -> int:
         f"{report.version}"
     )
     return 0
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl.config import Experiment, to_dict, to_flat_dict
+from keras_dl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -22,11 +23,22 @@ def setup_mlflow(uri: str, experiment: str) -> str:
     """Point MLflow at ``uri`` and make sure ``experiment`` exists; return its id.
 
     For a SQLite URI, new experiments keep artifacts in ``mlartifacts/`` beside the database.
+
+    Raises:
+        ConfigError: When the store cannot be reached or the experiment is deleted.
     """
     import mlflow
 
+    check_reachable(uri)
     mlflow.set_tracking_uri(uri)
     existing = mlflow.get_experiment_by_name(experiment)
+    if existing is not None and existing.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"MLflow experiment {experiment!r} (id {existing.experiment_id}) in {uri} is deleted, "
+            "so no run can start in it. Restore it (MLFLOW_TRACKING_URI="
+            f"{uri} mlflow experiments restore --experiment-id {existing.experiment_id}), or "
+            "train into another experiment with --set tracking.experiment=NAME."
+        )
     if existing is not None:
         return existing.experiment_id
     artifact_location = None
@@ -37,6 +49,40 @@ def setup_mlflow(uri: str, experiment: str) -> str:
         return mlflow.create_experiment(experiment, artifact_location=artifact_location)
     except Exception:  # created concurrently by another process
         return mlflow.get_experiment_by_name(experiment).experiment_id
+
+
+def check_reachable(uri: str) -> None:
+    """Fail fast, with the fix, when the tracking store at ``uri`` cannot be used.
+
+    MLflow itself retries an unreachable server for minutes before it gives up; a tracking
+    server gets one ``/health`` request here, a SQLite store a check that its folder exists.
+
+    Raises:
+        ConfigError: Naming ``tracking.uri`` and the reason.
+    """
+    fix = (
+        "Start the server or fix tracking.uri, or track locally with "
+        "--set tracking.uri=sqlite:///mlflow.db."
+    )
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri[len("sqlite:///") :]).parent
+        if not folder.is_dir():
+            raise ConfigError(
+                f"tracking.uri={uri} points into {folder}, which does not exist. Create it or "
+                "point tracking.uri at an existing folder."
+            )
+        return
+    if not uri.startswith(("http://", "https://")):
+        return  # databricks, file stores...: MLflow's own errors are quick there
+    import requests
+
+    try:
+        answered = requests.get(uri.rstrip("/") + "/health", timeout=5.0).ok
+        reason = "" if answered else "its /health check failed"
+    except requests.RequestException as exc:
+        answered, reason = False, str(exc)
+    if not answered:
+        raise ConfigError(f"tracking.uri={uri} cannot be reached ({reason}). {fix}")
 
 
 def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = None) -> str:
@@ -59,12 +105,41 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     return run.info.run_id
 
 
-def end_run(status: str = "FINISHED") -> None:
-    """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one."""
+def end_run(
+    status: str = "FINISHED",
+    reason: BaseException | str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> None:
+    """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one.
+
+    Args:
+        status: The run's final status. Defaults to "FINISHED".
+        reason: Why it did not finish, set as the ``keras_dl.failure`` tag (an exception is
+            written as ``Type: message``). Defaults to None (no tag).
+        tags: More tags, e.g. ``{"preempted": "SIGTERM"}``. Defaults to None.
+    """
     import mlflow
 
-    if mlflow.active_run() is not None:
-        mlflow.end_run(status=status)
+    if mlflow.active_run() is None:
+        return
+    if reason is not None or tags:
+        try:
+            extra = {FAILURE_TAG: failure_text(reason)} if reason is not None else {}
+            mlflow.set_tags({**(tags or {}), **extra})
+        except Exception as exc:  # the status below matters more than the tag
+            log.warning("Could not tag the run with its failure (%s).", exc)
+    mlflow.end_run(status=status)
+
+
+FAILURE_TAG = "keras_dl.failure"
+PREEMPTED_TAG = "preempted"  # the signal that stopped a run marked KILLED
+
+
+def failure_text(reason: BaseException | str) -> str:
+    """``Type: message`` of an exception (or the text as is), within MLflow's tag limit."""
+    if isinstance(reason, BaseException):
+        reason = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
+    return reason[:5000]
 
 
 def log_keras_model(

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl import tracking
+from keras_dl.callbacks.preemption import Preempted
 from keras_dl.config import Experiment, save
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
+from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, load_recipe
+from keras_dl.runlock import held_by_launcher, open_run_lock
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ def fit(
     recipe: Recipe | None = None,
     callbacks: Sequence = (),
     run_id: str | None = None,
+    lock_run_dir: bool | None = None,
 ) -> TrainResult:
     """Train ``exp``'s recipe on its table and track everything in MLflow.
 
@@ -53,11 +57,17 @@ def fit(
         callbacks: Extra Keras callbacks. Defaults to ().
         run_id: An MLflow run to attach to (the launcher creates it, so that it can end it
             FAILED if rank 0 dies). Defaults to None (a new run).
+        lock_run_dir: Take ``runtime.run_dir``'s lock on the chief for the whole run (see
+            :mod:`keras_dl.runlock`). Defaults to None: yes, unless this is a rank whose
+            launcher holds it (:func:`~keras_dl.distribute.runner.launch` does).
 
     Returns:
         The run id, test metrics, model URI and registered version.
+
+    Raises:
+        RunLockedError: Another training holds ``runtime.run_dir``.
+        DivergenceError: A loss, metric or weight became NaN or infinite.
     """
-    import keras
 
     if exp.runtime.strategy == "horovod":
         from keras_dl.distribute.horovod import init
@@ -72,6 +82,22 @@ def fit(
             f"train.batch_size={exp.train.batch_size} is the global batch and must divide evenly "
             f"over {world.size} processes. Use a multiple of {world.size}."
         )
+    if lock_run_dir is None:
+        lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
+    lock = open_run_lock(exp.runtime.run_dir) if world.is_chief and lock_run_dir else None
+    if lock is not None:
+        lock.acquire()  # before anything is written: a second run in this run_dir stops here
+    try:
+        return _run(exp, recipe, world, run_id, callbacks, lock)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
+    """Read the data, start (or continue) the MLflow run, train, and end the run."""
+    import keras
+
     keras.utils.set_random_seed(exp.train.seed)
     if exp.train.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
@@ -90,10 +116,13 @@ def fit(
         save(exp, Path(exp.runtime.run_dir) / "config.yaml")
         from keras_dl.callbacks.defaults import record_run_id, resume_run_id
 
+        tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
         # Re-running with the same runtime.run_dir continues the interrupted run (issue 5).
         attach = attach or resume_run_id(exp)
         run_id = tracking.start_run(exp, tags=data.snapshot.lineage, run_id=attach)
         record_run_id(exp, run_id)
+        if lock is not None:
+            lock.update(run_id)  # a second run's error names it
     try:
         try:
             result = _fit(exp, recipe, data, strategy, world, run_id, list(callbacks))
@@ -102,9 +131,13 @@ def fit(
                 if split is not None:
                     split.raise_error()  # the reader's own error, not TF's wrapper of it
             raise
-    except BaseException:
+    except Preempted as exc:
+        if world.is_chief:  # KILLED, not FAILED: nothing is wrong, rerunning resumes it
+            tracking.end_run("KILLED", reason=exc, tags={tracking.PREEMPTED_TAG: exc.signal_name})
+        raise
+    except BaseException as exc:
         if world.is_chief:
-            tracking.end_run("FAILED")
+            tracking.end_run("FAILED", reason=exc)
         raise
     if world.is_chief:
         tracking.end_run("FINISHED")
@@ -115,8 +148,11 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     import keras
     import mlflow
 
+    from keras_dl.callbacks.checkpoint import Checkpoint
     from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
+    from keras_dl.callbacks.mlflow_logger import MLflowLogger
     from keras_dl.distribute.lr import scale_learning_rate
+    from keras_dl.finish import finish
 
     with strategy.scope():
         model = recipe.build_model(data, exp)
@@ -150,12 +186,42 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         )
     if exp.runtime.strategy == "horovod":
         from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+        from keras_dl.distribute.stall import StallWatchdog
 
-        # Averaged metrics first, so MLflow, early stopping and checkpoints agree on every rank;
-        # the broadcast last, so it sends what a resuming callback restored on rank 0.
-        callbacks = [MetricAverage(), *callbacks, BroadcastState()]
+        # The watchdog first, so it times every collective below; averaged metrics next, so
+        # MLflow, early stopping and checkpoints agree on every rank; the broadcast last, so it
+        # sends what a resuming callback restored on rank 0.
+        callbacks = [
+            StallWatchdog(exp.runtime.stall_timeout),
+            MetricAverage(),
+            *callbacks,
+            BroadcastState(),
+        ]
+    try:
+        history = _run_fit(model, data, exp, world, callbacks)
+    except BaseException:
+        for cb in callbacks:
+            if isinstance(cb, MLflowLogger):
+                cb.flush()  # the steps and epochs before the error still reach the run
+        raise
+    # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
+    check_finite(model, history.history, learning_rate=exp.train.learning_rate)
+    checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
+    metrics, model_uri, version = finish(exp, model, data, world, run_id, checkpoint)
+    return TrainResult(
+        run_id=run_id,
+        metrics=metrics,
+        model_uri=model_uri,
+        registered_version=version,
+        history=dict(history.history),
+        model=model,
+    )
+
+
+def _run_fit(model, data: DataSplits, exp: Experiment, world, callbacks):
+    """``model.fit`` over the training split, validating on the validation split each epoch."""
     val = data.validation
-    history = model.fit(
+    return model.fit(
         data.train.dataset,
         epochs=exp.train.epochs,
         steps_per_epoch=data.train.steps,
@@ -168,33 +234,6 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         verbose=exp.train.verbose if world.is_chief else 0,
         shuffle=False,  # the tf.data pipeline shuffles (row groups + buffer)
     )
-    metrics: dict[str, float] = {}
-    if data.test is not None:
-        scores = model.evaluate(
-            data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0
-        )
-        metrics = {f"test_{k}": float(v) for k, v in scores.items()}
-    skipped = data.bad_images_skipped()  # data.on_bad_image=skip: rows dropped, every read
-    if skipped:
-        log.warning("Skipped %d undecodable image(s) (counted over every epoch read).", skipped)
-        metrics["data.bad_images_skipped"] = float(skipped)
-    result = TrainResult(run_id=run_id, metrics=metrics, history=dict(history.history), model=model)
-    if not world.is_chief:
-        return result
-    if metrics:
-        mlflow.log_metrics(metrics)
-    if exp.tracking.log_model:
-        sample = _sample_input(data)
-        lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
-        scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
-        result.model_uri, result.registered_version = tracking.log_keras_model(
-            model,
-            sample,
-            exp.tracking.registered_model,
-            tags={**lineage, **scores},
-            description=tracking.describe_version(exp, lineage, metrics),
-        )
-    return result
 
 
 def _horovod_optimizer(optimizer, exp: Experiment):
@@ -224,14 +263,3 @@ def make_optimizer(name: str, learning_rate):
             f"train.optimizer={name!r} is not a Keras optimizer. Use adam, adamw, sgd, rmsprop, "
             "nadam, adagrad or another keras.optimizers class name."
         ) from None
-
-
-def _sample_input(data: DataSplits, rows: int = 5):
-    """A few rows of model input, as numpy, for the model signature."""
-    split = data.test or data.validation or data.train
-    features = next(iter(split.dataset.take(1)))
-    if isinstance(features, tuple):
-        features = features[0]
-    if isinstance(features, dict):
-        return {k: v.numpy()[:rows] for k, v in features.items()}
-    return features.numpy()[:rows]

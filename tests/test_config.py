@@ -37,6 +37,7 @@ def test_defaults_match_the_documented_values():
     assert exp.tracking.uri.startswith("sqlite:///") and exp.tracking.uri.endswith("mlflow.db")
     assert exp.tracking.registered_model == "toy"
     assert exp.runtime.run_dir == "runs/toy"
+    assert exp.runtime.stall_timeout == 120
 
 
 def test_overrides_apply_defaults_then_yaml_then_sets_in_order(tmp_path):
@@ -113,3 +114,84 @@ def test_resolved_config_is_saved_and_flattened(tmp_path):
 def test_missing_config_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         resolve(defaults(), tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    "item, key, want",
+    [
+        # The README's time-travel example: YAML would make it a datetime.
+        ("data.timestamp=2026-11-24T06:32:54+00:00", "timestamp", "2026-11-24T06:32:54+00:00"),
+        ("data.label=123", "label", "123"),  # a str stays a str, digits or not
+        ("data.label=true", "label", "true"),
+        ("data.label=null", "label", "null"),  # not Optional: the text itself
+        ("data.shuffle=false", "shuffle", False),
+        ("data.shuffle=TRUE", "shuffle", True),
+        ("data.features=a,b , c", "features", ("a", "b", "c")),
+        ("data.features=[x, y]", "features", ("x", "y")),
+        ("data.features=", "features", ()),
+        ("data.image_size=32,48", "image_size", (32, 48)),
+        ("data.version=null", "version", None),
+        ("data.version=7", "version", 7),
+        ("data.timestamp=null", "timestamp", None),
+        (
+            "data.filters=year >= 2020,country in US|FR",
+            "filters",
+            ("year >= 2020", "country in US|FR"),
+        ),
+    ],
+)
+def test_each_set_value_is_parsed_by_its_fields_type(item, key, want):
+    assert getattr(resolve(defaults(), sets=[item]).data, key) == want
+
+
+@pytest.mark.parametrize(
+    "item, match",
+    [
+        ("data.shuffle=yes", r"'data.shuffle' got 'yes'.*must be true or false"),
+        ("data.shuffle=1", r"must be true or false"),
+        ("data.image_size=32,big", r"'data.image_size' got 'big'.*must be an integer"),
+        ("data.version=1.5", r"must be an integer"),
+        ("train.epochs=null", r"'train.epochs' got 'null'.*must be an integer"),
+    ],
+)
+def test_values_that_do_not_parse_as_the_fields_type_are_refused(item, match):
+    with pytest.raises(ConfigError, match=match):
+        resolve(defaults(), sets=[item])
+
+
+def test_yaml_values_get_the_same_parsing(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "data:\n"
+        "  timestamp: 2026-11-24T06:32:54+00:00\n"
+        "  label: 0042\n"
+        "  features: [a, b]\n"
+        "  image_size: 8,8\n"
+        "  version: null\n"
+        "train:\n"
+        "  learning_rate: 1e-2\n"
+        "  mixed_precision: true\n"
+    )
+    exp = resolve(defaults(), cfg)
+    assert exp.data.timestamp == "2026-11-24T06:32:54+00:00"
+    assert exp.data.label == "0042"
+    assert exp.data.features == ("a", "b") and exp.data.image_size == (8, 8)
+    assert exp.data.version is None
+    assert exp.train.learning_rate == pytest.approx(0.01) and exp.train.mixed_precision is True
+
+
+def test_saved_config_round_trips_through_the_typed_parser(tmp_path):
+    exp = resolve(defaults(), sets=["data.timestamp=2026-11-24T06:32:54+00:00", "data.label=7"])
+    again = resolve(defaults(), save(exp, tmp_path / "config.yaml"))
+    assert again == exp
+
+
+def test_unknown_keys_and_sections_say_did_you_mean():
+    with pytest.raises(ConfigError, match=r"'train.epoch'.*Did you mean train.epochs\?"):
+        resolve(defaults(), sets=["train.epoch=3"])
+    with pytest.raises(ConfigError, match=r"'trian'.*Did you mean train\?"):
+        resolve(defaults(), sets=["trian.epochs=3"])
+    with pytest.raises(
+        ConfigError, match=r"'data.learning_rate'.*Did you mean train.learning_rate\?"
+    ):
+        resolve(defaults(), sets=["data.learning_rate=3"])

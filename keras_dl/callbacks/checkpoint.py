@@ -34,7 +34,8 @@ from keras_dl.distribute.world import current_world
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.npz$")
-COMPLETE = "COMPLETE"  # marker written when fit returns: nothing to resume
+COMPLETE = "COMPLETE"  # marker: the training is over, nothing to resume
+FINISHING = "FINISHING.json"  # the post-training steps done so far (see keras_dl.finish)
 
 
 class Checkpoint(keras.callbacks.Callback):
@@ -54,6 +55,10 @@ class Checkpoint(keras.callbacks.Callback):
         metadata: Extra JSON-serialisable values stored in every checkpoint header (for
             example the MLflow run id). A ``"config"`` value is a fingerprint: checkpoints
             whose header holds another one are not resumed. Defaults to None.
+        mark_complete: Mark the directory complete when ``fit`` returns. A caller with more
+            to do after ``fit`` (evaluation, model logging) passes False, calls
+            :meth:`save_final` and marks it with :func:`mark_complete` once all is done.
+            Defaults to True.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class Checkpoint(keras.callbacks.Callback):
         keep: int = 3,
         resume: bool = True,
         metadata: dict | None = None,
+        mark_complete: bool = True,
     ):
         super().__init__()
         if keep < 1:
@@ -72,6 +78,7 @@ class Checkpoint(keras.callbacks.Callback):
         self.keep = keep
         self.resume = resume
         self.metadata = dict(metadata or {})
+        self.mark_complete = mark_complete
         self.restored: dict | None = None  # the header of the checkpoint restored, if any
         self._restore_done = False
 
@@ -117,6 +124,27 @@ class Checkpoint(keras.callbacks.Callback):
         self._set_aside()  # nothing resumable: old files must not mix with the new training's
         return 0
 
+    @property
+    def global_step(self) -> int:
+        """Training steps completed (as of the last ``fit``)."""
+        return getattr(self, "_global_step", 0)
+
+    def save_now(self) -> None:
+        """Checkpoint the current position now, even mid-epoch (rank 0 writes).
+
+        Called between steps (after a step's ``on_train_batch_end``), for example by
+        :class:`~keras_dl.callbacks.preemption.Preemption` on SIGTERM.
+        """
+        self._save()
+
+    def save_final(self) -> None:
+        """Checkpoint the weights as training left them, marked ``training_done``.
+
+        Resuming it trains no further epochs: a failure after ``fit`` (evaluation, model
+        logging) then costs no training when the same command is run again.
+        """
+        self._save(training_done=True)
+
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         world = current_world()
@@ -132,9 +160,12 @@ class Checkpoint(keras.callbacks.Callback):
         self._global_step = (
             int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.restored else 0
         )
+        done = int(bool((self.restored or {}).get("training_done")))
         if world.size > 1 and self.resume:
-            self._global_step = _broadcast_step(self._global_step)
-        if self._global_step and self._steps:
+            self._global_step, done = broadcast_position(self._global_step, done)
+        if done:  # trained to the end before: fit runs no epoch, whatever the step says
+            self.model._initial_epoch = self.params.get("epochs") or 0
+        elif self._global_step and self._steps:
             epoch, step = divmod(self._global_step, self._steps)
             self.model._initial_epoch = epoch  # read by fit(); Keras' BackupAndRestore does too
             if step:
@@ -177,13 +208,13 @@ class Checkpoint(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self.model._initial_epoch = None  # a later fit call starts where the caller says
         self.restored = None
-        if self._chief and self.directory.is_dir():
+        if self.mark_complete and self._chief and self.directory.is_dir():
             # fit returned normally: the next run in this directory starts fresh, not "resumes"
-            (self.directory / COMPLETE).write_text(json.dumps({"global_step": self._global_step}))
+            mark_complete(self.directory, self._global_step)
 
     # -- internals ---------------------------------------------------------------------------
-    def _save(self) -> None:
-        if not self._chief:
+    def _save(self, **extra) -> None:
+        if not getattr(self, "_chief", False):
             return
         steps = self._steps or 1
         epoch, step = divmod(self._global_step, steps)
@@ -195,6 +226,7 @@ class Checkpoint(keras.callbacks.Callback):
             "steps_per_epoch": self._steps,
             "time": time.time(),
             "last_epoch": self._last_epoch,
+            **extra,
         }
         save_checkpoint(self.directory / f"ckpt-{self._global_step:09d}.npz", self.model, header)
         for old in list_checkpoints(self.directory)[: -self.keep]:
@@ -202,6 +234,7 @@ class Checkpoint(keras.callbacks.Callback):
 
     def _set_aside(self) -> None:
         """Move checkpoints that cannot be resumed to ``directory/previous/`` (kept, not lost)."""
+        (self.directory / FINISHING).unlink(missing_ok=True)  # it belonged to those checkpoints
         old = list_checkpoints(self.directory)
         if not old:
             return
@@ -218,6 +251,7 @@ class Checkpoint(keras.callbacks.Callback):
         for path in list_checkpoints(self.directory) + _temporaries(self.directory):
             path.unlink(missing_ok=True)
         (self.directory / COMPLETE).unlink(missing_ok=True)
+        (self.directory / FINISHING).unlink(missing_ok=True)
 
 
 def save_checkpoint(path: str | os.PathLike, model, header: dict) -> Path:
@@ -241,6 +275,7 @@ def save_checkpoint(path: str | os.PathLike, model, header: dict) -> Path:
         f.flush()
         os.fsync(f.fileno())  # the rename must never publish data still in the page cache
     os.replace(tmp, path)
+    _fsync_dir(path.parent)  # and the rename itself must survive a power loss
     return path
 
 
@@ -298,6 +333,23 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
     return sorted(p for p in d.iterdir() if _NAME.match(p.name))
 
 
+def mark_complete(directory: str | os.PathLike, global_step: int) -> None:
+    """Mark ``directory``'s training complete: the next run there starts fresh.
+
+    Written to a temporary name, fsynced and renamed, then the directory itself is fsynced, so
+    after a crash the marker is either fully there or absent.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{COMPLETE}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(json.dumps({"global_step": int(global_step)}))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / COMPLETE)
+    _fsync_dir(d)
+
+
 def is_complete(directory: str | os.PathLike) -> bool:
     """True when the training that wrote ``directory`` finished (fit returned)."""
     return (Path(directory) / COMPLETE).is_file()
@@ -315,6 +367,14 @@ def _temporaries(directory: Path) -> list[Path]:
     return [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and ".tmp-" in p.name]
 
 
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _finite(value) -> bool:
     try:
         return bool(np.isfinite(float(value)))
@@ -322,8 +382,9 @@ def _finite(value) -> bool:
         return True
 
 
-def _broadcast_step(step: int) -> int:
-    """Rank 0's global step on every rank (collective), so all ranks resume at one position.
+def broadcast_position(step: int, done: int) -> tuple[int, int]:
+    """Rank 0's global step and training-done flag on every rank (collective), so all ranks
+    resume at one position.
 
     Only rank 0 reads checkpoints; the model and optimizer state follow with Horovod's
     ``BroadcastState`` callback, which runs after this one.
@@ -332,9 +393,10 @@ def _broadcast_step(step: int) -> int:
 
     from keras_dl.distribute import horovod as khvd
 
-    var = tf.Variable(step, dtype=tf.int64, trainable=False)
+    var = tf.Variable([step, done], dtype=tf.int64, trainable=False)
     khvd.broadcast_variables([var], root_rank=0, prefix="checkpoint_step")
-    return int(var.numpy())
+    step, done = (int(v) for v in var.numpy())
+    return step, done
 
 
 def _number(value) -> bool:

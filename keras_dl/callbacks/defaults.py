@@ -16,13 +16,21 @@ import logging
 import os
 from pathlib import Path
 
-from keras_dl.callbacks.checkpoint import Checkpoint, is_complete, list_checkpoints, read_header
+from keras_dl.callbacks.checkpoint import (
+    Checkpoint,
+    broadcast_position,
+    is_complete,
+    list_checkpoints,
+    read_header,
+)
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
+from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
 from keras_dl.callbacks.throughput import Throughput
 from keras_dl.config import to_flat_dict
+from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +42,8 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
 
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
     then EarlyStopping, Throughput (it adds its figures to the logs the loggers read),
-    MLflowLogger, Plots, and the progress bar last. Every rank gets the same list: each
+    MLflowLogger, Plots, the progress bar, and Preemption last (SIGTERM/SIGINT: checkpoint at
+    the end of the step and stop). Every rank gets the same list: each
     callback gates its own side effects on rank 0.
 
     Args:
@@ -51,14 +60,16 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
     if data.validation is None and monitor.startswith("val_"):
         monitor = monitor[len("val_") :]  # no validation split: watch the training metric
     checks = data.validation or data.test
+    checkpoint = Checkpoint(
+        checkpoint_dir(exp),
+        every_n_steps=c.checkpoint_every_n_steps,
+        keep=c.keep_checkpoints,
+        resume=exp.runtime.resume,
+        metadata={"run_id": run_id, "config": config_fingerprint(exp)},
+        mark_complete=False,  # keras_dl.finish marks it after evaluation and logging
+    )
     callbacks = [
-        Checkpoint(
-            checkpoint_dir(exp),
-            every_n_steps=c.checkpoint_every_n_steps,
-            keep=c.keep_checkpoints,
-            resume=exp.runtime.resume,
-            metadata={"run_id": run_id, "config": config_fingerprint(exp)},
-        ),
+        checkpoint,
         EarlyStopping(
             monitor=monitor,
             mode=c.mode,
@@ -78,15 +89,18 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
         callbacks.append(Plots(run_id=run_id, confusion_data=confusion))
     if world.is_chief and exp.train.verbose:
         callbacks.append(ProgressBar(batch_size=exp.train.batch_size))
+    # Last among the batch-end hooks, so the step it stops after is logged like any other.
+    callbacks.append(Preemption(checkpoint))
     return callbacks
 
 
 def prepare_fit(callbacks: list, model, data) -> int:
     """Restore the last checkpoint into ``model`` and position the training data after it.
 
-    Call after ``compile`` and before ``fit``. Rank 0 reads the checkpoint; under Horovod the
-    ``BroadcastState`` callback copies the restored state to the other ranks when ``fit``
-    starts, and :class:`Checkpoint` broadcasts the position. Also wraps the training data so
+    Call after ``compile`` and before ``fit``, on every rank (under Horovod it is collective).
+    Rank 0 reads the checkpoint and its step is broadcast here, so every rank skips the batches
+    it consumed; the ``BroadcastState`` callback copies the restored state to the other ranks
+    when ``fit`` starts. Also wraps the training data so
     :class:`Throughput` can measure the time steps wait for input (single-replica only: a
     mirrored strategy distributes the dataset itself).
 
@@ -98,6 +112,10 @@ def prepare_fit(callbacks: list, model, data) -> int:
         if isinstance(cb, Checkpoint):
             cb.set_model(model)
             step, restored = cb.restore(), cb.restored
+            if current_world().size > 1 and cb.resume:
+                # Only rank 0 reads the checkpoint: every rank must skip the batches it
+                # consumed before the interruption, or the ranks' data would drift apart.
+                step, _ = broadcast_position(step, 0)
         if isinstance(cb, MLflowLogger) and restored:
             cb.backfill = restored.get("last_epoch")
         if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:

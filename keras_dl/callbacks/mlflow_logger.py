@@ -8,6 +8,12 @@ buffer is flushed in order, with the original timestamps and steps. At the end o
 waits up to ``flush_timeout`` seconds for the buffer to empty, then reports plainly how many
 values could not be sent (``unsent``).
 
+Beside MLflow's autolog (``mlflow.tensorflow.autolog()`` or ``mlflow.keras.autolog()``), it logs
+into the run autolog uses and leaves the epoch metrics to autolog, which logs every value of the
+epoch's logs (those Throughput adds included) under the same names: each metric then has one
+value per epoch, not two. Its own params (``fit.*``, ``optimizer.*``, ``keras.param_count``),
+step metrics (``step_*``) and backfill are kept; their names differ from autolog's.
+
 Example:
     >>> logger = MLflowLogger(experiment="my-exp", params={"lr": 1e-3}, log_model=True)  # doctest: +SKIP
     >>> model.fit(x, y, epochs=3, callbacks=[logger])                                   # doctest: +SKIP
@@ -104,6 +110,7 @@ class MLflowLogger(keras.callbacks.Callback):
         self.dropped = 0
         if not self._active:
             return
+        self._autologged = autolog_logs_epochs()
         # Steps continue from the optimizer's counter, so a resumed run adds no duplicates.
         self._global_step = (
             int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
@@ -146,15 +153,32 @@ class MLflowLogger(keras.callbacks.Callback):
             self._submit("metrics", _numbers(logs, prefix="step_"), self._global_step)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._active and logs:
+        if self._active and logs and not self._autologged:
             self._submit("metrics", _numbers(logs), epoch + self.step_offset)
 
     def on_train_end(self, logs=None):
         if not self._active:
             return
+        self.flush()
+        if self.run_id is None:
+            return  # the run could never be created: reported above
+        if self.log_model:
+            self._log_model()
+        if self._started_run and self.end_run:
+            self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
+
+    def flush(self) -> None:
+        """Send what is queued (waiting up to ``flush_timeout``) and stop the sending thread.
+
+        ``on_train_end`` calls it; call it yourself when ``fit`` raises, so the values of the
+        steps and epochs before the error still reach the run. Idempotent.
+        """
+        thread = getattr(self, "_thread", None)
+        if not getattr(self, "_active", False) or thread is None or not thread.is_alive():
+            return
         self._deadline = time.monotonic() + self.flush_timeout
         self._queue.put(None)
-        self._thread.join(self.flush_timeout + 5)
+        thread.join(self.flush_timeout + 5)
         with self._lock:
             self.unsent = sum(len(item[1]) for item in self._pending)
         if self.unsent:
@@ -164,12 +188,6 @@ class MLflowLogger(keras.callbacks.Callback):
                 "the run. Check that the tracking server is reachable.",
                 stacklevel=2,
             )
-        if self.run_id is None:
-            return  # the run could never be created: reported above
-        if self.log_model:
-            self._log_model()
-        if self._started_run and self.end_run:
-            self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
 
     def _submit_backfill(self) -> None:
         if not self.backfill or not self.backfill.get("logs"):
@@ -340,6 +358,15 @@ class MLflowLogger(keras.callbacks.Callback):
 
         if not self._call(log):
             log.warning("MLflowLogger: the model could not be logged to run %s.", self.run_id)
+
+
+def autolog_logs_epochs() -> bool:
+    """True when MLflow's TensorFlow or Keras autolog is on: it logs each epoch's logs itself."""
+    try:
+        from mlflow.utils.autologging_utils import autologging_is_disabled
+    except ImportError:  # an MLflow without it: log as usual
+        return False
+    return any(not autologging_is_disabled(flavor) for flavor in ("tensorflow", "keras"))
 
 
 def _zeros_like_inputs(model):

@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from keras_dl.errors import DistributedError
+from keras_dl.errors import DistributedError, KerasDLError, Preempted
 
 _MARKER = "keras_dl rank failed:"
 _MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) secondary=([01]) cause=(.*)")
@@ -37,8 +37,12 @@ def report_failure(exc: BaseException) -> None:
     sys.stdout.flush()
 
 
-def explain_failure(exc: Exception, logs: str, size: int = 0) -> DistributedError:
-    """Turn Horovod's "a process exited non-zero" into an error naming the rank and the cause.
+_PREEMPTED_RE = re.compile(r"Preempted by (\w+)[^:]*: stopped after step (-?\d+)")
+
+
+def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
+    """Turn Horovod's "a process exited non-zero" into an error naming the rank and the cause,
+    or into :class:`~keras_dl.errors.Preempted` when the ranks stopped on SIGTERM/SIGINT.
 
     Args:
         exc: What Horovod's launcher raised.
@@ -59,6 +63,9 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> DistributedErro
                         primary.setdefault(rank, cause)
     first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
     first_rank = int(first.group(1)) if first else None
+    preempted = [_PREEMPTED_RE.search(c) for c in primary.values()]
+    if preempted and all(preempted):  # every rank that stopped on its own was preempted
+        return Preempted(preempted[0].group(1), int(preempted[0].group(2)))
     if primary:
         rank = first_rank if first_rank in primary else min(primary)
         return DistributedError(

@@ -32,8 +32,11 @@ from typing import Any
 
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
+from keras_dl.distribute.mainguard import check_main_guard
+from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import wait_for_free_slots
-from keras_dl.errors import DistributedError
+from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
+from keras_dl.runlock import HELD_BY_LAUNCHER, open_run_lock
 
 
 class HorovodRunner:
@@ -44,6 +47,11 @@ class HorovodRunner:
             tasks on the active SparkSession's cluster (one process per task).
         start_timeout: Seconds to wait for every process or Spark task to start. Defaults to 120.
         env: Extra environment variables for the ranks. Defaults to None.
+        stall_timeout: Seconds a rank may wait in a collective (a training step's gradient
+            allreduce, the start-of-training broadcast, an epoch's metric average) before the
+            job ends, naming that rank and the collective; used by
+            :class:`~keras_dl.distribute.stall.StallWatchdog` in ``main``'s ``fit``.
+            Defaults to 120.
         bind_address: Address Horovod's servers in this process listen on. With ``np < 0``
             it must be loopback or "0.0.0.0"; with ``np > 0`` (Spark executors must reach the
             driver) only a value other than the default changes Horovod's own, which listens
@@ -55,6 +63,7 @@ class HorovodRunner:
         np: int,
         start_timeout: int = 120,
         env: dict[str, str] | None = None,
+        stall_timeout: int = 120,
         bind_address: str = LOOPBACK,
     ):
         if np == 0:
@@ -64,6 +73,7 @@ class HorovodRunner:
             )
         self.np = np
         self.start_timeout = start_timeout
+        self.stall_timeout = stall_timeout
         self.env = dict(env or {})
         self.bind_address = bind_address
         if np < 0:
@@ -76,21 +86,27 @@ class HorovodRunner:
         needs inside its body, and do not close over locks, sessions or open files.
 
         Raises:
-            DistributedError: When ``main`` does not pickle, Horovod is missing, there are not
-                enough free Spark task slots, or a rank fails (naming it and the cause).
+            DistributedError: When it is called from a script outside
+                ``if __name__ == "__main__":`` (np < 0), ``main`` does not pickle, Horovod is
+                missing, there are not enough free Spark task slots, or a rank fails (naming
+                it and the cause).
         """
+        if self.np < 0:
+            check_main_guard()  # the local launcher re-imports the main script
         payload = _check_pickles(main, kwargs)
         from keras_dl.distribute.horovod import import_horovod
 
         import_horovod()  # a clear error here rather than in every rank
         env = _rank_env(self.env)
+        # The ranks' StallWatchdog reads it (keras_dl.distribute.stall).
+        env.setdefault("KERAS_DL_STALL_TIMEOUT", str(self.stall_timeout))
         with tempfile.TemporaryDirectory(prefix="keras_dl_hvd_") as logs:
             try:
                 if self.np < 0:
                     results = self._run_local(payload, env, logs)
                 else:
                     results = self._run_spark(payload, env, logs)
-            except DistributedError:
+            except (DistributedError, Preempted):
                 raise
             except Exception as exc:
                 raise explain_failure(exc, logs, size=abs(self.np)) from exc
@@ -150,8 +166,12 @@ def launch(exp, main: Callable | None = None) -> Any:
 
     The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
     attaches to it and ends it; a relaunch after a failure continues the same run from the last
-    checkpoint in ``runtime.run_dir``. If the job fails for any reason (a rank raised, was
-    killed, did not start), the driver ends the run FAILED and raises. With ``np > 0`` and no
+    checkpoint in ``runtime.run_dir``. A rank that dies or is preempted relaunches the job from
+    the newest checkpoint, up to ``runtime.max_restarts`` times (see
+    :mod:`keras_dl.distribute.recovery`). Otherwise, if the job fails (a rank raised, did not
+    start, or the restarts are used up), the driver ends the run FAILED and raises; if the job
+    was preempted (SIGTERM/SIGINT, to the driver or its ranks), it ends it KILLED with a
+    ``preempted`` tag and raises :class:`~keras_dl.errors.Preempted`. With ``np > 0`` and no
     active SparkSession, one is started (and stopped after) on the master from ``MASTER`` or
     ``spark-defaults.conf``.
 
@@ -170,20 +190,38 @@ def launch(exp, main: Callable | None = None) -> Any:
     runner = HorovodRunner(
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,
+        stall_timeout=exp.runtime.stall_timeout,
         bind_address=exp.runtime.bind_address,
+        # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
+        env={HELD_BY_LAUNCHER: os.path.abspath(exp.runtime.run_dir)},
     )
-    spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
+    spark = None
+    # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
+    lock = open_run_lock(exp.runtime.run_dir)
+    lock.acquire()
     try:
+        spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
         from keras_dl.callbacks.defaults import resume_run_id
+        from keras_dl.tracking import check_reachable
 
+        check_reachable(exp.tracking.uri)  # before asking the store for a run to resume
         # An interrupted job with a checkpoint in runtime.run_dir continues its own run.
         run_id = resume_run_id(exp) or _create_run(exp)
+        lock.update(run_id)
         try:
-            return runner.run(main or train_rank, exp=exp, run_id=run_id)
-        except BaseException:
-            _end_run(exp.tracking.uri, run_id, "FAILED")
+            return run_with_recovery(
+                lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
+                exp.runtime.max_restarts,
+                lambda count, cause: _log_restart(exp, run_id, count, cause),
+            )
+        except Preempted as exc:  # KILLED, not FAILED: rerunning the command resumes it
+            _end_run(exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name})
+            raise
+        except BaseException as exc:
+            _end_run(exp.tracking.uri, run_id, "FAILED", {"keras_dl.failure": str(exc)[:5000]})
             raise
     finally:
+        lock.release()
         if spark is not None:
             spark.stop()
 
@@ -241,7 +279,7 @@ def _rank_main(payload: bytes):
         # Exit now: the other ranks may be blocked in a collective with this one, and Horovod's
         # background thread could keep this interpreter alive. The launcher sees the non-zero
         # exit and terminates the rest of the job.
-        os._exit(1)
+        os._exit(PREEMPTED_EXIT if isinstance(exc, Preempted) else 1)
 
 
 def _check_pickles(main: Callable, kwargs: dict) -> bytes:
@@ -305,10 +343,27 @@ def _create_run(exp) -> str:
     return run.info.run_id
 
 
-def _end_run(uri: str, run_id: str, status: str) -> None:
+def _end_run(uri: str, run_id: str, status: str, tags: dict | None = None) -> None:
     import mlflow
 
-    mlflow.MlflowClient(uri).set_terminated(run_id, status)
+    client = mlflow.MlflowClient(uri)
+    for key, value in (tags or {}).items():
+        client.set_tag(run_id, key, value)
+    client.set_terminated(run_id, status)
+
+
+def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
+    """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
+    import mlflow
+
+    print(
+        f"Restart {count}/{exp.runtime.max_restarts} of the Horovod job from the newest "
+        f"checkpoint in {exp.runtime.run_dir}, in MLflow run {run_id}. Cause: {cause}",
+        flush=True,
+    )
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    client.log_metric(run_id, "keras_dl.restarts", count, step=count)
+    client.set_tag(run_id, f"keras_dl.restart.{count}", cause[:5000])
 
 
 def _param(value: Any) -> str:

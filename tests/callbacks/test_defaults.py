@@ -21,6 +21,7 @@ from keras_dl.callbacks.defaults import (
     record_run_id,
     resume_run_id,
 )
+from keras_dl.callbacks.preemption import Preemption
 from keras_dl.config import resolve
 from keras_dl.data.splits import make_splits
 from keras_dl.distribute.world import World
@@ -62,8 +63,10 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         MLflowLogger,
         Plots,
         ProgressBar,
+        Preemption,
     ]
-    ckpt, stop, tp, logger, plots, bar = cbs
+    ckpt, stop, tp, logger, plots, bar, preemption = cbs
+    assert preemption.checkpoint is ckpt  # SIGTERM saves through the same Checkpoint
     assert (ckpt.every_n_steps, ckpt.keep, ckpt.resume) == (7, 5, False)
     assert ckpt.directory == checkpoint_dir(exp) and ckpt.metadata == {
         "run_id": "run-1",
@@ -76,7 +79,14 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     assert plots.confusion_data[1] == data.validation.steps
     # Other ranks get the same callbacks (each gates its own writes), but no progress bar.
     others = make_callbacks(exp, World(rank=1, size=2), None, data)
-    assert [type(c) for c in others] == [Checkpoint, EarlyStopping, Throughput, MLflowLogger, Plots]
+    assert [type(c) for c in others] == [
+        Checkpoint,
+        EarlyStopping,
+        Throughput,
+        MLflowLogger,
+        Plots,
+        Preemption,
+    ]
 
 
 def test_bad_callback_settings_stop_before_any_work(digits_table, tmp_path):

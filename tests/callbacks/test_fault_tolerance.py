@@ -41,24 +41,10 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def _test_accuracy(stdout: str) -> float:
-    match = re.search(r"^test_accuracy: ([0-9.]+)$", stdout, re.M)
-    assert match, stdout[-3000:]
-    return float(match.group(1))
-
-
 @pytest.mark.slow
-def test_kill_9_mid_epoch_resumes_the_same_run_with_the_same_result(digits_table, tmp_path):
-    # The reference: the same command, never interrupted.
-    ref = subprocess.run(
-        _command(digits_table, tmp_path, "ref"),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert ref.returncode == 0, ref.stderr[-3000:]
-
+def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
+    # That the resumed weights equal an uninterrupted run's is checked exactly (2 ranks,
+    # preempted mid-epoch) in tests/distribute/test_exact_resume.py.
     cmd = _command(digits_table, tmp_path, "run")
     ckpts = tmp_path / "run" / "checkpoints"
     log_path = tmp_path / "first.log"
@@ -113,8 +99,3 @@ def test_kill_9_mid_epoch_resumes_the_same_run_with_the_same_result(digits_table
     for p in list_checkpoints(ckpts):
         read_header(p)
     assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS
-
-    # The resumed training ends where the uninterrupted one did.
-    got, want = _test_accuracy(resumed.stdout), _test_accuracy(ref.stdout)
-    print(f"resumed at global step {last['global_step']}: test_accuracy {got} vs {want}")
-    assert abs(got - want) <= 0.03

@@ -26,11 +26,13 @@ class Recorder(keras.callbacks.Callback):
 
 
 class Fault(keras.callbacks.Callback):
-    """On ``rank`` at ``epoch``/``batch``: raise, or SIGKILL this process; note the time first."""
+    """On ``rank`` at ``epoch``/``batch``: raise, SIGKILL or SIGTERM this process; note the time
+    first. With ``once``, only when the stamp file does not exist yet (the first attempt)."""
 
-    def __init__(self, mode: str, rank: int, epoch: int, batch: int, stamp: str):
+    def __init__(self, mode: str, rank: int, epoch: int, batch: int, stamp: str, once=False):
         super().__init__()
         self.mode, self.rank, self.epoch, self.batch, self.stamp = mode, rank, epoch, batch, stamp
+        self.once = once
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -41,10 +43,15 @@ class Fault(keras.callbacks.Callback):
 
         if hvd.rank() != self.rank or (self._epoch, batch) != (self.epoch, self.batch):
             return
+        if self.once and os.path.exists(self.stamp):
+            return
         with open(self.stamp, "w") as f:
             f.write(str(time.time()))
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.mode == "sigterm":  # as a preempted node's rank gets it
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         raise RuntimeError(f"injected fault on rank {self.rank} at epoch {self.epoch}")
 
 
@@ -73,12 +80,14 @@ def train_and_report(exp, run_id=None):
     return {"result": result, "ranks": ranks}
 
 
-def train_with_fault(exp, run_id=None, mode="raise", rank=1, epoch=1, batch=2, stamp=""):
+def train_with_fault(
+    exp, run_id=None, mode="raise", rank=1, epoch=1, batch=2, stamp="", once=False
+):
     """Train, injecting a fault on one rank mid-epoch."""
     from keras_dl.train import fit
 
-    fit(exp, callbacks=[Fault(mode, rank, epoch, batch, stamp)], run_id=run_id)
-    return "finished"
+    result = fit(exp, callbacks=[Fault(mode, rank, epoch, batch, stamp, once)], run_id=run_id)
+    return result.history
 
 
 def own_model_fit(seed_by_rank=True, fp16=False, warmup_steps=0):
@@ -123,3 +132,52 @@ def own_model_fit(seed_by_rank=True, fp16=False, warmup_steps=0):
         "iterations": int(opt.iterations),
     }
     return hvd.allgather_object(mine)
+
+
+class SleepAfterStep(keras.callbacks.Callback):
+    """On ``rank``, sleep ``seconds`` after step ``batch`` (between the collectives of two steps)."""
+
+    def __init__(self, rank: int, batch: int, seconds: float):
+        super().__init__()
+        self.rank, self.batch, self.seconds = rank, batch, seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        import horovod.tensorflow as hvd
+
+        if hvd.rank() == self.rank and batch == self.batch:
+            time.sleep(self.seconds)
+
+
+def fit_with_a_stalled_rank(timeout: float):
+    """A tiny model.fit on every rank; rank 1 stalls after step 2 for 600 s."""
+    import numpy as np
+
+    from keras_dl.distribute import horovod as khvd
+    from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+    from keras_dl.distribute.stall import StallWatchdog
+
+    khvd.init()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(khvd.distributed_optimizer(keras.optimizers.SGD(0.01)), "mse", jit_compile=False)
+    x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
+    callbacks = [
+        StallWatchdog(timeout),
+        MetricAverage(),
+        SleepAfterStep(1, 2, 600),
+        BroadcastState(),
+    ]
+    model.fit(x, y, batch_size=8, epochs=1, callbacks=callbacks, verbose=0)
+
+
+def train_for_weights(exp, run_id=None, sigterm_at=None, stamp=""):
+    """Train (SIGTERM to rank 1 once at ``sigterm_at`` = (epoch, batch)); return every rank's
+    final weights, in rank order, from rank 0."""
+    import horovod.tensorflow as hvd
+
+    from keras_dl.train import fit
+
+    callbacks = []
+    if sigterm_at is not None:
+        callbacks.append(Fault("sigterm", 1, *sigterm_at, stamp=stamp, once=True))
+    result = fit(exp, callbacks=callbacks, run_id=run_id)
+    return hvd.allgather_object(result.model.get_weights())

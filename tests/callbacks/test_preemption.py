@@ -1,0 +1,98 @@
+"""Preemption with real signals: SIGTERM mid-epoch checkpoints, exits 75, and resumes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
+from keras_dl.callbacks.preemption import PREEMPTED_EXIT
+from tests.conftest import REPO, runs_in
+
+EPOCHS = 4
+STEPS = 39  # 1,257 training rows // batch 32
+
+
+def _command(table: str, tmp: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "recipes.digits",
+        *("--set", f"data.table={table}"),
+        *("--set", f"train.epochs={EPOCHS}"),
+        *("--set", f"runtime.run_dir={tmp / 'run'}"),
+        *("--set", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"),
+        *("--set", "tracking.log_model=false"),
+        *("--set", "callbacks.plots=false"),
+        *("--set", "train.verbose=2"),
+    ]
+
+
+def _env() -> dict:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_epoch_checkpoints_that_step_and_the_rerun_resumes_it(
+    digits_table, tmp_path, sig
+):
+    cmd = _command(digits_table, tmp_path)
+    log_path = tmp_path / "first.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 240
+            while "Epoch 2/" not in log_path.read_text():  # printed when epoch 2 starts
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "training never reached epoch 2"
+                time.sleep(0.05)
+            time.sleep(0.2)  # somewhere inside epoch 2
+            sent = time.monotonic()
+            proc.send_signal(sig)
+            code = proc.wait(30)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    output = log_path.read_text()
+    assert code == PREEMPTED_EXIT, output[-3000:]
+    print(f"exited {took:.1f} s after {sig.name}")
+    assert f"Preempted by {sig.name}: stopped after step" in output
+
+    # The checkpoint of the step the signal interrupted: mid-epoch 2.
+    ckpts = tmp_path / "run" / "checkpoints"
+    last = read_header(list_checkpoints(ckpts)[-1])
+    assert STEPS < last["global_step"] < 2 * STEPS and last["step"] > 0, last
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (run,) = runs_in(uri)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["preempted"] == sig.name
+    assert "Preempted" in run.data.tags["keras_dl.failure"]
+    client = mlflow.MlflowClient(uri)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0]
+
+    resumed = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    text = resumed.stdout + resumed.stderr
+    assert f"Resuming from checkpoint ckpt-{last['global_step']:09d}.npz" in text
+    assert re.findall(r"^Epoch (\d+)/", text, re.M) == ["2", "3", "4"]
+    (run,) = runs_in(uri)  # the same run, now FINISHED
+    assert run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    assert steps == list(range(EPOCHS)), steps
+    assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS

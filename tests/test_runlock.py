@@ -1,0 +1,81 @@
+"""One training per run directory: the lock, its holder's name, and a dead holder's takeover."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from keras_dl.runlock import FileLock, RunLockedError, open_run_lock
+from tests.conftest import REPO, runs_in, train_digits
+
+_HOLD = """
+import sys, time
+from keras_dl.runlock import open_run_lock
+lock = open_run_lock(sys.argv[1])
+lock.acquire()
+lock.update(run_id="run-of-the-first")
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Another process that holds ``tmp_path/run``'s lock until killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout.readline().strip() == "locked"
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_holder_is_refused_with_host_pid_and_run_id(holder, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(RunLockedError, match=r"in use by another training") as err:
+        open_run_lock(tmp_path / "run").acquire()
+    assert time.monotonic() - start < 1  # at once, no waiting
+    message = str(err.value)
+    assert f"host {socket.gethostname()}" in message
+    assert f"pid {holder.pid}" in message and "MLflow run run-of-the-first" in message
+    assert "--set runtime.run_dir=" in message
+
+
+def test_a_killed_holders_lock_is_taken_over(holder, tmp_path):
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    lock = open_run_lock(tmp_path / "run")
+    lock.acquire()  # the kernel dropped the dead process's flock
+    try:
+        owner = lock.holder()
+        assert owner.pid != holder.pid and owner.run_id is None  # its stale record replaced
+        lock.update("mine")
+        assert lock.holder().run_id == "mine"
+        with pytest.raises(RunLockedError, match="MLflow run mine"):
+            FileLock(tmp_path / "run").acquire()  # a second lock, even in one process
+    finally:
+        lock.release()
+    with FileLock(tmp_path / "run"):  # released: free again
+        pass
+
+
+def test_training_in_a_held_run_dir_stops_before_it_creates_a_run(holder, digits_table, tmp_path):
+    with pytest.raises(RunLockedError, match=rf"pid {holder.pid}.*run-of-the-first"):
+        train_digits(digits_table, tmp_path, "train.epochs=1")
+    assert runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}") == []
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_object_storage_run_dirs_need_a_lease():
+    with pytest.raises(Exception, match=r"s3://b/run is on object storage.*lease"):
+        open_run_lock("s3://b/run")
