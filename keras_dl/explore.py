@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
 
-from keras_dl.data.sources import open_table
+from keras_dl.data.tables import open_table
 from keras_dl.errors import DataError
 
 

@@ -1,7 +1,7 @@
 """Tables in and out of Spark for batch inference, without Delta's Spark jars.
 
 Spark reads the Parquet files of one table version directly (the file list comes from
-``keras_dl.data.sources.open_table``, so Delta time travel works), and the predictions are
+``keras_dl.data.tables.open_table``, so Delta time travel works), and the predictions are
 written with ``deltalake``. On a Spark that has Delta, read with ``spark.read.format("delta")``
 and write ``keras_dl.inference.predict``'s DataFrame with ``df.write.format("delta")`` instead.
 """
@@ -14,21 +14,38 @@ import sys
 from keras_dl.errors import DataError
 
 
-def spark_session(master: str = "local[*]", app_name: str = "keras-dl"):
-    """A Spark session with Arrow on and executors on this Python interpreter."""
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "keras-dl",
+    *,
+    bind_address: str = "127.0.0.1",
+    ui: bool = False,
+):
+    """A Spark session with Arrow on and executors on this Python interpreter.
+
+    Args:
+        master: Spark master URL. Defaults to "local[*]".
+        app_name: Application name. Defaults to "keras-dl".
+        bind_address: Where the driver listens on a local master (``runtime.bind_address``).
+            Defaults to "127.0.0.1".
+        ui: Start Spark's web UI (``runtime.spark_ui``). Defaults to False.
+    """
     # Workers must run the interpreter that has keras_dl, TensorFlow and MLflow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    return (
+    from keras_dl.distribute.loopback import spark_conf
+
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
     )
+    for key, value in spark_conf(master, bind_address=bind_address, ui=ui).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def read_table_into_spark(spark, table: str, version: int | None = None):
@@ -37,7 +54,7 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
     Returns:
         The DataFrame and the table's snapshot (for its URI and version).
     """
-    from keras_dl.data.sources import open_table
+    from keras_dl.data.tables import open_table
 
     snapshot = open_table(table, version)
     if not snapshot.files:

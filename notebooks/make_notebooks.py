@@ -48,7 +48,7 @@ def explore() -> nbformat.NotebookNode:
         INGEST,
         md("## Schema, version and files"),
         """\
-from keras_dl.data.sources import open_table
+from keras_dl.data.tables import open_table
 
 snapshot = open_table(TABLE)
 print(snapshot.schema)

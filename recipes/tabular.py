@@ -31,11 +31,11 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from keras_dl.config import DataConfig, Experiment, TrainConfig
 from keras_dl.data.features import NUMERIC, STRING
-from keras_dl.data.sources import TableSnapshot, match_mask, open_table
+from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.tables import open_table
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.recipe import Recipe
 
@@ -272,28 +272,18 @@ class _Col:
 
 
 def _read_features(snapshot: TableSnapshot, specs, rows: int | None) -> dict[str, np.ndarray]:
-    """The first ``rows`` rows (all when None) of some columns, honoring the row filters."""
-    names = [s.name for s in specs]
-    filter_cols = [c for c, _, _ in snapshot.row_filters]
+    """The first ``rows`` rows (all when None) of some columns, as training reads them:
+    deleted rows dropped, row filters applied, partition columns typed."""
+    from keras_dl.data.reader import iter_epoch
+    from keras_dl.data.rows import scan_table
+
+    names = list(dict.fromkeys(s.name for s in specs))
     chunks: dict[str, list] = {n: [] for n in names}
     seen = 0
-    for path, part in zip(snapshot.files, snapshot.partitions):
-        pf = pq.ParquetFile(path)
-        wanted = [c for c in dict.fromkeys(names + filter_cols) if c in pf.schema_arrow.names]
-        for rg in range(pf.num_row_groups):
-            t = pf.read_row_group(rg, columns=wanted)
-            cols = {c: _to_numpy(t.column(c)) for c in wanted}
-            for c in names + filter_cols:  # partition columns live in the path, not the file
-                if c not in cols:
-                    cols[c] = np.full(t.num_rows, part.get(c, ""), dtype=object)
-            mask = np.ones(t.num_rows, dtype=bool)
-            for col, op, value in snapshot.row_filters:
-                mask &= match_mask(cols[col], op, value)
-            for n in names:
-                chunks[n].append(cols[n][mask])
-            seen += int(mask.sum())
-            if rows is not None and seen >= rows:
-                break
+    for table in iter_epoch(snapshot, names, scan_table(snapshot), shuffle=False, seed=None):
+        for n in names:
+            chunks[n].append(_to_numpy(table.column(n)))
+        seen += table.num_rows
         if rows is not None and seen >= rows:
             break
     return {n: np.concatenate(v)[:rows] if v else np.array([]) for n, v in chunks.items()}

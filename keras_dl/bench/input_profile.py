@@ -94,9 +94,15 @@ def profile_generator(path: str, seconds: float | None = None) -> dict:
 
 
 def _groups(snapshot, plan):
-    from keras_dl.data.reader import iter_row_groups
+    """Epochs without end, each one exact, as training reads them."""
+    from keras_dl.data.reader import iter_epoch_arrays
+    from keras_dl.data.rows import scan_table
 
-    return iter_row_groups(snapshot, plan, epochs=None, shuffle=True)
+    stats = scan_table(snapshot, plan.columns)
+    epoch = 0
+    while True:
+        yield from iter_epoch_arrays(snapshot, plan, stats, shuffle=True, seed=epoch)
+        epoch += 1
 
 
 def _shuffled(snapshot, plan):

@@ -12,7 +12,7 @@ import os
 import shutil
 from dataclasses import replace
 
-from keras_dl.data.sources import TableSnapshot
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 

@@ -6,12 +6,15 @@ Each submodule fixes one thing and names the Petastorm line it replaces:
   large lists, large strings and binaries), and a catch-all so an unknown type never drops a column.
 - :mod:`.race`: the thread pool's end-of-read race, which ended finite reads with row groups
   still in flight.
+- :mod:`.unpickle`: metadata pickles (the Unischema) read by an unpickler that builds only data.
 
 :func:`install` applies them all, once per process. It is called before any Petastorm reader is
 made (``keras_dl.data.reader``), so every pool type and every process that reads gets them.
 """
 
 from __future__ import annotations
+
+import warnings
 
 _installed = False
 
@@ -21,8 +24,12 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from keras_dl.data.petastorm_compat import race, types
+    from keras_dl.data.petastorm_compat import race, types, unpickle
 
     types.install()
     race.install()
+    # Petastorm's workers warn about pyarrow's legacy dataset on every read, from their own
+    # threads (where a caller's catch_warnings does not reach): keep them off stderr.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+    unpickle.install()
     _installed = True
