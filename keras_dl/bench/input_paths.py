@@ -191,16 +191,21 @@ def in_memory_decode(images: np.ndarray, labels: np.ndarray, batch: int) -> floa
     return consume(ds, max(1, len(images) // batch)) * batch
 
 
-def keras_dl_dataset(path: str, batch: int, label: str | None):
-    """keras_dl's training pipeline over a table (repeating, shuffled, as ``fit`` gets it)."""
+def keras_dl_dataset(path: str, batch: int, label: str | None, cache_max_bytes: int = 0):
+    """keras_dl's training pipeline over a table (repeating, shuffled, as ``fit`` gets it).
+
+    Streaming by default (every epoch read from the table, what the reader baselines are set
+    against); ``cache_max_bytes`` turns ``data.cache`` on.
+    """
     from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), label)
-    return make_dataset(snapshot, plan, ReadOptions(batch_size=batch, training=True))
+    options = ReadOptions(batch_size=batch, training=True, cache_max_bytes=cache_max_bytes)
+    return make_dataset(snapshot, plan, options)
 
 
-def keras_dl_images(path: str, batch: int):
+def keras_dl_images(path: str, batch: int, cache_max_bytes: int = 0):
     """keras_dl's training pipeline over the image table, decoding with ImagePreprocess."""
     from keras_dl.bench.input_tables import IMAGE_SIZE
     from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
@@ -209,7 +214,8 @@ def keras_dl_images(path: str, batch: int):
     snapshot = open_table(path)
     plan = plan_columns(snapshot, ("image",), "label", accept=("binary",))
     hook = make_image_preprocess("image", (IMAGE_SIZE, IMAGE_SIZE))
-    return make_dataset(snapshot, plan, ReadOptions(batch_size=batch, training=True), hook)
+    options = ReadOptions(batch_size=batch, training=True, cache_max_bytes=cache_max_bytes)
+    return make_dataset(snapshot, plan, options, hook)
 
 
 def consume_split(split, batch: int) -> float:
