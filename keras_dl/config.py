@@ -59,7 +59,7 @@ class DataConfig:
             (for remote or slow storage). Defaults to None (read in place).
         cache: "auto" keeps a split's decoded rows in memory after its first epoch when they
             fit ``cache_max_bytes`` (later epochs skip the reader; rows stay exactly once per
-            epoch and reshuffled), "off" reads every epoch from the table. Defaults to "auto".
+            epoch and reshuffled), "never" reads every epoch from the table. Defaults to "auto".
         cache_max_bytes: Memory budget per split (and per process) for ``cache``. Defaults to
             268435456 (256 MiB).
         image_size: (height, width) for image recipes; empty keeps the recipe's. Defaults to ().
@@ -351,9 +351,9 @@ def validate(exp: Experiment) -> Experiment:
         )
     if exp.data.workers < 1:
         raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
-    if exp.data.cache not in ("auto", "off") or exp.data.cache_max_bytes < 0:
+    if exp.data.cache not in ("auto", "never") or exp.data.cache_max_bytes < 0:
         raise ConfigError(
-            f"data.cache={exp.data.cache!r} must be auto or off, and data.cache_max_bytes="
+            f"data.cache={exp.data.cache!r} must be auto or never, and data.cache_max_bytes="
             f"{exp.data.cache_max_bytes} at least 0."
         )
     if exp.data.on_bad_image not in ("fail", "skip"):

@@ -1,18 +1,19 @@
 """Fit benchmark: ``model.fit`` fed by keras_dl from a Delta table against the same fit from memory.
 
 What a user feels is the speed of training, not of the reader. This trains one compute-bound
-Keras model per table for a fixed number of steps, fed two ways with identical batches (same
+Keras model per table for a fixed number of steps, fed three ways with identical batches (same
 structure, same batch size):
 
 - ``keras_dl``: keras_dl's training pipeline over the Delta table (read, shuffle, decode), as a
   run gets it: with ``data.cache=auto`` these tables fit, so the second epoch reads no table;
-- ``keras_dl_stream``: the same with ``data.cache=off``: every epoch read from the table;
+- ``keras_dl_stream``: the same with ``data.cache=never``: every epoch read from the table;
 - ``in_memory``: the same rows, already decoded, as in-memory tensors sliced a batch at a time.
 
 Models: an MLP on the wide table (200 float columns) and a small CNN on 64x64 JPEGs. Every
 round fits each feed for two epochs of one pass over the table each and keeps the second (the
 first traces the step, starts the reader and fills the cache); rounds are interleaved.
-Prints JSON: samples/s and ``input_wait_fraction`` (:class:`keras_dl.callbacks.Throughput`)
+Prints JSON: samples/s, CPU ms per sample (all threads: steadier than wall time on a shared
+machine) and ``input_wait_fraction`` (:class:`keras_dl.callbacks.Throughput`)
 per feed as medians with min-max spreads, keras_dl's ratio to each other feed, and the target
 (keras_dl/in_memory >= 0.95).
 
@@ -133,6 +134,10 @@ def measure_setup(name: str, work: str, quick: bool, rounds: int, steps: int | N
         n: [round(min(x), 4), round(max(x), 4)]
         for n, v in samples.items()
         for x in [[s["input_wait_fraction"] for s in v]]
+    }
+    out["cpu_ms_per_sample"] = {
+        n: round(statistics.median(s["cpu_ms_per_sample"] for s in v), 3)
+        for n, v in samples.items()
     }
     out["step_time_ms"] = {
         n: round(statistics.median(s["step_time_ms"] for s in v), 2) for n, v in samples.items()
