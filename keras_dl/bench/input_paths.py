@@ -3,7 +3,9 @@
 Every tf.data path is drained by an iterator inside a ``tf.function`` (after a warm-up that
 traces it and fills the pipeline), so eager Python iteration adds no per-batch cost of its own.
 The reader-level paths (raw pyarrow, Petastorm's reader alone) are plain Python loops over whole
-row groups, which is what they are. Each call returns one rate timed over at least
+row groups, which is what they are. ``keras_dl`` streams every epoch from the table (what the
+reader baselines are set against); ``keras_dl_cached`` is the same pipeline as a run gets it by
+default, ``data.cache=auto``, timed on the epochs served from memory. Each call returns one rate timed over at least
 :data:`keras_dl.bench.timing.MIN_SECONDS`; :mod:`keras_dl.bench.timing` repeats and summarizes.
 """
 
@@ -24,8 +26,11 @@ TABULAR_PATHS = (
     "stock_unbatch",
     "stock_rebatch",
     "keras_dl",
+    "keras_dl_cached",
 )
-IMAGE_PATHS = ("petastorm_codec", "in_memory_decode", "keras_dl")
+IMAGE_PATHS = ("petastorm_codec", "in_memory_decode", "keras_dl", "keras_dl_cached")
+SUBJECTS = ("keras_dl", "keras_dl_cached")
+CACHE_BYTES = 256 << 20  # data.cache_max_bytes' default: these tables fit
 
 
 def measure_tabular(path: str, batches: list[int], label: str | None, rounds: int = 3) -> dict:
@@ -49,9 +54,12 @@ def measure_tabular(path: str, batches: list[int], label: str | None, rounds: in
                 "stock_unbatch": lambda b=b: stock(snapshot, b, rows, "unbatch"),
                 "stock_rebatch": lambda b=b: stock(snapshot, b, rows, "rebatch"),
                 "keras_dl": lambda b=b: consume_split(keras_dl_dataset(path, b, label), b),
+                "keras_dl_cached": lambda b=b: consume_split(
+                    keras_dl_dataset(path, b, label, CACHE_BYTES), b, cached=True
+                ),
             },
         )
-        out["batches"][str(b)] = summarize(samples, scale=row_bytes)
+        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes)
     return out
 
 
@@ -74,9 +82,12 @@ def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) ->
                 "petastorm_codec": lambda b=b: petastorm_codec(url, b, len(images)),
                 "in_memory_decode": lambda b=b: in_memory_decode(images, labels, b),
                 "keras_dl": lambda b=b: consume_split(keras_dl_images(delta, b), b),
+                "keras_dl_cached": lambda b=b: consume_split(
+                    keras_dl_images(delta, b, CACHE_BYTES), b, cached=True
+                ),
             },
         )
-        out["batches"][str(b)] = summarize(samples, scale=row_bytes)
+        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes)
     return out
 
 
@@ -218,9 +229,13 @@ def keras_dl_images(path: str, batch: int, cache_max_bytes: int = 0):
     return make_dataset(snapshot, plan, options, hook)
 
 
-def consume_split(split, batch: int) -> float:
-    """Rows/s of a keras_dl split, in calls of one epoch of steps."""
-    return consume(split.dataset, split.steps) * batch
+def consume_split(split, batch: int, cached: bool = False) -> float:
+    """Rows/s of a keras_dl split, in calls of one epoch of steps.
+
+    With ``cached``, the untimed warm-up is a whole epoch plus one batch (it fills
+    ``data.cache``), so the timed epochs are the ones served from memory.
+    """
+    return consume(split.dataset, split.steps, warmup=split.steps + 1 if cached else None) * batch
 
 
 @contextlib.contextmanager

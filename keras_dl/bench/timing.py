@@ -36,15 +36,16 @@ def measure_rounds(rounds: int, paths: dict[str, Callable[[], float]]) -> dict[s
 
 def summarize(
     samples: dict[str, list[float]],
-    subject: str = "keras_dl",
+    subjects: tuple[str, ...] = ("keras_dl",),
     scale: float = 1.0,
     unit: str = "rows_per_s",
 ) -> dict:
-    """Medians, spreads and the subject's ratio to every other path.
+    """Medians, spreads and each subject's ratio to every other path.
 
     Args:
         samples: Name to its per-round rates (as :func:`measure_rounds` returns them).
-        subject: The path every ratio has as numerator. Defaults to "keras_dl".
+        subjects: The paths whose ratios to every other path are reported (as numerators).
+            Defaults to ("keras_dl",).
         scale: Bytes per unit, for the ``mb_per_s`` figures. Defaults to 1.0.
         unit: The key of the medians. Defaults to "rows_per_s".
 
@@ -62,14 +63,15 @@ def summarize(
         "ratio_spread": {},
         "rounds": {n: [round(x) for x in v] for n, v in samples.items()},
     }
-    mine = samples.get(subject)
-    for name, values in samples.items():
-        if name == subject or mine is None:
-            continue
-        key = f"{subject}/{name}"
-        out["ratios"][key] = round(medians[subject] / medians[name], 3)
-        per_round = [a / b for a, b in zip(mine, values) if b > 0]
-        out["ratio_spread"][key] = [round(min(per_round), 3), round(max(per_round), 3)]
+    for subject in subjects:
+        mine = samples.get(subject)
+        for name, values in samples.items():
+            if name in subjects or mine is None:
+                continue
+            key = f"{subject}/{name}"
+            out["ratios"][key] = round(medians[subject] / medians[name], 3)
+            per_round = [a / b for a, b in zip(mine, values) if b > 0]
+            out["ratio_spread"][key] = [round(min(per_round), 3), round(max(per_round), 3)]
     return out
 
 

@@ -16,7 +16,9 @@ TABULAR = {
     "stock_unbatch",
     "stock_rebatch",
     "keras_dl",
+    "keras_dl_cached",
 }
+SUBJECTS = {"keras_dl", "keras_dl_cached"}
 
 
 def test_summary_has_medians_spreads_and_per_round_ratios():
@@ -46,14 +48,14 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     for table, paths in (
         ("narrow", TABULAR),
         ("wide", TABULAR),
-        ("images", {"petastorm_codec", "in_memory_decode", "keras_dl"}),
+        ("images", {"petastorm_codec", "in_memory_decode", *SUBJECTS}),
     ):
         assert set(report[table]["batches"]) == {"32", "256"}
         for figures in report[table]["batches"].values():
             assert set(figures["rows_per_s"]) == set(figures["spread"]) == paths
             assert all(v > 0 for v in figures["rows_per_s"].values())
             assert all(v > 0 for v in figures["mb_per_s"].values())
-            ratios = {f"keras_dl/{p}" for p in paths - {"keras_dl"}}
+            ratios = {f"{s}/{p}" for s in SUBJECTS for p in paths - SUBJECTS}
             assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
     profile = report["wide"]["profile"]
     assert set(profile["stages"]["32"]) == {
@@ -72,6 +74,7 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
         ("narrow", "keras_dl/reader_alone"),
         ("images", "keras_dl/in_memory_decode"),
         ("images", "keras_dl/petastorm_codec"),
+        ("images", "keras_dl_cached/in_memory_decode"),
         ("narrow", "rss_8x/rss_1x - 1"),
     }
     assert all(isinstance(t["met"], bool) for t in report["targets"])
