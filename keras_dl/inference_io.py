@@ -51,27 +51,41 @@ def spark_session(
 def read_table_into_spark(spark, table: str, version: int | None = None):
     """One version of a Delta table (or a Parquet table) as a Spark DataFrame.
 
+    Spark schedules and the executors read: each task loads its files' row groups with
+    :func:`keras_dl.data.rows.load_row_group`, the loader the Petastorm workers use for
+    training, so scoring sees exactly the rows training sees (deletion vectors applied,
+    column mapping resolved, partition values typed). Spark's own Parquet reader would not:
+    it knows neither the Delta log nor deletion vectors.
+
     Returns:
         The DataFrame and the table's snapshot (for its URI and version).
     """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     from keras_dl.data.tables import open_table
 
     snapshot = open_table(table, version)
     if not snapshot.files:
         raise DataError(f"Table {snapshot.uri!r} (version {snapshot.version}) has no data files.")
-    reader = spark.read
-    if snapshot.partition_columns and os.path.isdir(snapshot.uri):
-        # Partition values live in the folder names (hive style); basePath makes them columns.
-        reader = reader.option("basePath", snapshot.uri)
-    return reader.parquet(*snapshot.files), snapshot
+    names = list(snapshot.schema.names)
+
+    def read_files(batches):  # runs in the executors: one task reads its share of the files
+        from keras_dl.data.rows import load_row_group, open_file
+
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                pf = open_file(snapshot, index)
+                for rg in range(pf.num_row_groups):
+                    yield from load_row_group(snapshot, index, pf, rg, names).to_batches()
+
+    count = len(snapshot.files)
+    tasks = max(1, min(count, spark.sparkContext.defaultParallelism * 2))
+    files = spark.createDataFrame([(i,) for i in range(count)], "file int").repartition(tasks)
+    return files.mapInArrow(read_files, from_arrow_schema(snapshot.schema)), snapshot
 
 
 def write_predictions(scored, to: str, mode: str = "error"):
-    """Collect a scored DataFrame through Arrow and write it as a Delta table."""
-    import pyarrow as pa
+    """Write a scored DataFrame as a Delta table: the executors write, the driver commits."""
+    from keras_dl.delta_writer import write_delta
 
-    from keras_dl.data.ingest import write_table
-
-    frame = scored.toPandas()
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    return write_table(table, to, mode=mode, rows_per_group=max(1, min(len(frame), 65536)))
+    return write_delta(scored, to, mode=mode)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from dataclasses import dataclass
 from functools import partial
 
@@ -164,7 +165,7 @@ def build_model(data, exp: Experiment, target: Target | None = None):
     for spec in data.plan.features:
         values = columns[spec.name]
         if spec.kind == STRING:
-            inp = keras.Input(shape=(), dtype="string", name=spec.name)
+            inp = keras.Input(shape=(), dtype="string", name=_input_name(spec.name))
             vocab = _vocabulary(values, m.max_vocabulary)
             if len(vocab) + 1 <= m.embed_above:
                 x = layers.StringLookup(vocabulary=vocab, output_mode="one_hot")(inp)
@@ -172,7 +173,7 @@ def build_model(data, exp: Experiment, target: Target | None = None):
                 x = layers.StringLookup(vocabulary=vocab)(inp)
                 x = layers.Embedding(len(vocab) + 1, m.embedding_dim)(x)
         else:
-            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=spec.name)
+            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=_input_name(spec.name))
             x = layers.Reshape((int(np.prod(spec.shape)),))(keras.ops.cast(inp, "float32"))
             flat = values.reshape(len(values), -1).astype(np.float64)
             # Constant columns have zero variance; 1 keeps them finite (they carry no signal).
@@ -190,7 +191,11 @@ def build_model(data, exp: Experiment, target: Target | None = None):
         # The network learns the standardized label; the output layer restores its scale.
         x = layers.Dense(1, dtype="float32")(x)
         outputs = layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32")(x)
-    return keras.Model(inputs, outputs, name="tabular_mlp")
+    with warnings.catch_warnings():
+        # Inputs are keyed by column name; a name Keras refuses for a layer ("/") keeps its
+        # column as the key and Keras warns that key and layer name differ. That is the intent.
+        warnings.filterwarnings("ignore", message="When providing `inputs` as a dict")
+        return keras.Model(inputs, outputs, name="tabular_mlp")
 
 
 RECIPE = Recipe(
@@ -204,6 +209,11 @@ RECIPE = Recipe(
 
 
 # ## Helpers
+
+
+def _input_name(column: str) -> str:
+    """A Keras layer name for a column: Keras refuses "/" in names (Delta and Spark allow it)."""
+    return column.replace("/", "∕") if "/" in column else column
 
 
 def _make_target(values: np.ndarray, arrow_type, task: str, label: str) -> Target:

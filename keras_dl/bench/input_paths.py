@@ -110,7 +110,7 @@ def reader_alone(snapshot) -> float:
     """Rows/s of Petastorm's batch reader iterated in Python, touching every column."""
     from petastorm import make_batch_reader
 
-    from keras_dl.data.tables.storage import file_url
+    from keras_dl.storage import file_url
 
     urls = [file_url(f) for f in snapshot.files]
     # Infinite epochs: Petastorm 0.13.1 sometimes ends a finite read early (keras_dl.data.reader).
@@ -164,7 +164,7 @@ def stock(snapshot, batch: int, rows: int, how: str) -> float:
     from petastorm import make_batch_reader
     from petastorm.tf_utils import make_petastorm_dataset
 
-    from keras_dl.data.tables.storage import file_url
+    from keras_dl.storage import file_url
 
     urls = [file_url(f) for f in snapshot.files]
     with _closing(make_batch_reader(urls, workers_count=2, num_epochs=None)) as reader:

@@ -93,17 +93,8 @@ def select(snapshot: TableSnapshot, filters: Sequence[Filter]) -> TableSnapshot:
             keep = [i for i in keep if _matches(snapshot.partitions[i].get(col), op, typed)]
         else:
             row_filters.append((col, op, value))
-
-    def pick(values: tuple) -> tuple:
-        return tuple(values[i] for i in keep) if values else values
-
-    return replace(
-        snapshot,
-        files=pick(snapshot.files),
-        partitions=pick(snapshot.partitions),
-        deleted_rows=pick(snapshot.deleted_rows),
-        row_filters=snapshot.row_filters + tuple(row_filters),
-    )
+    narrowed = snapshot.take(keep)
+    return replace(narrowed, row_filters=snapshot.row_filters + tuple(row_filters))
 
 
 def row_mask(table: pa.Table, filters: Sequence[Filter]) -> pa.BooleanArray | None:

@@ -27,6 +27,7 @@ def read_table(
     columns: Sequence[str] | None = None,
     filters: Sequence[str | Filter] | None = None,
     workers: int = 2,
+    limit: int | None = None,
 ) -> pa.Table:
     """Read a Delta table (at a version or timestamp) or Parquet files into a ``pyarrow.Table``.
 
@@ -38,6 +39,7 @@ def read_table(
         filters: ``"COLUMN OP VALUE"`` strings (as ``data.filters``) or ``(column, op,
             value)`` tuples. Defaults to None.
         workers: Petastorm reader threads. Defaults to 2.
+        limit: Stop after this many rows (the first ones in file order). Defaults to None.
 
     Returns:
         The rows in file order (files as the log lists them, row groups in file order).
@@ -71,7 +73,13 @@ def read_table(
         )
     schema = pa.schema([snapshot.schema.field(c) for c in names])
     stats = scan_table(snapshot)
-    tables = list(iter_epoch(snapshot, names, stats, shuffle=False, seed=None, workers=workers))
+    tables, rows = [], 0
+    for part in iter_epoch(snapshot, names, stats, shuffle=False, seed=None, workers=workers):
+        tables.append(part)
+        rows += part.num_rows
+        if limit is not None and rows >= limit:
+            break  # closing the generator stops and joins the reader
     if not tables:
         return schema.empty_table()
-    return pa.concat_tables(tables).cast(schema)
+    out = pa.concat_tables(tables).cast(schema)
+    return out if limit is None else out.slice(0, limit)

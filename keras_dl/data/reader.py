@@ -26,8 +26,8 @@ import pyarrow as pa
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.rows import TableStats, load_row_group, one_array
 from keras_dl.data.snapshot import TableSnapshot
-from keras_dl.data.tables.storage import file_url
 from keras_dl.errors import DataError
+from keras_dl.storage import file_url
 
 log = logging.getLogger(__name__)
 _RESULTS_QUEUE = 4
@@ -55,6 +55,7 @@ def iter_epoch(
         DataError: When a file cannot be read, or the epoch did not return exactly this
             shard's rows.
     """
+    stats.check_shards(num_shards, snapshot.uri)
     expected = stats.shard_rows(shard, num_shards)
     if expected == 0:
         return  # nothing live in this shard (or more shards than row groups): nothing to read
@@ -132,7 +133,7 @@ def open_reader(snapshot, columns, shard, num_shards, shuffle, seed, workers):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            fs, paths = get_filesystem_and_path_or_paths(urls)
+            fs, paths = _filesystem_and_paths(urls, get_filesystem_and_path_or_paths)
             return Reader(
                 fs,
                 paths,
@@ -280,6 +281,28 @@ def _stack(rows, plan: ColumnPlan) -> dict[str, np.ndarray]:
 
 def num_rows(batch: dict[str, np.ndarray]) -> int:
     return len(next(iter(batch.values())))
+
+
+def _filesystem_and_paths(urls: list[str], petastorm_resolve):
+    """Local files as Petastorm resolves them; object-store files through ``keras_dl.storage``
+    (credentials and endpoint from the environment), wrapped for Petastorm's legacy dataset."""
+    if all(u.startswith("file://") for u in urls):
+        return petastorm_resolve(urls)
+    from fsspec.implementations.arrow import ArrowFSWrapper
+    from pyarrow.filesystem import DaskFileSystem  # pyarrow's legacy wrapper of fsspec
+
+    from keras_dl.storage import filesystem
+
+    class LegacyFileSystem(DaskFileSystem):
+        # DaskFileSystem leaves these to subclasses; Petastorm's dataset discovery calls them.
+        def isdir(self, path):
+            return self.fs.isdir(path)
+
+        def isfile(self, path):
+            return self.fs.isfile(path)
+
+    fs, _ = filesystem(urls[0])
+    return LegacyFileSystem(ArrowFSWrapper(fs)), [filesystem(u)[1] for u in urls]
 
 
 def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], paths):

@@ -39,6 +39,20 @@ class TableStats:
     bytes: int
     group_rows: tuple[int, ...] = ()
 
+    def check_shards(self, num_shards: int, table: str) -> None:
+        """Refuse more shards than row groups: Petastorm shards by row group.
+
+        Raises:
+            DataError: Naming the table, the counts and the fixes.
+        """
+        if self.row_groups < num_shards:
+            raise DataError(
+                f"Table {table!r} has {self.row_groups} row group(s) but {num_shards} shards "
+                "(ranks) must each read at least one. Rewrite it with more, smaller row groups "
+                "(for example `keras-dl ingest ... --rows-per-group N`, or repartition the Spark "
+                f"DataFrame to >= {2 * num_shards} partitions), or use fewer processes."
+            )
+
     def shard_rows(self, shard: int, num_shards: int) -> int:
         """Rows that shard ``shard`` of ``num_shards`` reads in one epoch."""
         if num_shards <= 1:
@@ -115,6 +129,13 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
         pf = open_file(snapshot, index)
         stored = _stored_names(snapshot, pf.schema_arrow, columns)
         _check_columns(snapshot, path, pf, stored, columns)
+        for name in columns:
+            if name in snapshot.partition_columns and snapshot.partitions[index].get(name) is None:
+                raise DataError(
+                    f"Partition column {name!r} is null in file {path!r} of table "
+                    f"{snapshot.uri!r}. Features and labels cannot be null: filter those rows "
+                    f"out (data.filters) or leave {name!r} out of data.features."
+                )
         deleted = snapshot.deletions(index)
         meta = pf.metadata
         offset = 0
@@ -282,7 +303,7 @@ def _convertible(got: pa.DataType, want: pa.DataType) -> bool:
 
 
 def _open_uri(uri: str):
-    import pyarrow.fs as pafs
+    from keras_dl.storage import filesystem
 
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = filesystem(uri)
     return fs.open_input_file(path)

@@ -16,7 +16,7 @@ Only ``keras_dl.data.tables`` makes snapshots; :func:`keras_dl.data.filters.sele
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,20 @@ class TableSnapshot:
             "data.version": "" if self.version is None else str(self.version),
             "data.format": self.format,
         }
+
+    def take(self, indexes) -> TableSnapshot:
+        """The same snapshot with only the files at ``indexes`` (in that order)."""
+        keep = list(indexes)
+
+        def pick(values: tuple) -> tuple:
+            return tuple(values[i] for i in keep) if values else values
+
+        return replace(
+            self,
+            files=pick(self.files),
+            partitions=pick(self.partitions),
+            deleted_rows=pick(self.deleted_rows),
+        )
 
     def deletions(self, index: int) -> np.ndarray | None:
         """The deleted row indexes of file ``index`` (None when none were deleted)."""

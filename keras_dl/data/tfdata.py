@@ -218,13 +218,7 @@ def _steps(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> 
             "Write data to it, or check data.split_column, data.filters and the split names."
         )
     shards = options.num_shards
-    if stats.row_groups < shards:
-        raise DataError(
-            f"{where} has {stats.row_groups} row group(s) but {shards} shards (ranks) must "
-            "each read at least one. Rewrite it with more, smaller row groups (for example "
-            "`keras-dl ingest ... --rows-per-group N`, or repartition the Spark DataFrame to "
-            f">= {2 * shards} partitions), or use fewer processes."
-        )
+    stats.check_shards(shards, snapshot.uri)
     if not options.training:
         return math.ceil(stats.shard_rows(options.shard, shards) / options.batch_size)
     per_shard = [stats.shard_rows(s, shards) for s in range(shards)]

@@ -282,7 +282,8 @@ def test_a_copy_of_a_real_dataset_with_a_planted_unischema_never_runs_it(
 @pytest.mark.slow
 def test_keras_dls_row_reader_reuses_the_vetted_unischema(genuine, tmp_path, marker):
     from keras_dl.data import plan_columns
-    from keras_dl.data.reader import iter_row_groups
+    from keras_dl.data.reader import iter_epoch_arrays
+    from keras_dl.data.rows import scan_table
 
     folder = tmp_path / "swapped"
     shutil.copytree(genuine, folder)
@@ -290,6 +291,7 @@ def test_keras_dls_row_reader_reuses_the_vetted_unischema(genuine, tmp_path, mar
     # Swapped after opening: make_reader must not unpickle the file again.
     swap_unischema(folder, pickle.dumps(Call(os.system, f"touch {marker}")))
     plan = plan_columns(snapshot, ("vec",), "label")
-    chunks = list(iter_row_groups(snapshot, plan, shuffle=False, workers=1))
+    stats = scan_table(snapshot, plan.columns)
+    chunks = list(iter_epoch_arrays(snapshot, plan, stats, shuffle=False, workers=1))
     assert sorted(int(v) for c in chunks for v in c["label"]) == list(range(12))
     wait_absent(marker)

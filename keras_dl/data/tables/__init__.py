@@ -39,7 +39,7 @@ def open_table(
     """
     from keras_dl.data.tables.delta import is_delta, open_delta
     from keras_dl.data.tables.parquet import open_parquet, open_parquet_files
-    from keras_dl.data.tables.storage import local_path, open_storage
+    from keras_dl.storage import local_path, open_storage
 
     if isinstance(table, str) and "," in table:
         table = [t.strip() for t in table.split(",") if t.strip()]
@@ -49,6 +49,8 @@ def open_table(
     try:
         storage = open_storage(table)
         delta = is_delta(storage)
+    except DataError:
+        raise
     except Exception as exc:
         raise DataError(
             f"Table {table!r} cannot be listed ({exc}). Check the path or URI and, for object "

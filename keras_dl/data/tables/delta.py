@@ -25,8 +25,8 @@ from keras_dl.data.filters import to_type
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables.deletion_vectors import read_deletion_vector
 from keras_dl.data.tables.delta_log import LOG, replay
-from keras_dl.data.tables.storage import Storage
 from keras_dl.errors import DataError
+from keras_dl.storage import Storage
 
 # Reader features this reader implements (Delta protocol, "Valid Feature Names").
 SUPPORTED_READER_FEATURES = frozenset(

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
-from keras_dl.data.tables.storage import Storage
 from keras_dl.errors import DataError
+from keras_dl.storage import Storage
 
 LOG = "_delta_log"
 _COMMIT = re.compile(r"^(\d{20})\.json$")

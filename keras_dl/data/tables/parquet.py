@@ -13,9 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from keras_dl.data.filters import to_type
 from keras_dl.data.snapshot import TableSnapshot
-from keras_dl.data.tables.storage import local_path
 from keras_dl.errors import DataError
+from keras_dl.storage import filesystem, local_path, open_storage
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
@@ -57,7 +58,8 @@ def open_parquet_files(
     part_cols = tuple(raw[0]) if raw else ()
     if schema is None:
         try:
-            schema = pq.read_schema(files[0])
+            fs, first = _filesystem(files[0])
+            schema = pq.read_schema(first, filesystem=fs)
         except Exception as exc:
             raise DataError(f"Parquet file {files[0]!r} cannot be read: {exc}") from None
         for col in part_cols:
@@ -81,18 +83,35 @@ def open_parquet_files(
 def _open_dir(table: str, local: str | None) -> TableSnapshot:
     import pyarrow.dataset as ds
 
-    root = os.path.abspath(local) if local is not None else table
+    storage = open_storage(table)
+    root = storage.uri
+    if local is None and not storage.is_dir():
+        raise DataError(
+            f"Table {table!r} does not exist (no object under that prefix). Write it first, "
+            "or fix data.table."
+        )
     try:
-        dataset = ds.dataset(root, format="parquet", partitioning="hive")
+        dataset = ds.dataset(
+            storage.root, filesystem=storage.fs, format="parquet", partitioning="hive"
+        )
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Parquet table {table!r} cannot be listed: {exc}") from None
-    files = sorted(dataset.files)
+    files = sorted(storage.file_uri(f) for f in dataset.files)
     if not files:
         raise DataError(
             f"Table {table!r} holds no Parquet file. Write data to it first, or point "
             "data.table at a Delta table or Parquet directory."
         )
     return open_parquet_files(files, uri=root, root=root, schema=dataset.schema)
+
+
+def _filesystem(path: str):
+    import pyarrow.fs as pafs
+
+    local = local_path(path)
+    if local is not None:
+        return pafs.LocalFileSystem(), os.path.abspath(local)
+    return filesystem(path)
 
 
 def _hive_partitions(path: str, root: str | None) -> dict[str, str]:
@@ -110,17 +129,10 @@ def _typed(value: str | None, kind: pa.DataType, column: str, path: str) -> Any:
 
     if value is None or value == HIVE_NULL:
         return None
-    value = unquote(value)  # Hive escapes special characters in folder names
-    try:
-        if pa.types.is_integer(kind):
-            return int(value)
-        if pa.types.is_floating(kind):
-            return float(value)
-        if pa.types.is_boolean(kind):
-            return value.lower() == "true"
-    except ValueError:
+    try:  # Hive escapes special characters in folder names
+        return to_type(unquote(value), kind, column)
+    except DataError:
         raise DataError(
             f"File {path!r} has partition {column}={value!r}, which is not a {kind} value like "
             "the other files' partitions. Rename the folder or move the file."
         ) from None
-    return value
