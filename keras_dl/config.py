@@ -60,6 +60,11 @@ class DataConfig:
             columns skip whole files. Defaults to ().
         cache_dir: Copy the table's files to this local folder once and read them from there
             (for remote or slow storage). Defaults to None (read in place).
+        cache: "auto" keeps a split's decoded rows in memory after its first epoch when they
+            fit ``cache_max_bytes`` (later epochs skip the reader; rows stay exactly once per
+            epoch and reshuffled), "never" reads every epoch from the table. Defaults to "auto".
+        cache_max_bytes: Memory budget per split (and per process) for ``cache``. Defaults to
+            268435456 (256 MiB).
         image_size: (height, width) for image recipes; empty keeps the recipe's. Defaults to ().
         on_bad_image: "fail" on an undecodable image, or "skip" it and count it (logged to
             MLflow as data.bad_images_skipped). Defaults to "fail".
@@ -87,6 +92,8 @@ class DataConfig:
     deterministic: bool = False
     filters: tuple[str, ...] = ()
     cache_dir: str | None = None
+    cache: str = "auto"
+    cache_max_bytes: int = 256 << 20
     image_size: tuple[int, ...] = ()
     on_bad_image: str = "fail"
     trust_petastorm_metadata: bool = False
@@ -356,6 +363,13 @@ def validate(exp: Experiment) -> Experiment:
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
             f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
+        )
+    if exp.data.workers < 1:
+        raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
+    if exp.data.cache not in ("auto", "never") or exp.data.cache_max_bytes < 0:
+        raise ConfigError(
+            f"data.cache={exp.data.cache!r} must be auto or never, and data.cache_max_bytes="
+            f"{exp.data.cache_max_bytes} at least 0."
         )
     if exp.data.on_bad_image not in ("fail", "skip"):
         raise ConfigError(f"data.on_bad_image={exp.data.on_bad_image!r} is not one of fail, skip.")

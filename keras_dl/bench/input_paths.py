@@ -3,40 +3,63 @@
 Every tf.data path is drained by an iterator inside a ``tf.function`` (after a warm-up that
 traces it and fills the pipeline), so eager Python iteration adds no per-batch cost of its own.
 The reader-level paths (raw pyarrow, Petastorm's reader alone) are plain Python loops over whole
-row groups, which is what they are.
+row groups, which is what they are. ``keras_dl`` streams every epoch from the table (what the
+reader baselines are set against); ``keras_dl_cached`` is the same pipeline as a run gets it by
+default, ``data.cache=auto``, timed on the epochs served from memory. Each call returns one rate timed over at least
+:data:`keras_dl.bench.timing.MIN_SECONDS`; :mod:`keras_dl.bench.timing` repeats and summarizes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 
 import numpy as np
 
-MIN_SECONDS = 3.0  # each tf.data figure is timed over at least this long
+from keras_dl.bench.timing import consume, measure_rounds, summarize, timed_loop
+
+TABULAR_PATHS = (
+    "raw_pyarrow",
+    "reader_alone",
+    "in_memory",
+    "in_memory_cache",
+    "tfdata_floor",
+    "stock_unbatch",
+    "stock_rebatch",
+    "keras_dl",
+    "keras_dl_cached",
+)
+IMAGE_PATHS = ("petastorm_codec", "in_memory_decode", "keras_dl", "keras_dl_cached")
+SUBJECTS = ("keras_dl", "keras_dl_cached")
+CACHE_BYTES = 256 << 20  # data.cache_max_bytes' default: these tables fit
 
 
 def measure_tabular(path: str, batches: list[int], label: str | None, rounds: int = 3) -> dict:
-    """Raw pyarrow, reader alone, in-memory, stock Petastorm and keras_dl on one table."""
+    """Every tabular path on one table, at each batch size: medians, spreads, ratios."""
     from keras_dl.data import open_table
 
     snapshot = open_table(path)
-    _, arrays = raw_pyarrow(snapshot)
+    arrays = read_columns(snapshot)
     rows = len(next(iter(arrays.values())))
     row_bytes = sum(a.nbytes for a in arrays.values()) / rows
     out = {"rows": rows, "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
-        figures = best_of(
+        samples = measure_rounds(
             rounds,
             {
-                "raw_pyarrow": lambda: raw_pyarrow(snapshot)[0],
+                "raw_pyarrow": lambda: raw_pyarrow(snapshot),
                 "reader_alone": lambda: reader_alone(snapshot),
                 "in_memory": lambda b=b: in_memory(arrays, b),
-                "stock": lambda b=b: stock(snapshot, b, rows),
+                "in_memory_cache": lambda b=b: in_memory(arrays, b, cache=True),
+                "tfdata_floor": lambda b=b: tfdata_floor(arrays, b),
+                "stock_unbatch": lambda b=b: stock(snapshot, b, rows, "unbatch"),
+                "stock_rebatch": lambda b=b: stock(snapshot, b, rows, "rebatch"),
                 "keras_dl": lambda b=b: consume_split(keras_dl_dataset(path, b, label), b),
+                "keras_dl_cached": lambda b=b: consume_split(
+                    keras_dl_dataset(path, b, label, CACHE_BYTES), b, cached=True
+                ),
             },
         )
-        out["batches"][str(b)] = _with_ratios(figures, row_bytes, tabular=True)
+        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes)
     return out
 
 
@@ -53,138 +76,91 @@ def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) ->
     row_bytes = sum(len(b) for b in images) / len(images)
     out = {"rows": len(images), "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
-        figures = best_of(
+        samples = measure_rounds(
             rounds,
             {
                 "petastorm_codec": lambda b=b: petastorm_codec(url, b, len(images)),
                 "in_memory_decode": lambda b=b: in_memory_decode(images, labels, b),
                 "keras_dl": lambda b=b: consume_split(keras_dl_images(delta, b), b),
+                "keras_dl_cached": lambda b=b: consume_split(
+                    keras_dl_images(delta, b, CACHE_BYTES), b, cached=True
+                ),
             },
         )
-        out["batches"][str(b)] = _with_ratios(figures, row_bytes, tabular=False)
+        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes)
     return out
 
 
-def profile_stages(path: str, batch: int) -> dict[str, float]:
-    """Rows/s of keras_dl's pipeline cut after each stage, to show where the time goes.
-
-    reader: Petastorm's batch reader alone; +convert: plus keras_dl's per-row-group casts;
-    +shuffle: plus the in-memory row shuffle; +from_generator: plus handing the arrays to
-    tf.data; +rebatch: plus cutting them into batches (the whole training pipeline but the
-    final prefetch).
-    """
-    import tensorflow as tf
-
-    from keras_dl.data import open_table, plan_columns
-    from keras_dl.data.reader import iter_epoch_arrays, shuffle_rows
-    from keras_dl.data.rows import scan_table
-    from keras_dl.data.tfdata import _structure, _tensor_spec
-
-    snapshot = open_table(path)
-    plan = plan_columns(snapshot, (), None)
-    stats = scan_table(snapshot, plan.columns)
-
-    def groups():
-        epoch = 0
-        while True:  # epochs without end, each one exact, as training reads them
-            yield from iter_epoch_arrays(snapshot, plan, stats, shuffle=True, seed=epoch)
-            epoch += 1
-
-    def python_rate(it, rows=0, start=None):
-        next(it)
-        start = time.perf_counter()
-        while time.perf_counter() - start < MIN_SECONDS / 2:
-            rows += len(next(iter(next(it).values())))
-        return rows / (time.perf_counter() - start)
-
-    out = {
-        "reader": reader_alone(snapshot),
-        "+convert": python_rate(groups()),
-        "+shuffle": python_rate(shuffle_rows(groups(), 4096, 0)),
-    }
-    spec = _structure({f.name: _tensor_spec(f) for f in plan.features}, plan)
-
-    def gen():
-        for arrays in shuffle_rows(groups(), 4096, 0):
-            yield _structure(arrays, plan)
-
-    ds = tf.data.Dataset.from_generator(gen, output_signature=spec).prefetch(2)
-    group_rows = int(np.mean([r.num_rows for r in _row_groups(snapshot)]))
-    out["+from_generator"] = consume(ds, 50) * group_rows
-    out["+rebatch"] = (
-        consume(ds.rebatch(batch, drop_remainder=True), 4 * group_rows // batch) * batch
-    )
-    return {k: round(v) for k, v in out.items()}
+def read_columns(snapshot) -> dict[str, np.ndarray]:
+    """The whole table as dense numpy columns (the in-memory baselines' data)."""
+    parts = list(_read_groups(snapshot))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _row_groups(snapshot):
-    import pyarrow.parquet as pq
+def raw_pyarrow(snapshot) -> float:
+    """Rows/s of pyarrow reading every row group and converting it to dense numpy, vectorized."""
 
-    for path in snapshot.files:
-        meta = pq.ParquetFile(path).metadata
-        for i in range(meta.num_row_groups):
-            yield meta.row_group(i)
+    def one_pass():
+        return sum(len(next(iter(p.values()))) for p in _read_groups(snapshot))
 
-
-def best_of(rounds: int, paths: dict) -> dict[str, float]:
-    """The best rate of each path over ``rounds`` interleaved rounds.
-
-    The machine is shared: interleaving exposes every path to the same background load, and
-    the best round is the one least disturbed by it.
-    """
-    best: dict[str, float] = {}
-    for _ in range(rounds):
-        for name, fn in paths.items():
-            best[name] = max(best.get(name, 0.0), fn())
-    return best
-
-
-def raw_pyarrow(snapshot) -> tuple[float, dict[str, np.ndarray]]:
-    """Read every row group with pyarrow and convert it to dense numpy, vectorized."""
-    import pyarrow.parquet as pq
-
-    start, parts = time.perf_counter(), []
-    for path in snapshot.files:
-        pf = pq.ParquetFile(path)
-        for rg in range(pf.num_row_groups):
-            t = pf.read_row_group(rg)
-            parts.append({name: _dense(t.column(name)) for name in t.column_names})
-    seconds = time.perf_counter() - start
-    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return len(next(iter(arrays.values()))) / seconds, arrays
+    return timed_loop(one_pass)
 
 
 def reader_alone(snapshot) -> float:
-    """Petastorm's batch reader, iterated in Python, touching every column: rows/s."""
+    """Rows/s of Petastorm's batch reader iterated in Python, touching every column."""
     from petastorm import make_batch_reader
 
     from keras_dl.storage import file_url
 
     urls = [file_url(f) for f in snapshot.files]
-    while True:
-        with _closing(make_batch_reader(urls, workers_count=2, num_epochs=1)) as reader:
-            it = iter(reader)
-            # The reader's start-up is not throughput. Petastorm 0.13.1 sometimes ends a
-            # finite read before its first row group (see keras_dl.data.reader): re-open.
-            if next(it, None) is None:
-                continue
-            start, rows = time.perf_counter(), 0
-            for batch in it:
-                rows += len(batch[0])
-            return rows / (time.perf_counter() - start)
+    # Infinite epochs: Petastorm 0.13.1 sometimes ends a finite read early (keras_dl.data.reader).
+    with _closing(make_batch_reader(urls, workers_count=2, num_epochs=None)) as reader:
+        it = iter(reader)
+        return timed_loop(lambda: len(next(it)[0]))
 
 
-def in_memory(arrays: dict, batch: int) -> float:
-    """``from_tensor_slices(arrays).batch(B)``: the tf.data ceiling at that batch size."""
+def in_memory(arrays: dict, batch: int, cache: bool = False) -> float:
+    """Rows/s of in-memory tensors sliced a whole batch at a time (vectorized), optionally cached.
+
+    The result is what ``from_tensor_slices(columns).batch(B)`` yields, without its per-row
+    slicing: the columns are reshaped to ``(steps, B, ...)`` and sliced once per batch, which is
+    the ceiling a pipeline of dense batches can reach in tf.data. With ``cache``, the batches are
+    served by ``.cache()`` (filled during the untimed warm-up epoch), the cost of a cached epoch.
+    """
     import tensorflow as tf
 
     rows = len(next(iter(arrays.values())))
-    ds = tf.data.Dataset.from_tensor_slices(arrays).repeat().batch(batch).prefetch(-1)
-    return consume(ds, rows // batch) * batch
+    steps = rows // batch
+    shaped = {k: a[: steps * batch].reshape(steps, batch, *a.shape[1:]) for k, a in arrays.items()}
+    ds = tf.data.Dataset.from_tensor_slices(shaped)
+    if cache:
+        ds = ds.cache()
+    ds = ds.repeat().prefetch(tf.data.AUTOTUNE)
+    return consume(ds, steps, warmup=steps if cache else None) * batch
 
 
-def stock(snapshot, batch: int, rows: int) -> float:
-    """Petastorm's own TF path: ``make_petastorm_dataset(reader).unbatch().batch(B)``."""
+def tfdata_floor(arrays: dict, batch: int) -> float:
+    """Rows/s of one batch repeated (``from_tensors(batch).repeat()``): no data work at all.
+
+    What handing a batch of these columns to the consuming ``tf.function`` costs by itself, so
+    no tf.data path can beat it at this batch size here: at small batches it, not the reader,
+    can be the ceiling.
+    """
+    import tensorflow as tf
+
+    one = {k: a[:batch] for k, a in arrays.items()}
+    rows = len(next(iter(arrays.values())))
+    ds = tf.data.Dataset.from_tensors(one).repeat()
+    return consume(ds, max(1, rows // batch)) * batch
+
+
+def stock(snapshot, batch: int, rows: int, how: str) -> float:
+    """Rows/s of Petastorm's own TF path, ``make_petastorm_dataset(reader)``, cut to batches.
+
+    Args:
+        how: "unbatch" (``.unbatch().batch(B)``, per row, as Petastorm documents) or
+            "rebatch" (``.rebatch(B)``, whole row groups cut into batches).
+    """
     from petastorm import make_batch_reader
     from petastorm.tf_utils import make_petastorm_dataset
 
@@ -192,12 +168,13 @@ def stock(snapshot, batch: int, rows: int) -> float:
 
     urls = [file_url(f) for f in snapshot.files]
     with _closing(make_batch_reader(urls, workers_count=2, num_epochs=None)) as reader:
-        ds = make_petastorm_dataset(reader).unbatch().batch(batch).prefetch(-1)
-        return consume(ds, rows // batch) * batch
+        ds = make_petastorm_dataset(reader)
+        ds = ds.unbatch().batch(batch) if how == "unbatch" else ds.rebatch(batch)
+        return consume(ds.prefetch(-1), rows // batch) * batch
 
 
 def petastorm_codec(url: str, batch: int, rows: int) -> float:
-    """Petastorm's image path: ``make_reader`` decodes each JPEG with its codec, per row."""
+    """Images/s of Petastorm's image path: ``make_reader`` decodes each JPEG with its codec."""
     import tensorflow as tf
     from petastorm import make_reader
     from petastorm.tf_utils import make_petastorm_dataset
@@ -209,7 +186,7 @@ def petastorm_codec(url: str, batch: int, rows: int) -> float:
 
 
 def in_memory_decode(images: np.ndarray, labels: np.ndarray, batch: int) -> float:
-    """tf.data decoding the same bytes from memory, per image, with AUTOTUNE parallelism."""
+    """Images/s of tf.data decoding the same bytes from memory, per image, AUTOTUNE-parallel."""
     import tensorflow as tf
 
     from keras_dl.bench.input_tables import IMAGE_SIZE
@@ -225,16 +202,21 @@ def in_memory_decode(images: np.ndarray, labels: np.ndarray, batch: int) -> floa
     return consume(ds, max(1, len(images) // batch)) * batch
 
 
-def keras_dl_dataset(path: str, batch: int, label: str | None):
-    """keras_dl's training pipeline over a table (repeating, shuffled, as ``fit`` gets it)."""
+def keras_dl_dataset(path: str, batch: int, label: str | None, cache_max_bytes: int = 0):
+    """keras_dl's training pipeline over a table (repeating, shuffled, as ``fit`` gets it).
+
+    Streaming by default (every epoch read from the table, what the reader baselines are set
+    against); ``cache_max_bytes`` turns ``data.cache`` on.
+    """
     from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), label)
-    return make_dataset(snapshot, plan, ReadOptions(batch_size=batch, training=True))
+    options = ReadOptions(batch_size=batch, training=True, cache_max_bytes=cache_max_bytes)
+    return make_dataset(snapshot, plan, options)
 
 
-def keras_dl_images(path: str, batch: int):
+def keras_dl_images(path: str, batch: int, cache_max_bytes: int = 0):
     """keras_dl's training pipeline over the image table, decoding with ImagePreprocess."""
     from keras_dl.bench.input_tables import IMAGE_SIZE
     from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
@@ -243,39 +225,17 @@ def keras_dl_images(path: str, batch: int):
     snapshot = open_table(path)
     plan = plan_columns(snapshot, ("image",), "label", accept=("binary",))
     hook = make_image_preprocess("image", (IMAGE_SIZE, IMAGE_SIZE))
-    return make_dataset(snapshot, plan, ReadOptions(batch_size=batch, training=True), hook)
+    options = ReadOptions(batch_size=batch, training=True, cache_max_bytes=cache_max_bytes)
+    return make_dataset(snapshot, plan, options, hook)
 
 
-def consume_split(split, batch: int) -> float:
-    """Rows/s of a keras_dl split over one epoch of steps."""
-    return consume(split.dataset, split.steps) * batch
+def consume_split(split, batch: int, cached: bool = False) -> float:
+    """Rows/s of a keras_dl split, in calls of one epoch of steps.
 
-
-def consume(ds, steps: int, warmup: int | None = None) -> float:
-    """Batches/s of ``ds`` drained by an iterator inside a ``tf.function``, as ``fit`` does."""
-    import tensorflow as tf
-
-    @tf.function
-    def drain(iterator, n):
-        acc = tf.constant(0.0)
-        for _ in tf.range(n):
-            # get_next produces every component; touching the first keeps the step cheap and
-            # the same for every path.
-            parts = tf.nest.flatten(next(iterator))
-            first = next((t for t in parts if t.dtype != tf.string), None)
-            if first is None:
-                first = tf.strings.length(parts[0])
-            acc += tf.cast(tf.reshape(first, [-1])[0], tf.float32)
-        return acc
-
-    it = iter(ds)
-    drain(it, tf.constant(warmup or max(2, steps // 10)))  # trace, start readers, fill buffers
-    # Whole epochs until MIN_SECONDS have passed, so prefetched batches are a small share.
-    start, done = time.perf_counter(), 0
-    while done == 0 or time.perf_counter() - start < MIN_SECONDS:
-        drain(it, tf.constant(steps)).numpy()
-        done += steps
-    return done / (time.perf_counter() - start)
+    With ``cached``, the untimed warm-up is a whole epoch plus one batch (it fills
+    ``data.cache``), so the timed epochs are the ones served from memory.
+    """
+    return consume(split.dataset, split.steps, warmup=split.steps + 1 if cached else None) * batch
 
 
 @contextlib.contextmanager
@@ -288,6 +248,17 @@ def _closing(reader):
         reader.join()
 
 
+def _read_groups(snapshot):
+    """Each row group of the table read by pyarrow, as dense numpy columns."""
+    import pyarrow.parquet as pq
+
+    for path in snapshot.files:
+        pf = pq.ParquetFile(path)
+        for rg in range(pf.num_row_groups):
+            t = pf.read_row_group(rg)
+            yield {name: _dense(t.column(name)) for name in t.column_names}
+
+
 def _dense(col) -> np.ndarray:
     import pyarrow as pa
 
@@ -296,20 +267,3 @@ def _dense(col) -> np.ndarray:
         flat = col.flatten().to_numpy()
         return flat.reshape(len(col), -1)
     return col.to_numpy(zero_copy_only=False)
-
-
-def _with_ratios(figures: dict[str, float], row_bytes: float, tabular: bool) -> dict:
-    k = figures["keras_dl"]
-    ratios = {}
-    for name, value in figures.items():
-        if name != "keras_dl":
-            ratios[f"keras_dl/{name}"] = k / value
-    if tabular:
-        ratios["keras_dl/min(reader_alone,in_memory)"] = k / min(
-            figures["reader_alone"], figures["in_memory"]
-        )
-    return {
-        "rows_per_s": {n: round(v) for n, v in figures.items()},
-        "mb_per_s": {n: round(v * row_bytes / 1e6, 1) for n, v in figures.items()},
-        "ratios": {n: round(v, 3) for n, v in ratios.items()},
-    }

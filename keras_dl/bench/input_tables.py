@@ -46,13 +46,37 @@ def write_narrow(path: str, rows: int, rows_per_group: int, seed: int = 0) -> st
     return path
 
 
-def write_wide(path: str, rows: int, rows_per_group: int, seed: int = 0) -> str:
-    """Write ``rows`` rows of 200 float32 columns."""
+def write_wide(
+    path: str, rows: int, rows_per_group: int, seed: int = 0, label: bool = False
+) -> str:
+    """Write ``rows`` rows of 200 float32 columns (plus an int64 ``label`` of 10 classes)."""
     from keras_dl.data.ingest import write_table
 
     rng = np.random.default_rng(seed)
     data = rng.random((rows, WIDE_COLUMNS), dtype=np.float32)
-    table = pa.table({f"c{j:03d}": data[:, j] for j in range(WIDE_COLUMNS)})
+    columns = {f"c{j:03d}": data[:, j] for j in range(WIDE_COLUMNS)}
+    if label:  # learnable: which of the first 10 columns is largest
+        columns["label"] = np.argmax(data[:, :10], axis=1).astype(np.int64)
+    write_table(pa.table(columns), path, mode="overwrite", rows_per_group=rows_per_group)
+    return path
+
+
+def write_images_delta(path: str, count: int, rows_per_group: int, seed: int = 0) -> str:
+    """Write ``count`` 64x64 JPEGs (quality 90) plus a label as a Delta table, without Spark."""
+    import cv2
+
+    from keras_dl.data.ingest import write_table
+
+    encoded = [
+        cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+        for img in _smooth_images(count, seed)
+    ]
+    table = pa.table(
+        {
+            "image": pa.array(encoded, type=pa.binary()),
+            "label": pa.array(np.arange(count) % 10, type=pa.int64()),
+        }
+    )
     write_table(table, path, mode="overwrite", rows_per_group=rows_per_group)
     return path
 

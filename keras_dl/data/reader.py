@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
-from keras_dl.data.rows import TableStats, load_row_group
+from keras_dl.data.rows import TableStats, load_row_group, one_array
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
@@ -164,7 +164,7 @@ def to_arrays(table: pa.Table, plan: ColumnPlan, snapshot: TableSnapshot) -> dic
                 "value(s) in the rows read. Features and labels cannot be null: fill or drop "
                 "those rows when writing the table, or leave the column out of data.features."
             )
-        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        column = one_array(column) if isinstance(column, pa.ChunkedArray) else column
         if spec.kind != NUMERIC:
             out[spec.name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
         elif spec.shape:

@@ -99,7 +99,7 @@ def load_row_group(
         elif stored.get(name) is None:  # a column added after this file was written: nulls
             arrays.append(pa.nulls(count, kind))
         else:
-            column = raw.column(stored[name]).combine_chunks()
+            column = one_array(raw.column(stored[name]))
             arrays.append(_to_logical(column, kind, snapshot, name))
     table = pa.Table.from_arrays(arrays, names=wanted) if wanted else pa.table({})
     keep = _live_rows(snapshot.deletions(index), offset, count)
@@ -109,6 +109,11 @@ def load_row_group(
     if keep is not None:
         table = table.filter(pa.array(keep))
     return table.select(list(columns))
+
+
+def one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it is (``combine_chunks`` copies even that)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableStats:
@@ -162,6 +167,7 @@ def _stored_names(
     """Logical column -> its name in this file (None when the file lacks it)."""
     out: dict[str, str | None] = {}
     by_id = None
+    stored = set(file_schema.names)  # once: `.names` builds a new list on every access
     for name in columns:
         if name in snapshot.partition_columns:
             continue
@@ -177,7 +183,7 @@ def _stored_names(
             if field_id in by_id:
                 out[name] = by_id[field_id]
                 continue
-        out[name] = physical.name if physical.name in file_schema.names else None
+        out[name] = physical.name if physical.name in stored else None
     return out
 
 

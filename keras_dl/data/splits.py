@@ -84,6 +84,7 @@ def make_splits(
         seed=data.seed,
         # One reader thread makes the seeded order reproducible (threads finish in any order).
         workers=1 if data.deterministic else data.workers,
+        cache_max_bytes=data.cache_max_bytes if data.cache == "auto" else 0,
     )
     train = make_dataset(
         train_snap,

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from keras_dl.data.cache_memory import EpochCache
 from keras_dl.data.features import BINARY, NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.reader import iter_epoch_arrays, num_rows, shuffle_rows
 from keras_dl.data.rows import TableStats, scan_table
@@ -35,6 +36,9 @@ class ReadOptions:
         shuffle_buffer: Rows mixed in memory. Defaults to 4096.
         seed: Shuffle seed. Defaults to 42.
         workers: Petastorm reader threads. Defaults to 2.
+        cache_max_bytes: Keep the split's decoded rows in memory after the first epoch when
+            they fit in this many bytes (:mod:`keras_dl.data.cache_memory`). Defaults to 0
+            (every epoch is read from the table).
     """
 
     batch_size: int
@@ -45,6 +49,7 @@ class ReadOptions:
     shuffle_buffer: int = 4096
     seed: int = 42
     workers: int = 2
+    cache_max_bytes: int = 0
 
 
 @dataclass
@@ -131,6 +136,21 @@ def make_dataset(
     steps = _steps(snapshot, stats, options)
     errors: list = []
     position = DataPosition()
+    shuffle = options.training and options.shuffle
+    # Outlives each generator run (a re-made iterator, a resumed fit): it is the split's cache.
+    cache = EpochCache(options.cache_max_bytes, shuffle, options.seed + options.shard)
+
+    def read(epoch: int):
+        return iter_epoch_arrays(
+            snapshot,
+            plan,
+            stats,
+            shard=options.shard,
+            num_shards=options.num_shards,
+            shuffle=shuffle,
+            seed=options.seed + epoch if shuffle else None,
+            workers=options.workers,
+        )
 
     def generate():
         try:
@@ -143,18 +163,8 @@ def make_dataset(
         batch = options.batch_size
         epoch, skip = position.epoch, position.step * batch
         limit = steps * batch if options.training else None
-        shuffle = options.training and options.shuffle
         while True:
-            chunks = iter_epoch_arrays(
-                snapshot,
-                plan,
-                stats,
-                shard=options.shard,
-                num_shards=options.num_shards,
-                shuffle=shuffle,
-                seed=options.seed + epoch if shuffle else None,
-                workers=options.workers,
-            )
+            chunks = cache.epoch(epoch, read)
             if shuffle and options.shuffle_buffer > 0:
                 chunks = shuffle_rows(
                     chunks, options.shuffle_buffer, [options.seed, options.shard, epoch]

@@ -4,11 +4,41 @@ import json
 
 import pytest
 
+from keras_dl.bench.timing import measure_rounds, summarize
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.slow
+TABULAR = {
+    "raw_pyarrow",
+    "reader_alone",
+    "in_memory",
+    "in_memory_cache",
+    "tfdata_floor",
+    "stock_unbatch",
+    "stock_rebatch",
+    "keras_dl",
+    "keras_dl_cached",
+}
+SUBJECTS = {"keras_dl", "keras_dl_cached"}
 
 
+def test_summary_has_medians_spreads_and_per_round_ratios():
+    calls = []
+    samples = measure_rounds(
+        3,
+        {
+            "keras_dl": lambda: calls.append("k") or 8.0 + len(calls),
+            "base": lambda: calls.append("b") or 10.0,
+        },
+    )
+    assert calls == ["k", "b"] * 3  # interleaved: round 1 of every path, then round 2 ...
+    s = summarize(samples, scale=2e6)
+    assert s["rows_per_s"] == {"keras_dl": 11, "base": 10}  # medians of 9, 11, 13 and 10s
+    assert s["spread"]["keras_dl"] == [9, 13] and s["mb_per_s"]["base"] == 20.0
+    assert s["ratios"] == {"keras_dl/base": 1.1}
+    assert s["ratio_spread"]["keras_dl/base"] == [0.9, 1.3]
+
+
+@pytest.mark.slow
 def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     out = tmp_path / "bench.json"
     done = run_cli("bench", "input", "--quick", "--out", str(out), timeout=900)
@@ -16,25 +46,36 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report
     for table, paths in (
-        ("narrow", {"raw_pyarrow", "reader_alone", "in_memory", "stock", "keras_dl"}),
-        ("wide", {"raw_pyarrow", "reader_alone", "in_memory", "stock", "keras_dl"}),
-        ("images", {"petastorm_codec", "in_memory_decode", "keras_dl"}),
+        ("narrow", TABULAR),
+        ("wide", TABULAR),
+        ("images", {"petastorm_codec", "in_memory_decode", *SUBJECTS}),
     ):
         assert set(report[table]["batches"]) == {"32", "256"}
         for figures in report[table]["batches"].values():
-            assert set(figures["rows_per_s"]) == paths
+            assert set(figures["rows_per_s"]) == set(figures["spread"]) == paths
             assert all(v > 0 for v in figures["rows_per_s"].values())
             assert all(v > 0 for v in figures["mb_per_s"].values())
-            assert {f"keras_dl/{p}" for p in paths - {"keras_dl"}} <= set(figures["ratios"])
-    assert set(report["wide"]["profile"]["32"]) == {
+            ratios = {f"{s}/{p}" for s in SUBJECTS for p in paths - SUBJECTS}
+            assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
+    profile = report["wide"]["profile"]
+    assert set(profile["stages"]["32"]) == {
         "reader",
         "+convert",
         "+shuffle",
         "+from_generator",
         "+rebatch",
     }
+    assert profile["generator"]["rows_per_s"] > 0 and profile["generator"]["top_own_time"]
     rss = report["rss"]
     assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
     names = {(t["table"], t["ratio"]) for t in report["targets"]}
-    assert ("wide", "keras_dl/stock") in names and ("narrow", "rss_8x/rss_1x - 1") in names
+    assert names == {
+        ("wide", "keras_dl/reader_alone"),
+        ("narrow", "keras_dl/reader_alone"),
+        ("images", "keras_dl/in_memory_decode"),
+        ("images", "keras_dl/petastorm_codec"),
+        ("images", "keras_dl_cached/in_memory_decode"),
+        ("narrow", "rss_8x/rss_1x - 1"),
+    }
     assert all(isinstance(t["met"], bool) for t in report["targets"])
+    assert "keras_dl/reader_alone" in done.stderr  # the targets, printed as a table

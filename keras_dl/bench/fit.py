@@ -1,0 +1,145 @@
+"""Fit benchmark: ``model.fit`` fed by keras_dl from a Delta table against the same fit from memory.
+
+What a user feels is the speed of training, not of the reader. This trains one compute-bound
+Keras model per table for a fixed number of steps, fed three ways with identical batches (same
+structure, same batch size):
+
+- ``keras_dl``: keras_dl's training pipeline over the Delta table (read, shuffle, decode), as a
+  run gets it: with ``data.cache=auto`` these tables fit, so the second epoch reads no table;
+- ``keras_dl_stream``: the same with ``data.cache=never``: every epoch read from the table;
+- ``in_memory``: the same rows, already decoded, as in-memory tensors sliced a batch at a time.
+
+Models: an MLP on the wide table (200 float columns) and a small CNN on 64x64 JPEGs. Every
+round fits each feed for two epochs of one pass over the table each and keeps the second (the
+first traces the step, starts the reader and fills the cache); rounds are interleaved.
+Prints JSON: samples/s, CPU ms per sample (all threads: steadier than wall time on a shared
+machine) and ``input_wait_fraction`` (:class:`keras_dl.callbacks.Throughput`)
+per feed as medians with min-max spreads, keras_dl's ratio to each other feed, and the target
+(keras_dl/in_memory >= 0.95).
+
+    keras-dl bench fit              # a few minutes on 2 cores
+    keras-dl bench fit --quick      # tiny tables and epochs: a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+TARGET = 0.95  # keras_dl's samples/s over in-memory's, median
+SETUPS = {
+    # name: (table, rows full, rows quick, rows per group full, quick, batch)
+    "mlp_wide": ("wide", 50_000, 1_024, 8_192, 256, 256),
+    "cnn_images": ("images", 3_000, 256, 256, 64, 64),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``keras-dl bench fit`` arguments."""
+    p.add_argument("--quick", action="store_true", help="tiny tables and epochs: a smoke test")
+    p.add_argument("--models", default="mlp_wide,cnn_images", help="which setups to run")
+    p.add_argument("--dir", default=None, help="where to write the tables (default: a temp dir)")
+    p.add_argument("--steps", type=int, default=None, help="steps per epoch (default: 1 pass)")
+    p.add_argument("--rounds", type=int, default=None, help="repeats (default and minimum: 3)")
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+
+
+def run(args) -> int:
+    """Write the tables, fit every setup from both feeds, print the JSON report."""
+    from keras_dl.bench import timing
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.quick:
+        rounds = args.rounds or 1
+        timing.MIN_SECONDS = 0.2
+    else:
+        rounds = max(args.rounds or timing.MIN_ROUNDS, timing.MIN_ROUNDS)
+    work = args.dir or tempfile.mkdtemp(prefix="keras_dl_bench_fit_")
+    os.makedirs(work, exist_ok=True)
+    report: dict = {
+        "config": {
+            "mode": "quick" if args.quick else "full",
+            "rounds": rounds,
+            "cpus": os.cpu_count(),
+            "figures": "median of the rounds' second epochs; spread: [min, max]",
+            "command": " ".join(["keras-dl", *sys.argv[1:]]) if sys.argv else "",
+        }
+    }
+    try:
+        for name in args.models.split(","):
+            report[name] = measure_setup(name, work, args.quick, rounds, args.steps)
+        report["targets"] = [
+            {
+                "setup": name,
+                "ratio": "keras_dl/in_memory samples_per_s",
+                "value": report[name]["ratios"]["keras_dl/in_memory"],
+                "spread": report[name]["ratio_spread"]["keras_dl/in_memory"],
+                "target": TARGET,
+                "met": report[name]["ratios"]["keras_dl/in_memory"] >= TARGET,
+            }
+            for name in args.models.split(",")
+        ]
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(report, indent=2)
+    for t in report["targets"]:
+        verdict = "pass" if t["met"] else "FAIL"
+        print(
+            f"{t['setup']:11s} {t['ratio']} {t['value']} (spread {t['spread']}) "
+            f"target {t['target']} {verdict}",
+            file=sys.stderr,
+        )
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+def measure_setup(name: str, work: str, quick: bool, rounds: int, steps: int | None = None) -> dict:
+    """Fit one setup's model from both feeds, ``rounds`` interleaved times; the summary."""
+    import statistics
+
+    from keras_dl.bench import fit_feeds, timing
+
+    table, rows, quick_rows, group, quick_group, batch = SETUPS[name]
+    path = fit_feeds.write_table(
+        table, f"{work}/{name}", quick_rows if quick else rows, quick_group if quick else group
+    )
+    model = fit_feeds.make_model(table)
+    feeds = {
+        "keras_dl": lambda: fit_feeds.keras_dl_feed(table, path, batch),
+        "keras_dl_stream": lambda: fit_feeds.keras_dl_feed(table, path, batch, cache=False),
+        "in_memory": fit_feeds.in_memory_feed(table, path, batch),
+    }
+    # One pass over the table per epoch: the measured (second) epoch is the table's second.
+    steps = steps or (quick_rows if quick else rows) // batch
+    samples: dict[str, list[dict]] = {n: [] for n in feeds}
+    for _ in range(rounds):
+        for feed, make in feeds.items():
+            samples[feed].append(fit_feeds.fit_epochs(model, make(), batch, steps))
+    speed = {n: [s["samples_per_sec"] for s in v] for n, v in samples.items()}
+    out = timing.summarize(speed, unit="samples_per_s")
+    del out["mb_per_s"]
+    out["input_wait_fraction"] = {
+        n: round(statistics.median(s["input_wait_fraction"] for s in v), 4)
+        for n, v in samples.items()
+    }
+    out["input_wait_fraction_spread"] = {
+        n: [round(min(x), 4), round(max(x), 4)]
+        for n, v in samples.items()
+        for x in [[s["input_wait_fraction"] for s in v]]
+    }
+    out["cpu_ms_per_sample"] = {
+        n: round(statistics.median(s["cpu_ms_per_sample"] for s in v), 3)
+        for n, v in samples.items()
+    }
+    out["step_time_ms"] = {
+        n: round(statistics.median(s["step_time_ms"] for s in v), 2) for n, v in samples.items()
+    }
+    return {"table": table, "model": model.name, "batch": batch, "steps": steps, **out}

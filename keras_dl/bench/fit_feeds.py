@@ -1,0 +1,152 @@
+"""The tables, models and two feeds of ``keras-dl bench fit``, and one timed fit.
+
+Both feeds hand ``fit`` the same structure: the wide table as ``({column: (B,)}, label)`` (one
+model input per column, as keras_dl's tabular recipe builds it) and the images as
+``((B, 64, 64, 3) float32 in 0..1, label)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keras_dl.bench.input_tables import IMAGE_SIZE, WIDE_COLUMNS
+
+MLP_UNITS = (1024, 1024)  # compute-bound at batch 256 on 2 cores: tens of ms per step
+CNN_FILTERS = (16, 32, 32)
+
+
+def write_table(table: str, path: str, rows: int, rows_per_group: int) -> str:
+    """Write the setup's Delta table: ``wide`` (200 floats + label) or ``images`` (JPEGs)."""
+    from keras_dl.bench import input_tables
+
+    if table == "wide":
+        return input_tables.write_wide(path, rows, rows_per_group, label=True)
+    return input_tables.write_images_delta(path, rows, rows_per_group)
+
+
+def make_model(table: str):
+    """A compiled compute-bound model for the table: an MLP (wide) or a small CNN (images)."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    if table == "wide":
+        names = [f"c{j:03d}" for j in range(WIDE_COLUMNS)]
+        inputs = {n: keras.Input(shape=(), dtype="float32", name=n) for n in names}
+        x = keras.ops.stack([inputs[n] for n in names], axis=1)
+        for units in MLP_UNITS:
+            x = layers.Dense(units, activation="relu")(x)
+        name = "mlp_" + "x".join(map(str, MLP_UNITS))
+    else:
+        inputs = keras.Input(shape=(IMAGE_SIZE, IMAGE_SIZE, 3), name="image")
+        x = inputs
+        for i, filters in enumerate(CNN_FILTERS):
+            x = layers.Conv2D(filters, 3, strides=1 if i == 0 else 2, activation="relu")(x)
+        x = layers.GlobalAveragePooling2D()(x)
+        name = "cnn_" + "_".join(map(str, CNN_FILTERS))
+    outputs = layers.Dense(10)(x)
+    model = keras.Model(inputs, outputs, name=name)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def keras_dl_feed(table: str, path: str, batch: int, cache: bool = True):
+    """keras_dl's training pipeline over the table, a new one each call.
+
+    Args:
+        cache: ``data.cache=auto`` with its default budget, as a run gets it (these tables fit:
+            from the second epoch on, no reader runs). False: every epoch read from the table.
+    """
+    from keras_dl.bench.input_paths import keras_dl_dataset, keras_dl_images
+    from keras_dl.config import DataConfig
+
+    budget = DataConfig().cache_max_bytes if cache else 0
+    if table == "wide":
+        return keras_dl_dataset(path, batch, "label", budget).dataset
+    return keras_dl_images(path, batch, budget).dataset
+
+
+def in_memory_feed(table: str, path: str, batch: int):
+    """Read and decode the table once; return a function making the in-memory dataset.
+
+    The batches are sliced whole from ``(steps, B, ...)`` tensors: no per-row work, no reader.
+    """
+    import tensorflow as tf
+
+    from keras_dl.bench.input_paths import read_columns
+    from keras_dl.data import open_table
+
+    columns = read_columns(open_table(path))
+    label = columns.pop("label").astype(np.int64)
+    if table == "wide":
+        features = columns
+    else:
+        decoded = [tf.io.decode_jpeg(b, channels=3).numpy() for b in columns["image"]]
+        features = np.stack(decoded).astype(np.float32) / 255.0
+    steps = len(label) // batch
+
+    def shaped(a):
+        return a[: steps * batch].reshape(steps, batch, *a.shape[1:])
+
+    data = (tf.nest.map_structure(shaped, features), shaped(label))
+
+    def make():
+        return tf.data.Dataset.from_tensor_slices(data).repeat().prefetch(tf.data.AUTOTUNE)
+
+    return make
+
+
+def fit_epochs(model, dataset, batch: int, steps: int) -> dict[str, float]:
+    """Fit two epochs of ``steps`` from ``dataset``; the second epoch's Throughput figures.
+
+    The first epoch traces the step (once per model), starts the reader and, with
+    ``data.cache``, fills the cache; with ``steps`` one pass over the table, the second epoch
+    is the table's second epoch. The input wait is measured on every step.
+    """
+    from keras_dl.callbacks.throughput import Throughput
+
+    tp = Throughput(batch_size=batch, wait_every_n_steps=1)
+    cpu = _EpochCPU()
+    history = model.fit(
+        tp.instrument(dataset),
+        epochs=2,
+        steps_per_epoch=steps,
+        callbacks=[tp, cpu],
+        shuffle=False,  # the feeds shuffle (or not) themselves
+        verbose=0,
+    )
+    out = {k: float(v[-1]) for k, v in history.history.items() if k != "loss"}
+    out["cpu_ms_per_sample"] = 1000.0 * cpu.seconds / (steps * batch)
+    return out
+
+
+class _EpochCPU:
+    """CPU seconds of this process (all threads) over the last epoch.
+
+    On a shared machine wall time swings with other people's load; the CPU this process spent
+    per sample does much less, and keras_dl's excess over in-memory is its input pipeline's cost.
+    """
+
+    def __new__(cls):
+        import keras
+
+        class EpochCPU(keras.callbacks.Callback):
+            seconds = 0.0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self._start = _cpu_seconds()
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.seconds = _cpu_seconds() - self._start
+
+        return EpochCPU()
+
+
+def _cpu_seconds() -> float:
+    import os
+
+    t = os.times()
+    return t.user + t.system
