@@ -188,3 +188,15 @@ def test_validation_can_come_from_a_second_table(tmp_path):
     assert data.validation.steps == 10 and data.test is None
     rows = sum(int(y.shape[0]) for _, y in data.validation.dataset)
     assert rows == 300
+
+
+def test_a_shard_left_empty_by_filters_is_refused_before_training(tmp_path):
+    # 10 row groups of 100 rows; the filter keeps rows of even row groups only, which all go to
+    # shard 0 of 2: shard 1 would wait forever in its first collective.
+    path = _write(str(tmp_path / "t"), group=np.repeat(np.arange(10), 100))
+    data = DataConfig(table=path, features=("f",), filters=("group in 0|2|4|6|8",))
+    with pytest.raises(DataError, match=r"shard 1 of 2 has 0 row\(s\) after deletions and filters"):
+        make_splits(data, batch_size=16, rank=0, world_size=2)
+    # Every rank refuses, not only the empty one: they must agree before any step.
+    with pytest.raises(DataError, match=r"shard 1 of 2 has 0 row"):
+        make_splits(data, batch_size=16, rank=1, world_size=2)
