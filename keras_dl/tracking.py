@@ -30,6 +30,7 @@ def setup_mlflow(uri: str, experiment: str) -> str:
     import mlflow
 
     check_reachable(uri)
+    create_store(uri)
     mlflow.set_tracking_uri(uri)
     existing = mlflow.get_experiment_by_name(experiment)
     if existing is not None and existing.lifecycle_stage == "deleted":
@@ -49,6 +50,30 @@ def setup_mlflow(uri: str, experiment: str) -> str:
         return mlflow.create_experiment(experiment, artifact_location=artifact_location)
     except Exception:  # created concurrently by another process
         return mlflow.get_experiment_by_name(experiment).experiment_id
+
+
+def create_store(uri: str) -> None:
+    """Create (migrate) a SQLite tracking store under a file lock, once.
+
+    MLflow builds a new SQLite store with Alembic migrations on first use; two processes doing
+    that at once (two runs, or a driver and a rank) fail with "table ... already exists" or
+    "duplicate column" (7 of 9 processes here). The first takes the lock and migrates; the
+    others wait, then find the store built.
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    import fcntl
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    db = Path(uri[len("sqlite:///") :])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            SqlAlchemyStore(uri, (db.parent / "mlartifacts").absolute().as_uri())
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def check_reachable(uri: str) -> None:
