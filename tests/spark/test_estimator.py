@@ -165,3 +165,31 @@ def test_regression_output_works_with_regression_evaluator(spark, tmp_path, mlfl
     assert np.isfinite(rmse)
     run = mlflow.MlflowClient(mlflow_uri).get_run(model.getRunId())
     assert run.data.params["train.learning_rate"] == "0.05"
+
+
+@pytest.mark.slow
+def test_num_proc_minus_two_trains_on_two_local_horovod_ranks(iris, tmp_path, mlflow_uri):
+    """HorovodRunner's np semantics: num_proc=-2 runs 2 Horovod processes on this host."""
+    from pyspark.ml.feature import VectorAssembler
+
+    features = VectorAssembler(inputCols=["sl", "sw", "pl", "pw"], outputCol="features")
+    est = KerasEstimator(
+        model=make_model(),
+        optimizer="adam",
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        feature_cols=["features"],
+        label_cols="label",
+        batch_size=16,
+        epochs=3,
+        num_proc=-2,
+        store=str(tmp_path / "store"),
+        experiment=["callbacks.plots=false", "train.learning_rate=0.02"],
+    )
+    model = est.fit(features.transform(iris))
+    run = mlflow.MlflowClient(mlflow_uri).get_run(model.getRunId())
+    assert run.info.status == "FINISHED"
+    assert (
+        run.data.params["runtime.strategy"] == "horovod" and run.data.params["runtime.np"] == "-2"
+    )
+    assert model.transform(features.transform(iris)).count() == 150
