@@ -104,22 +104,24 @@ def _file_writer(to: str, schema, rows_per_file: int):
         use_environment(settings)  # the object store's endpoint and credentials
 
         fs, root = _filesystem(to)
-        writer, path, rows = None, None, 0
+        writer, sink, path, rows = None, None, None, 0
         out = []
 
         def close():
-            nonlocal writer
+            nonlocal writer, sink
             writer.close()
-            info = fs.get_file_info(path)
-            out.append((os.path.basename(path), info.size, rows))
-            writer = None
+            size = sink.tell()  # object stores may not list a file's size right after a PUT
+            sink.close()
+            out.append((os.path.basename(path), int(size), rows))
+            writer = sink = None
 
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             if writer is None:
                 path = f"{root}/part-{uuid.uuid4()}.parquet"
-                writer, rows = pq.ParquetWriter(fs.open_output_stream(path), schema), 0
+                sink = fs.open_output_stream(path)
+                writer, rows = pq.ParquetWriter(sink, schema), 0
             writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
             rows += batch.num_rows
             if rows >= rows_per_file:

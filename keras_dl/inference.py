@@ -309,11 +309,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``keras-dl predict``: read the table into Spark, score it, write a Delta table."""
     from keras_dl.inference_io import read_table_into_spark, spark_session, write_predictions
-
-    if args.batch_size < 1:
-        raise DataError(
-            f"--batch-size must be at least 1 (rows per Arrow batch), got {args.batch_size}."
-        )
     from keras_dl.storage import check_safe_delta_writes
 
     check_safe_delta_writes(args.out)  # before any scoring: S3 needs a commit lock

@@ -147,7 +147,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
         "predict", "--model", "models:/digits@champion", "--table", digits_table, "--out",
         str(tmp_path / "other"), "--batch-size", "0", "--tracking-uri", uri, cwd=tmp_path,
     )  # fmt: skip
-    assert zero.returncode == 2 and "--batch-size must be at least 1" in zero.stderr
+    assert zero.returncode == 2 and "--batch-size: must be an integer >= 1" in zero.stderr
 
 
 def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatch):

@@ -14,7 +14,12 @@ from keras_dl.errors import DistributedError, Preempted
 from tests.conftest import runs_in
 from tests.distribute.workers import train_with_fault
 
-STEPS = 39  # 1,257 training rows // 32 (the global batch)
+# Each of 2 ranks reads every other row group of the 1,257 training rows (row groups of 128);
+# every rank runs the smaller shard's full batches of 16: 617 // 16 = 38 steps per epoch.
+STEPS = 38
+# The fault lands at epoch 1, batch 1, seen by the driver's callbacks 2 steps later: the ranks
+# stop together after this step.
+STOP = STEPS + 3
 
 
 def test_only_deaths_preemptions_and_stalls_are_restarted():
@@ -27,7 +32,7 @@ def test_only_deaths_preemptions_and_stalls_are_restarted():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "cause"),
-    [("kill", r"rank 1 died"), ("sigterm", r"Preempted by SIGTERM: stopped after step 42")],
+    [("kill", r"rank 1 died"), ("sigterm", rf"Preempted by SIGTERM: stopped after step {STOP}\b")],
 )
 def test_a_lost_or_preempted_rank_is_relaunched_in_the_same_run(digits_exp, tmp_path, mode, cause):
     exp = digits_exp(
@@ -57,7 +62,7 @@ def test_a_preempted_rank_stops_every_rank_after_the_same_step(digits_exp, tmp_p
     main = functools.partial(
         train_with_fault, mode="sigterm", rank=1, epoch=1, batch=1, stamp=str(tmp_path / "s")
     )
-    with pytest.raises(Preempted, match=r"Preempted by SIGTERM: stopped after step 42"):
+    with pytest.raises(Preempted, match=rf"Preempted by SIGTERM: stopped after step {STOP}\b"):
         launch(exp, main=main)  # runtime.max_restarts=0: the default does not restart
     (run,) = runs_in(exp.tracking.uri)
     assert run.info.status == "KILLED" and run.data.tags["preempted"] == "SIGTERM"
