@@ -63,26 +63,44 @@ def test_a_local_horovod_job_listens_only_on_loopback():
     assert not wide, f"listening beyond loopback: {wide}"
 
 
+SPARK_SCRIPT = """
+import json, os
+from tests.distribute.test_loopback import listening
+from keras_dl.inference_io import spark_session
+
+spark = spark_session("local[1]", app_name="keras_dl-loopback-test")
+try:
+    print("RESULT " + json.dumps({
+        "ui": spark.sparkContext.uiWebUrl,
+        "bind": spark.conf.get("spark.driver.bindAddress"),
+        "sockets": listening(os.getpid()),
+    }))
+finally:
+    spark.stop()
+"""
+
+
 @pytest.mark.slow
 def test_a_local_spark_session_made_by_keras_dl_listens_on_loopback_without_ui():
-    from pyspark import SparkContext
+    # A fresh interpreter: in the suite's own process another test's session would be reused.
+    import json
+    import subprocess
+    import sys
 
-    from keras_dl.inference_io import spark_session
+    from tests.conftest import REPO
 
-    if SparkContext._active_spark_context is not None:
-        pytest.skip("a SparkSession is already active in this process: getOrCreate reuses it")
-    before = {(pid, port) for pid, _, _, port in listening(os.getpid())}
-    spark = spark_session("local[1]", app_name="keras_dl-loopback-test")
-    try:
-        assert spark.sparkContext.uiWebUrl is None
-        assert spark.conf.get("spark.driver.bindAddress") == "127.0.0.1"
-        new = [s for s in listening(os.getpid()) if (s[0], s[3]) not in before]
-        # The JVM's driver RPC and block manager, and py4j's gateway.
-        assert len([s for s in new if s[1] == "java"]) >= 2, new
-        wide = [s for s in new if not is_loopback(s[2])]
-        assert not wide, f"listening beyond loopback: {wide}"
-    finally:
-        spark.stop()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SPARK_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT ") :])
+    assert out["ui"] is None and out["bind"] == "127.0.0.1"
+    # The JVM's driver RPC and block manager, and py4j's gateway.
+    assert len([s for s in out["sockets"] if s[1] == "java"]) >= 2, out["sockets"]
+    wide = [s for s in out["sockets"] if not is_loopback(s[2])]
+    assert not wide, f"listening beyond loopback: {wide}"
 
 
 def test_spark_conf_binds_the_driver_to_loopback_only_on_local_masters():
