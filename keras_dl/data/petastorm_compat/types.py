@@ -34,9 +34,9 @@ def install() -> None:
         if t.is_uint64(field_type):
             return np.uint64
         if t.is_large_string(field_type):
-            return np.unicode_
+            return np.str_  # np.unicode_ before numpy 2 (same type)
         if t.is_large_binary(field_type):
-            return np.string_
+            return np.bytes_  # np.string_ before numpy 2 (same type)
         if t.is_fixed_size_list(field_type) or t.is_large_list(field_type):
             return infer(field_type.value_type)
         return original(field_type)
