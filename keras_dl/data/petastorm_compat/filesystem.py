@@ -128,14 +128,14 @@ def connect(host="default", port=0, user=None, kerb_ticket=None, extra_conf=None
 
 
 def missing() -> list[str]:
-    """The legacy names this pyarrow lacks."""
-    names = []
-    if importlib.util.find_spec("pyarrow.filesystem") is None:
-        names.append("pyarrow.filesystem")
-    if importlib.util.find_spec("pyarrow.hdfs") is None:
-        names.append("pyarrow.hdfs")
-    names += [f"pyarrow.{n}" for n in ("localfs", "LocalFileSystem") if not hasattr(pa, n)]
-    return names
+    """The legacy names this pyarrow lacks: all four from pyarrow 16 on, none before.
+
+    Before 16 pyarrow still serves ``localfs`` and ``LocalFileSystem`` through its module
+    ``__getattr__`` (with a FutureWarning), so they are not probed one by one.
+    """
+    if importlib.util.find_spec("pyarrow.filesystem") is not None:
+        return []
+    return ["pyarrow.filesystem", "pyarrow.hdfs", "pyarrow.localfs", "pyarrow.LocalFileSystem"]
 
 
 def install() -> list[str]:
