@@ -33,7 +33,17 @@ class PetastormFinder(importlib.abc.MetaPathFinder):
         self._busy = False  # the layer's own imports must not come back here
 
     def find_spec(self, fullname, path, target=None):
-        if self._busy or not (fullname == "petastorm" or fullname.startswith("petastorm.")):
+        if self._busy:
+            return None
+        if fullname == "pyarrow":
+            # A Spark or pool worker may run Petastorm code pickled by value (the lambda
+            # ``pyarrow.localfs`` in petastorm/fs_utils.py:89) without importing petastorm:
+            # the legacy pyarrow names must come with pyarrow itself.
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, _after_pyarrow)
+            return spec
+        if not (fullname == "petastorm" or fullname.startswith("petastorm.")):
             return None
         self._busy = True
         try:
@@ -46,6 +56,14 @@ class PetastormFinder(importlib.abc.MetaPathFinder):
             return spec
         spec.loader = _PatchingLoader(spec.loader, compat.patch_module)
         return spec
+
+
+def _after_pyarrow(module) -> None:
+    """Add the legacy names once pyarrow has loaded, only where pyarrow lacks them (>= 16)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow.filesystem") is None:
+        importlib.import_module("keras_dl.data.petastorm_compat").prepare()
 
 
 class _PatchingLoader(importlib.abc.Loader):
