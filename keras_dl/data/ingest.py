@@ -54,7 +54,7 @@ def write_table(
             existing table untouched). Defaults to "error".
         rows_per_group: Rows per Parquet row group. Defaults to 4096.
     """
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable, WriterProperties, write_deltalake
 
     if mode not in MODES:
         raise DataError(f"Ingest mode {mode!r} is not one of {', '.join(MODES)}.")
@@ -74,9 +74,10 @@ def write_table(
             table,
             partition_by=list(partition_by) or None,
             mode="overwrite" if mode == "ignore" else mode,
-            max_rows_per_group=rows_per_group,
-            min_rows_per_group=min(rows_per_group, max(1, getattr(table, "num_rows", 1 << 62))),
-            max_rows_per_file=max(rows_per_group * 64, rows_per_group),
+            # deltalake 1.x writes with delta-rs' own Parquet writer: the row-group size is a
+            # writer property (the pyarrow engine's max/min_rows_per_group went with 1.0), and
+            # files are cut at delta-rs' target size (100 MB) rather than at 64 row groups.
+            writer_properties=WriterProperties(max_row_group_size=rows_per_group),
         )
     dt = DeltaTable(to)
     files = dt.file_uris()

@@ -253,7 +253,8 @@ def _open_delta(table: str, version: int | None, timestamp: str | None) -> Table
                 "data.timestamp or a data.version."
             )
     partition_columns = tuple(dt.metadata().partition_columns)
-    actions = dt.get_add_actions(flatten=True).to_pydict()
+    # deltalake 1.x answers with arro3 objects (Arrow PyCapsule interface): pyarrow takes them.
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
     paths = actions.get("path", [])
     root = dt.table_uri.rstrip("/")
     files, parts = [], []
@@ -277,7 +278,7 @@ def _open_delta(table: str, version: int | None, timestamp: str | None) -> Table
         version=dt.version(),
         files=tuple(files),
         partitions=tuple(parts),
-        schema=dt.schema().to_pyarrow(),
+        schema=pa.schema(dt.schema().to_arrow()),
         partition_columns=partition_columns,
     )
 
