@@ -92,3 +92,25 @@ def digits_model(digits_table, tmp_path_factory):
     _, result, uri = train_digits(digits_table, tmp, "train.epochs=4")
     assert result.registered_version == 1
     return uri, result
+
+
+def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=None, mode="error"):
+    """Write ``table`` as a Delta table with row groups of ``rows_per_group`` rows.
+
+    deltalake 1.x writes with delta-rs, which cuts files by bytes, not rows (its pyarrow engine's
+    ``max_rows_per_file`` went with 1.0). For files of ``rows_per_file`` rows each slice is its
+    own commit (append), so the table's version is the number of files minus one.
+    """
+    from deltalake import WriterProperties, write_deltalake
+
+    props = WriterProperties(max_row_group_size=rows_per_group)
+    step = rows_per_file or max(table.num_rows, 1)
+    for start in range(0, max(table.num_rows, 1), step):
+        write_deltalake(
+            path,
+            table.slice(start, step),
+            partition_by=partition_by,
+            mode=mode if start == 0 else "append",
+            writer_properties=props,
+        )
+    return path
