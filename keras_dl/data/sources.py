@@ -243,7 +243,9 @@ def _open_delta(table: str, version: int | None, timestamp: str | None) -> Table
                 f"Delta table {table!r} has no version at or before {timestamp}: {exc}"
             ) from None
         # deltalake falls back to version 0 for a time before the table existed: refuse that.
-        committed = {h.get("version"): h.get("timestamp") for h in dt.history()}
+        # From the latest table: deltalake 1.x numbers a time-travelled table's history from
+        # its loaded version down, so version 0 there carried the newest commit's time.
+        committed = {h.get("version"): h.get("timestamp") for h in DeltaTable(uri).history()}
         first = committed.get(dt.version())
         if first is not None and when.timestamp() * 1000 < first:
             raise DataError(
