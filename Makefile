@@ -15,7 +15,9 @@ demo: setup
 	$(BIN)/keras-dl ingest sklearn-digits --to $(DEMO_TABLE) --mode ignore
 	$(BIN)/python -m recipes.digits --set data.table=$(DEMO_TABLE)
 
+# The import contracts (.importlinter: data flows one way), then the whole suite.
 test: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: setup

@@ -60,6 +60,10 @@ class DataConfig:
         image_size: (height, width) for image recipes; empty keeps the recipe's. Defaults to ().
         on_bad_image: "fail" on an undecodable image, or "skip" it and count it (logged to
             MLflow as data.bad_images_skipped). Defaults to "fail".
+        trust_petastorm_metadata: Load a Petastorm dataset's Unischema with Petastorm's own
+            unpickler, which runs whatever code the pickle in ``_common_metadata`` names. Only
+            for tables whose writer you trust. Defaults to False: only Petastorm's, numpy's and
+            Spark's data classes are unpickled, anything else is refused with an error.
     """
 
     table: str = ""
@@ -82,6 +86,7 @@ class DataConfig:
     cache_dir: str | None = None
     image_size: tuple[int, ...] = ()
     on_bad_image: str = "fail"
+    trust_petastorm_metadata: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,12 @@ class RuntimeConfig:
         fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
         start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
             failing. Defaults to 120.
+        bind_address: Address the servers keras_dl starts listen on: Horovod's rendezvous,
+            driver and task services for ``np < 0``, and the Spark driver on a local master.
+            Widen it (e.g. "0.0.0.0") only on a trusted network: these services accept
+            pickles. With ``np > 0`` Spark executors must reach the driver, so there it is used
+            only when set. Defaults to "127.0.0.1".
+        spark_ui: Start the Spark web UI in Spark sessions keras_dl creates. Defaults to False.
     """
 
     strategy: str = "auto"
@@ -136,6 +147,8 @@ class RuntimeConfig:
     warmup_epochs: float = 0.0
     fp16_allreduce: bool = False
     start_timeout: int = 120
+    bind_address: str = "127.0.0.1"
+    spark_ui: bool = False
 
 
 @dataclass(frozen=True)

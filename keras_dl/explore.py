@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pyarrow.parquet as pq
-
-from keras_dl.data.sources import open_table
+from keras_dl.data.filters import select
+from keras_dl.data.read import read_table
+from keras_dl.data.rows import scan_table
+from keras_dl.data.tables import open_table
 from keras_dl.errors import DataError
 
 
@@ -86,11 +87,20 @@ def describe_table(
             "splits. Drop split_column to count the whole table."
         )
     groups: dict[str, list[int]] = {}
-    for path, part in zip(snapshot.files, snapshot.partitions):
-        name = f"{split_column}={part.get(split_column, '')}" if split_column else "all rows"
-        meta = pq.ParquetFile(path).metadata
-        files, row_groups, rows = groups.setdefault(name, [0, 0, 0])
-        groups[name] = [files + 1, row_groups + meta.num_row_groups, rows + meta.num_rows]
+    values = (
+        sorted({p.get(split_column) for p in snapshot.partitions}, key=str)
+        if split_column
+        else [None]
+    )
+    for value in values:
+        name = f"{split_column}={value}" if split_column else "all rows"
+        part = select(snapshot, [(split_column, "=", value)]) if split_column else snapshot
+        if split_column and value is None:  # a null partition: SQL filters match no null
+            part = snapshot.take(
+                i for i, p in enumerate(snapshot.partitions) if p.get(split_column) is None
+            )
+        stats = scan_table(part)  # live rows: deletion vectors applied
+        groups[name] = [stats.files, stats.row_groups, stats.rows]
     parts = tuple(PartLayout(n, *v) for n, v in sorted(groups.items()))
     problems = []
     for p in parts:
@@ -113,21 +123,6 @@ def describe_table(
 
 
 def read_sample(table: str, rows: int = 8, version: int | None = None, columns=None):
-    """The first ``rows`` rows of a table version as a pandas DataFrame (partition columns
-    included), read from the first file(s) only."""
-    import pandas as pd
-
-    snapshot = open_table(table, version)
-    frames, seen = [], 0
-    for path, part in zip(snapshot.files, snapshot.partitions):
-        pf = pq.ParquetFile(path)
-        wanted = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
-        frame = pf.read_row_group(0, columns=wanted).to_pandas().head(rows - seen)
-        for key, value in part.items():
-            if columns is None or key in columns:
-                frame[key] = value
-        frames.append(frame)
-        seen += len(frame)
-        if seen >= rows:
-            break
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    """The first ``rows`` rows of a table version as a pandas DataFrame, as training reads them
+    (deleted rows gone, logical column names, typed partition columns)."""
+    return read_table(table, version=version, columns=columns, limit=rows).to_pandas()

@@ -67,8 +67,6 @@ def log_frame_model(model: Any, sample_input: dict, registered_model: str | None
     import pandas as pd
     from mlflow.models import infer_signature
 
-    from keras_dl.tracking import model_requirements
-
     frame = pd.DataFrame({k: _widen(np.asarray(v)) for k, v in sample_input.items()})
     prediction = model.predict(to_model_inputs(model, frame), verbose=0)
     signature = infer_signature(frame, np.asarray(prediction))
@@ -96,3 +94,21 @@ def _widen(values):
     if values.dtype.kind in "OSU":
         return np.array([v.decode() if isinstance(v, bytes) else str(v) for v in values], object)
     return values
+
+
+def model_requirements() -> list[str]:
+    """The pip requirements of a logged model: the installed mlflow, keras, TensorFlow, numpy
+    and pandas.
+
+    Given explicitly because MLflow's inference of them re-imports the model in a subprocess,
+    which took about 15 s per logged model here.
+    """
+    from importlib import metadata
+
+    out = []
+    for dist in ("mlflow", "keras", "tensorflow", "tensorflow-cpu", "numpy", "pandas"):
+        try:
+            out.append(f"{dist}=={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return out

@@ -115,9 +115,19 @@ def predict(
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     width = _output_width(signature)
     columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
-    return df.select(*columns).mapInPandas(
-        partial(_score_batches, plan), _output_schema(df, plan, width)
+    # Positional aliases: PySpark's mapInPandas looks its input columns up by name, unquoted,
+    # so a column named "a.b" would not resolve. The UDF gives the names back.
+    aliased = df.select(*[quoted(c).alias(f"_kdl_{i}") for i, c in enumerate(columns)])
+    return aliased.mapInPandas(
+        partial(_score_batches, plan, columns), _output_schema(df, plan, width)
     )
+
+
+def quoted(column: str):
+    """A Spark column by its exact name: dots, spaces and backticks are not syntax here."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + column.replace("`", "``") + "`")
 
 
 def _plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPlan:
@@ -172,13 +182,14 @@ def _plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPl
     return ScoringPlan("", tuple(wanted), frame, len(specs) > 1 or bool(specs[0].name), tuple(keys))
 
 
-def _score_batches(plan: ScoringPlan, batches):
+def _score_batches(plan: ScoringPlan, columns: list[str], batches):
     """The UDF body, run on the executors: one model per process, one Arrow batch at a time."""
     import numpy as np
     import pandas as pd
 
     score = _load_scorer(plan.model_file, plan.keras_flavor)
     for pdf in batches:
+        pdf.columns = columns  # the real column names, behind their positional aliases
         out = pdf[list(plan.keys)].reset_index(drop=True)
         if len(pdf) == 0:
             continue
@@ -286,11 +297,13 @@ def run(args: argparse.Namespace) -> int:
     """``keras-dl predict``: read the table into Spark, score it, write a Delta table."""
     from keras_dl.inference_io import read_table_into_spark, spark_session, write_predictions
 
-    if args.mode == "error" and os.path.isdir(os.path.join(args.out, "_delta_log")):
+    if args.batch_size < 1:
         raise DataError(
-            f"Delta table {args.out!r} already exists. Pass --mode overwrite (a new version) or "
-            "--mode append, or choose another --out."
+            f"--batch-size must be at least 1 (rows per Arrow batch), got {args.batch_size}."
         )
+    from keras_dl.storage import check_safe_delta_writes
+
+    check_safe_delta_writes(args.out)  # before any scoring: S3 needs a commit lock
     spark = spark_session(args.master)
     try:
         df, snapshot = read_table_into_spark(spark, args.table, args.version)
@@ -307,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
     print(
         f"scored {report.rows} rows of {snapshot.uri} (version {snapshot.version}) with "
-        f"{args.model}: wrote Delta table {args.out} version {report.version}"
+        f"{args.model}: wrote {report.files} file(s) to Delta table {args.out} version "
+        f"{report.version}"
     )
     return 0

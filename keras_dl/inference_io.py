@@ -1,7 +1,7 @@
 """Tables in and out of Spark for batch inference, without Delta's Spark jars.
 
 Spark reads the Parquet files of one table version directly (the file list comes from
-``keras_dl.data.sources.open_table``, so Delta time travel works), and the predictions are
+``keras_dl.data.tables.open_table``, so Delta time travel works), and the predictions are
 written with ``deltalake``. On a Spark that has Delta, read with ``spark.read.format("delta")``
 and write ``keras_dl.inference.predict``'s DataFrame with ``df.write.format("delta")`` instead.
 """
@@ -14,47 +14,78 @@ import sys
 from keras_dl.errors import DataError
 
 
-def spark_session(master: str = "local[*]", app_name: str = "keras-dl"):
-    """A Spark session with Arrow on and executors on this Python interpreter."""
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "keras-dl",
+    *,
+    bind_address: str = "127.0.0.1",
+    ui: bool = False,
+):
+    """A Spark session with Arrow on and executors on this Python interpreter.
+
+    Args:
+        master: Spark master URL. Defaults to "local[*]".
+        app_name: Application name. Defaults to "keras-dl".
+        bind_address: Where the driver listens on a local master (``runtime.bind_address``).
+            Defaults to "127.0.0.1".
+        ui: Start Spark's web UI (``runtime.spark_ui``). Defaults to False.
+    """
     # Workers must run the interpreter that has keras_dl, TensorFlow and MLflow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    return (
+    from keras_dl.distribute.loopback import spark_conf
+
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
     )
+    for key, value in spark_conf(master, bind_address=bind_address, ui=ui).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def read_table_into_spark(spark, table: str, version: int | None = None):
     """One version of a Delta table (or a Parquet table) as a Spark DataFrame.
 
+    Spark schedules and the executors read: each task loads its files' row groups with
+    :func:`keras_dl.data.rows.load_row_group`, the loader the Petastorm workers use for
+    training, so scoring sees exactly the rows training sees (deletion vectors applied,
+    column mapping resolved, partition values typed). Spark's own Parquet reader would not:
+    it knows neither the Delta log nor deletion vectors.
+
     Returns:
         The DataFrame and the table's snapshot (for its URI and version).
     """
-    from keras_dl.data.sources import open_table
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from keras_dl.data.tables import open_table
 
     snapshot = open_table(table, version)
     if not snapshot.files:
         raise DataError(f"Table {snapshot.uri!r} (version {snapshot.version}) has no data files.")
-    reader = spark.read
-    if snapshot.partition_columns and os.path.isdir(snapshot.uri):
-        # Partition values live in the folder names (hive style); basePath makes them columns.
-        reader = reader.option("basePath", snapshot.uri)
-    return reader.parquet(*snapshot.files), snapshot
+    names = list(snapshot.schema.names)
+
+    def read_files(batches):  # runs in the executors: one task reads its share of the files
+        from keras_dl.data.rows import load_row_group, open_file
+
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                pf = open_file(snapshot, index)
+                for rg in range(pf.num_row_groups):
+                    yield from load_row_group(snapshot, index, pf, rg, names).to_batches()
+
+    count = len(snapshot.files)
+    tasks = max(1, min(count, spark.sparkContext.defaultParallelism * 2))
+    files = spark.createDataFrame([(i,) for i in range(count)], "file int").repartition(tasks)
+    return files.mapInArrow(read_files, from_arrow_schema(snapshot.schema)), snapshot
 
 
 def write_predictions(scored, to: str, mode: str = "error"):
-    """Collect a scored DataFrame through Arrow and write it as a Delta table."""
-    import pyarrow as pa
+    """Write a scored DataFrame as a Delta table: the executors write, the driver commits."""
+    from keras_dl.delta_writer import write_delta
 
-    from keras_dl.data.ingest import write_table
-
-    frame = scored.toPandas()
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    return write_table(table, to, mode=mode, rows_per_group=max(1, min(len(frame), 65536)))
+    return write_delta(scored, to, mode=mode)

@@ -91,7 +91,7 @@ def log_keras_model(
     """
     import mlflow
 
-    from keras_dl.frame_model import is_frame_input, log_frame_model
+    from keras_dl.frame_model import is_frame_input, log_frame_model, model_requirements
 
     register = registered_model if registered_model and registered_model != "none" else None
     if is_frame_input(sample_input):
@@ -114,24 +114,6 @@ def log_keras_model(
         if description:
             client.update_model_version(register, str(version), description=description)
     return info.model_uri, None if version is None else int(version)
-
-
-def model_requirements() -> list[str]:
-    """The pip requirements of a logged model: the installed mlflow, keras, TensorFlow, numpy
-    and pandas.
-
-    Given explicitly because MLflow's inference of them re-imports the model in a subprocess,
-    which took about 15 s per logged model here.
-    """
-    from importlib import metadata
-
-    out = []
-    for dist in ("mlflow", "keras", "tensorflow", "tensorflow-cpu", "numpy", "pandas"):
-        try:
-            out.append(f"{dist}=={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def describe_version(exp: Experiment, lineage: Mapping[str, str], metrics: Mapping) -> str:

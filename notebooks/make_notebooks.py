@@ -48,7 +48,7 @@ def explore() -> nbformat.NotebookNode:
         INGEST,
         md("## Schema, version and files"),
         """\
-from keras_dl.data.sources import open_table
+from keras_dl.data.tables import open_table
 
 snapshot = open_table(TABLE)
 print(snapshot.schema)
@@ -59,9 +59,10 @@ print("version", snapshot.version, "| partitioned by", snapshot.partition_column
 import matplotlib.pyplot as plt
 import numpy as np
 
-from keras_dl.explore import read_sample
+from keras_dl.data import read_table
 
-sample = read_sample(TABLE, rows=8)
+# The rows training would see (deleted rows gone, typed columns), as a pyarrow.Table.
+sample = read_table(TABLE, columns=["pixels", "label", "split"], limit=8).to_pandas()
 fig, axes = plt.subplots(1, len(sample), figsize=(2 * len(sample), 2.4))
 for ax, (_, row) in zip(axes, sample.iterrows()):
     ax.imshow(np.asarray(row["pixels"]).reshape(8, 8), cmap="gray_r")

@@ -25,17 +25,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from keras_dl.config import DataConfig, Experiment, TrainConfig
 from keras_dl.data.features import NUMERIC, STRING
-from keras_dl.data.sources import TableSnapshot, match_mask, open_table
+from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.tables import open_table
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.recipe import Recipe
 
@@ -164,7 +165,7 @@ def build_model(data, exp: Experiment, target: Target | None = None):
     for spec in data.plan.features:
         values = columns[spec.name]
         if spec.kind == STRING:
-            inp = keras.Input(shape=(), dtype="string", name=spec.name)
+            inp = keras.Input(shape=(), dtype="string", name=_input_name(spec.name))
             vocab = _vocabulary(values, m.max_vocabulary)
             if len(vocab) + 1 <= m.embed_above:
                 x = layers.StringLookup(vocabulary=vocab, output_mode="one_hot")(inp)
@@ -172,7 +173,7 @@ def build_model(data, exp: Experiment, target: Target | None = None):
                 x = layers.StringLookup(vocabulary=vocab)(inp)
                 x = layers.Embedding(len(vocab) + 1, m.embedding_dim)(x)
         else:
-            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=spec.name)
+            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=_input_name(spec.name))
             x = layers.Reshape((int(np.prod(spec.shape)),))(keras.ops.cast(inp, "float32"))
             flat = values.reshape(len(values), -1).astype(np.float64)
             # Constant columns have zero variance; 1 keeps them finite (they carry no signal).
@@ -190,7 +191,11 @@ def build_model(data, exp: Experiment, target: Target | None = None):
         # The network learns the standardized label; the output layer restores its scale.
         x = layers.Dense(1, dtype="float32")(x)
         outputs = layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32")(x)
-    return keras.Model(inputs, outputs, name="tabular_mlp")
+    with warnings.catch_warnings():
+        # Inputs are keyed by column name; a name Keras refuses for a layer ("/") keeps its
+        # column as the key and Keras warns that key and layer name differ. That is the intent.
+        warnings.filterwarnings("ignore", message="When providing `inputs` as a dict")
+        return keras.Model(inputs, outputs, name="tabular_mlp")
 
 
 RECIPE = Recipe(
@@ -204,6 +209,11 @@ RECIPE = Recipe(
 
 
 # ## Helpers
+
+
+def _input_name(column: str) -> str:
+    """A Keras layer name for a column: Keras refuses "/" in names (Delta and Spark allow it)."""
+    return column.replace("/", "∕") if "/" in column else column
 
 
 def _make_target(values: np.ndarray, arrow_type, task: str, label: str) -> Target:
@@ -272,28 +282,18 @@ class _Col:
 
 
 def _read_features(snapshot: TableSnapshot, specs, rows: int | None) -> dict[str, np.ndarray]:
-    """The first ``rows`` rows (all when None) of some columns, honoring the row filters."""
-    names = [s.name for s in specs]
-    filter_cols = [c for c, _, _ in snapshot.row_filters]
+    """The first ``rows`` rows (all when None) of some columns, as training reads them:
+    deleted rows dropped, row filters applied, partition columns typed."""
+    from keras_dl.data.reader import iter_epoch
+    from keras_dl.data.rows import scan_table
+
+    names = list(dict.fromkeys(s.name for s in specs))
     chunks: dict[str, list] = {n: [] for n in names}
     seen = 0
-    for path, part in zip(snapshot.files, snapshot.partitions):
-        pf = pq.ParquetFile(path)
-        wanted = [c for c in dict.fromkeys(names + filter_cols) if c in pf.schema_arrow.names]
-        for rg in range(pf.num_row_groups):
-            t = pf.read_row_group(rg, columns=wanted)
-            cols = {c: _to_numpy(t.column(c)) for c in wanted}
-            for c in names + filter_cols:  # partition columns live in the path, not the file
-                if c not in cols:
-                    cols[c] = np.full(t.num_rows, part.get(c, ""), dtype=object)
-            mask = np.ones(t.num_rows, dtype=bool)
-            for col, op, value in snapshot.row_filters:
-                mask &= match_mask(cols[col], op, value)
-            for n in names:
-                chunks[n].append(cols[n][mask])
-            seen += int(mask.sum())
-            if rows is not None and seen >= rows:
-                break
+    for table in iter_epoch(snapshot, names, scan_table(snapshot), shuffle=False, seed=None):
+        for n in names:
+            chunks[n].append(_to_numpy(table.column(n)))
+        seen += table.num_rows
         if rows is not None and seen >= rows:
             break
     return {n: np.concatenate(v)[:rows] if v else np.array([]) for n, v in chunks.items()}

@@ -101,9 +101,10 @@ def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=No
     ``max_rows_per_file`` went with 1.0). For files of ``rows_per_file`` rows each slice is its
     own commit (append), so the table's version is the number of files minus one.
     """
-    from deltalake import WriterProperties, write_deltalake
+    from deltalake import write_deltalake
 
-    props = WriterProperties(max_row_group_size=rows_per_group)
+    from keras_dl.storage import delta_row_group_options
+
     step = rows_per_file or max(table.num_rows, 1)
     for start in range(0, max(table.num_rows, 1), step):
         write_deltalake(
@@ -111,6 +112,69 @@ def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=No
             table.slice(start, step),
             partition_by=partition_by,
             mode=mode if start == 0 else "append",
-            writer_properties=props,
+            **delta_row_group_options(rows_per_group, min(step, table.num_rows), step),
         )
     return path
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's standalone S3 (and DynamoDB) API server on loopback, for the whole session."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail("moto's server exited at start")
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("moto's server did not start within 60 s")
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+class S3Bucket:
+    """A fresh bucket on the test server; ``uri(path)`` names an object under it."""
+
+    def __init__(self, endpoint: str, name: str):
+        self.endpoint, self.name = endpoint, name
+
+    def uri(self, path: str = "") -> str:
+        return f"s3://{self.name}/{path}".rstrip("/")
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch) -> S3Bucket:
+    """The standard AWS environment pointed at the test server, and a new empty bucket."""
+    import uuid
+
+    import boto3
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server,
+    }.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    name = f"lake-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return S3Bucket(s3_server, name)

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from sklearn.datasets import load_digits
 
+from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
 from keras_dl.inference import predict
 from keras_dl.inference_io import spark_session
@@ -124,7 +125,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"scored 1797 rows of {digits_table} (version 0)" in proc.stdout
-    scores = DeltaTable(out).to_pandas()
+    scores = read_table(out).to_pandas()
     assert len(scores) == 1797
     assert {"label", "split", "prediction", "probability_9"} <= set(scores.columns)
     assert (scores["prediction"] == scores["label"]).mean() >= 0.8
@@ -133,3 +134,42 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
         "--tracking-uri", uri, cwd=tmp_path,
     )  # fmt: skip
     assert again.returncode == 2 and "already exists" in again.stderr
+    # Appending: the report counts the rows this command wrote, not the table's.
+    more = run_cli(
+        "predict", "--model", "models:/digits@champion", "--table", digits_table, "--version",
+        "0", "--out", out, "--mode", "append", "--master", "local[2]", "--tracking-uri", uri,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "scored 1797 rows" in more.stdout and "version 1" in more.stdout
+    assert read_table(out).num_rows == 2 * 1797
+    zero = run_cli(
+        "predict", "--model", "models:/digits@champion", "--table", digits_table, "--out",
+        str(tmp_path / "other"), "--batch-size", "0", "--tracking-uri", uri, cwd=tmp_path,
+    )  # fmt: skip
+    assert zero.returncode == 2 and "--batch-size must be at least 1" in zero.stderr
+
+
+def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatch):
+    """A table on S3 scored by Spark tasks that read it and write the output's files to S3
+    themselves; the driver commits one Delta version and counts only what it wrote."""
+    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.inference_io import read_table_into_spark, write_predictions
+
+    uri, _ = champion
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # the only writer of these tables
+    table, out = s3.uri("digits"), s3.uri("scores")
+    ingest_sklearn_digits(table, rows_per_group=256)
+    df, snapshot = read_table_into_spark(spark, table)
+    scored = predict(df, "models:/digits@champion", features=["pixels"], keys=["label"],
+                     tracking_uri=uri)  # fmt: skip
+    report = write_predictions(scored, out)
+    assert (report.version, report.rows) == (0, 1797) and report.files >= 1
+    again = write_predictions(scored, out, mode="append")
+    assert (again.version, again.rows) == (1, 1797)
+    written = read_table(out)
+    assert written.num_rows == 2 * 1797
+    assert all(f.startswith(f"s3://{s3.name}/scores/") for f in open_table(out).files)
+    monkeypatch.delenv("AWS_S3_ALLOW_UNSAFE_RENAME")
+    with pytest.raises(DataError, match=r"commit lock"):
+        write_predictions(scored, s3.uri("unsafe"))

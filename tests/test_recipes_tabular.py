@@ -135,3 +135,51 @@ def test_float_label_forced_to_classification_with_too_many_classes(tables, tmp_
     _, delta, _ = tables
     with pytest.raises(DataError, match="too many for classification"):
         _fit(delta, tmp_path, "data.label=price", "model.task=classification")
+
+
+@pytest.mark.slow
+def test_column_names_delta_allows_work_end_to_end(tmp_path):
+    """Spaces (as Databricks' column-mapped tables have), "/", "." and non-ASCII: as features
+    of the tabular recipe, Keras inputs, the model signature, pyfunc serving and Spark scoring,
+    on a column-mapped Delta table with a deletion vector."""
+    from tests.data.delta_writer import write_delta
+
+    frame = _frame(600).rename(
+        columns={"size": "size/m2", "rooms": "rooms.count", "city": "city name", "tier": "niveau é"}
+    )
+    cols = ["size/m2", "rooms.count", "city name", "niveau é"]
+    parts, values = [], []
+    for split, rows in frame.groupby("split"):
+        for chunk in np.array_split(rows[cols], 2):
+            parts.append([pa.Table.from_pandas(chunk, preserve_index=False)])
+            values.append(split)
+    table = str(tmp_path / "mapped")
+    write_delta(
+        table, parts, [[0, 1]] + [[]] * (len(parts) - 1), mapping=True, partition=("split", values)
+    )
+    result, uri = _fit(
+        table,
+        tmp_path,
+        "data.label=niveau é",
+        "data.features=size/m2,rooms.count,city name",
+        "train.epochs=8",
+    )
+    assert result.history["val_accuracy"][-1] >= 0.7, result.history
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/tabular/1")
+    names = [i.name for i in model.metadata.signature.inputs.inputs]
+    assert names == ["size/m2", "rooms.count", "city name"]
+    probs = np.asarray(model.predict(frame[names].head(40)))
+    assert probs.shape == (40, 3)
+
+    from keras_dl.inference import predict
+    from keras_dl.inference_io import read_table_into_spark, spark_session
+
+    spark = spark_session("local[2]", "names")
+    try:
+        df, snapshot = read_table_into_spark(spark, table)
+        assert df.count() == len(frame) - 2  # the deletion vector's two rows are gone
+        scored = predict(df, "models:/tabular/1", tracking_uri=uri).toPandas()
+        assert len(scored) == len(frame) - 2 and "prediction" in scored.columns
+    finally:
+        spark.stop()

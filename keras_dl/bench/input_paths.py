@@ -76,14 +76,19 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
     import tensorflow as tf
 
     from keras_dl.data import open_table, plan_columns
-    from keras_dl.data.reader import iter_row_groups, shuffle_rows
+    from keras_dl.data.reader import iter_epoch_arrays, shuffle_rows
+    from keras_dl.data.rows import scan_table
     from keras_dl.data.tfdata import _structure, _tensor_spec
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), None)
+    stats = scan_table(snapshot, plan.columns)
 
     def groups():
-        return iter_row_groups(snapshot, plan, epochs=None, shuffle=True)
+        epoch = 0
+        while True:  # epochs without end, each one exact, as training reads them
+            yield from iter_epoch_arrays(snapshot, plan, stats, shuffle=True, seed=epoch)
+            epoch += 1
 
     def python_rate(it, rows=0, start=None):
         next(it)
@@ -153,7 +158,7 @@ def reader_alone(snapshot) -> float:
     """Petastorm's batch reader, iterated in Python, touching every column: rows/s."""
     from petastorm import make_batch_reader
 
-    from keras_dl.data.sources import file_url
+    from keras_dl.storage import file_url
 
     urls = [file_url(f) for f in snapshot.files]
     while True:
@@ -183,7 +188,7 @@ def stock(snapshot, batch: int, rows: int) -> float:
     from petastorm import make_batch_reader
     from petastorm.tf_utils import make_petastorm_dataset
 
-    from keras_dl.data.sources import file_url
+    from keras_dl.storage import file_url
 
     urls = [file_url(f) for f in snapshot.files]
     with _closing(make_batch_reader(urls, workers_count=2, num_epochs=None)) as reader:

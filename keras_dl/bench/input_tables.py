@@ -88,14 +88,17 @@ def write_images(root: str, count: int, rows_per_group: int, seed: int = 0) -> t
     images = _smooth_images(count, seed)
     url = "file://" + os.path.abspath(os.path.join(root, "images_petastorm"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv's pyarrow
-    spark = (
+    from keras_dl.distribute.loopback import spark_conf
+
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("keras_dl-bench-input")
-        .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    for key, value in spark_conf("local[2]").items():  # loopback driver, no web UI
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
         # Row groups of about rows_per_group images (JPEGs of 64x64 are 2-4 kB each).

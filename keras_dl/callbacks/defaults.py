@@ -103,9 +103,9 @@ def prepare_fit(callbacks: list, model, data) -> int:
         if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:
             data.train.dataset = cb.instrument(data.train.dataset)
     if step:
-        # The data position: the rows the checkpointed steps consumed are read and dropped,
-        # so the resumed run continues the same (seeded) stream instead of replaying its start.
-        data.train.dataset = data.train.dataset.skip(step)
+        # The data position: the resumed epoch is read again (same seed, same order) and the
+        # batches the checkpointed steps consumed are dropped before they reach tf.data.
+        data.train.start_at(step)
     return step
 
 

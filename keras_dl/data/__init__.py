@@ -1,10 +1,13 @@
-"""The data path: source -> snapshot -> Petastorm reader -> tf.data."""
+"""The data path: table -> snapshot -> Petastorm reader -> tf.data (and ``read_table``)."""
 
 from keras_dl.data.features import ColumnPlan, FeatureSpec, plan_columns
+from keras_dl.data.filters import select
 from keras_dl.data.images import ImagePreprocess, make_image_preprocess
-from keras_dl.data.sources import TableSnapshot, open_table, select
+from keras_dl.data.read import read_table
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.spark import SparkConverter, make_spark_converter
 from keras_dl.data.splits import DataSplits, make_splits
+from keras_dl.data.tables import open_table
 from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
 
 __all__ = [
@@ -22,5 +25,6 @@ __all__ = [
     "make_spark_converter",
     "open_table",
     "plan_columns",
+    "read_table",
     "select",
 ]

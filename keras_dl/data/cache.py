@@ -12,7 +12,7 @@ import os
 import shutil
 from dataclasses import replace
 
-from keras_dl.data.sources import TableSnapshot
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 
@@ -24,13 +24,12 @@ def cache_files(snapshot: TableSnapshot, cache_dir: str) -> TableSnapshot:
     Raises:
         DataError: When a file cannot be read or the cache folder cannot be written.
     """
-    import pyarrow.fs as pafs
 
     os.makedirs(cache_dir, exist_ok=True)
     local = []
     for uri in snapshot.files:
         try:
-            fs, path = pafs.FileSystem.from_uri(uri if "://" in uri else os.path.abspath(uri))
+            fs, path = _filesystem(uri)
             info = fs.get_file_info(path)
         except Exception as exc:
             raise DataError(f"Cannot stat {uri!r} to cache it in {cache_dir!r}: {exc}") from None
@@ -49,3 +48,14 @@ def cache_files(snapshot: TableSnapshot, cache_dir: str) -> TableSnapshot:
                 raise DataError(f"Caching {uri!r} in {cache_dir!r} failed: {exc}") from None
         local.append(target)
     return replace(snapshot, files=tuple(local))
+
+
+def _filesystem(uri: str):
+    import pyarrow.fs as pafs
+
+    from keras_dl.storage import filesystem, local_path
+
+    local = local_path(uri)
+    if local is not None:
+        return pafs.LocalFileSystem(), os.path.abspath(local)
+    return filesystem(uri)

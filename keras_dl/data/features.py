@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from keras_dl.data.sources import TableSnapshot
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 NUMERIC = "numeric"
@@ -82,10 +81,9 @@ def plan_columns(
         if not chosen:
             raise DataError(f"Table {snapshot.uri!r} has no feature column besides {label!r}.")
     if snapshot.unischema is not None:  # a Petastorm dataset: its Unischema knows the shapes
-        from keras_dl.data.petastorm_dataset import plan_spec
 
         def spec_of(name, kinds, role):
-            return plan_spec(snapshot, name, kinds, role)
+            return _unischema_spec(snapshot, name, kinds, role)
     else:
 
         def spec_of(name, kinds, role):
@@ -136,12 +134,12 @@ def _spec(
 
 def _list_length(snapshot: TableSnapshot, column: str, depth: int) -> int:
     """The length of a list column's rows, taken from the first non-empty row group."""
-    for path in snapshot.files:
-        pf = pq.ParquetFile(path)
-        if column not in pf.schema_arrow.names:
-            continue
+    from keras_dl.data.rows import load_row_group, open_file
+
+    for index, path in enumerate(snapshot.files):
+        pf = open_file(snapshot, index)
         for rg in range(pf.num_row_groups):
-            col = pf.read_row_group(rg, columns=[column]).column(0).combine_chunks()
+            col = load_row_group(snapshot, index, pf, rg, [column]).column(0).combine_chunks()
             for _ in range(depth):
                 col = col.flatten()
             lengths = col.value_lengths() if len(col) else pa.array([], pa.int32())
@@ -164,3 +162,29 @@ def _missing(snapshot: TableSnapshot, missing: list[str], key: str) -> str:
         f"{snapshot.uri!r}. The table has these columns: {', '.join(snapshot.schema.names)}. "
         f"Fix {key} (for example --set {key}=<column>)."
     )
+
+
+def _unischema_spec(snapshot, name: str, accept, role: str):
+    """A FeatureSpec for a Unischema field: dtype and shape from the schema, not the bytes."""
+    field = snapshot.unischema.fields[name]
+    dtype = np.dtype(field.numpy_dtype)
+    shape = tuple(field.shape)
+    if any(d is None for d in shape):
+        raise DataError(
+            f"Field {name!r} of Petastorm dataset {snapshot.uri!r} has a variable shape {shape}: "
+            "a feature needs a fixed shape. Re-materialize it with a fixed shape."
+        )
+    if dtype.kind in "iufb":
+        kind, name_dtype = NUMERIC, dtype.name
+    elif dtype.kind == "U":
+        kind, name_dtype = STRING, "string"
+    elif dtype.kind == "S":
+        kind, name_dtype = BINARY, "binary"
+    else:
+        kind, name_dtype = "unsupported", str(dtype)
+    if kind not in accept:
+        raise DataError(
+            f"Field {name!r} of Petastorm dataset {snapshot.uri!r} is {dtype}{list(shape)}, which "
+            f"this recipe cannot use as a {role} (it accepts {', '.join(accept)})."
+        )
+    return FeatureSpec(name, name_dtype, shape, kind)

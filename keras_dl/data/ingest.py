@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from keras_dl.errors import DataError
 
@@ -54,38 +53,60 @@ def write_table(
             existing table untouched). Defaults to "error".
         rows_per_group: Rows per Parquet row group. Defaults to 4096.
     """
-    from deltalake import DeltaTable, WriterProperties, write_deltalake
+    from deltalake import write_deltalake
+
+    from keras_dl.data.rows import scan_table
+    from keras_dl.data.tables import open_table
+    from keras_dl.storage import (
+        check_safe_delta_writes,
+        delta_row_group_options,
+        delta_storage_options,
+        open_storage,
+    )
 
     if mode not in MODES:
         raise DataError(f"Ingest mode {mode!r} is not one of {', '.join(MODES)}.")
     if rows_per_group < 1:
         raise DataError(f"rows_per_group must be >= 1, got {rows_per_group}.")
-    exists = os.path.isdir(os.path.join(to, "_delta_log")) if "://" not in to else False
+    exists = any(name.endswith(".json") for name, _ in open_storage(to).list("_delta_log"))
     if exists and mode == "error":
         raise DataError(
             f"Delta table {to!r} already exists. Pass --mode overwrite to replace it (a new "
             "version; the old one stays readable by time travel), --mode append, or --mode ignore."
         )
     if not (exists and mode == "ignore"):
+        check_safe_delta_writes(to)  # S3: a commit lock, or the user's word there is one writer
         if "://" not in to:
             os.makedirs(to, exist_ok=True)
-        write_deltalake(
-            to,
-            table,
-            partition_by=list(partition_by) or None,
-            mode="overwrite" if mode == "ignore" else mode,
-            # deltalake 1.x writes with delta-rs' own Parquet writer: the row-group size is a
-            # writer property (the pyarrow engine's max/min_rows_per_group went with 1.0), and
-            # files are cut at delta-rs' target size (100 MB) rather than at 64 row groups.
-            writer_properties=WriterProperties(max_row_group_size=rows_per_group),
-        )
-    dt = DeltaTable(to)
-    files = dt.file_uris()
-    footers = [pq.read_metadata(f) for f in files]  # one footer read per file
-    groups = sum(m.num_row_groups for m in footers)
-    rows = sum(m.num_rows for m in footers)
+        try:
+            write_deltalake(
+                to,
+                table,
+                partition_by=list(partition_by) or None,
+                mode="overwrite" if mode == "ignore" else mode,
+                # Row groups of rows_per_group rows on deltalake 0.18 and 1.x alike.
+                **delta_row_group_options(rows_per_group, getattr(table, "num_rows", None)),
+                storage_options=delta_storage_options(to) or None,
+            )
+        except Exception as exc:
+            if "lock table" in str(exc):
+                raise DataError(
+                    f"Writing {to!r}: the DynamoDB lock table "
+                    f"{os.environ.get('DELTA_DYNAMO_TABLE_NAME')!r} does not exist. Create it "
+                    "once (aws dynamodb create-table --table-name NAME --attribute-definitions "
+                    "AttributeName=tablePath,AttributeType=S AttributeName=fileName,AttributeType=S "
+                    "--key-schema AttributeName=tablePath,KeyType=HASH "
+                    "AttributeName=fileName,KeyType=RANGE --billing-mode PAY_PER_REQUEST)."
+                ) from None
+            raise
+    snapshot = open_table(to)
+    stats = scan_table(snapshot)  # one footer read per file; deletion vectors counted
     return IngestReport(
-        table=to, version=dt.version(), rows=rows, files=len(files), row_groups=groups
+        table=to,
+        version=snapshot.version,
+        rows=stats.rows,
+        files=stats.files,
+        row_groups=stats.row_groups,
     )
 
 

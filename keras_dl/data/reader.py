@@ -1,233 +1,176 @@
-"""Petastorm readers over a snapshot, yielding whole row groups as dense numpy column arrays.
+"""Petastorm over a snapshot: exact epochs per shard, one row group at a time.
 
-Conversion is per row group, never per row: Petastorm's batch reader hands over one row group as
-columns, list columns are already stacked to 2-D, and this module only casts, filters and checks
-them with vectorized numpy. That is what makes the tf.data side fast (see keras_dl.bench).
+This is the only module that makes Petastorm readers for tables. Petastorm's ``Reader`` does
+what it is good at: it ventilates row groups to a pool of worker threads, shuffles their order
+per epoch (seeded), shards them by row group (``cur_shard``/``shard_count``: row group ``i``
+goes to shard ``i % shards``) and counts epochs (``num_epochs``). Its worker class is ours: each
+row group is loaded by :func:`keras_dl.data.rows.load_row_group`, so deleted rows never leave
+the reader, and column names, types and partition values are the table's.
+
+Exactness rests on two things: the race fix in ``petastorm_compat.race`` (without it a finite
+read could end with row groups in flight), and :func:`iter_epoch` checking that an epoch read
+exactly the rows the footers and deletion vectors promise. A short or long epoch is an error,
+never silently different rows.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
-from keras_dl.data.sources import TableSnapshot, file_url, match_mask
+from keras_dl.data.rows import TableStats, load_row_group
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
+from keras_dl.storage import file_url
 
 log = logging.getLogger(__name__)
 _RESULTS_QUEUE = 4
+CHUNK_ROWS = 256  # Petastorm datasets: decoded rows stacked per chunk handed to tf.data
 
 
-@dataclass(frozen=True)
-class TableStats:
-    """What the Parquet footers say about the rows a snapshot selects."""
-
-    rows: int
-    row_groups: int
-    files: int
-    bytes: int
-
-
-def scan_table(snapshot: TableSnapshot, plan: ColumnPlan) -> TableStats:
-    """Read every file's footer: count rows and row groups, and check schema and nulls.
-
-    Raises:
-        DataError: For a file that is not valid Parquet, a file whose schema lacks or retypes a
-            planned column, or a planned column with nulls (named by file and row group).
-    """
-    rows = groups = size = 0
-    wanted = [c for c in plan.columns if c not in snapshot.partition_columns]
-    expected = {f.name: snapshot.schema.field(f.name).type for f in _specs(plan)}
-    for path in snapshot.files:
-        try:
-            pf = pq.ParquetFile(path)
-        except Exception as exc:
-            raise DataError(
-                f"File {path!r} in table {snapshot.uri!r} is not readable Parquet ({exc}). "
-                "Restore or remove the file (for Delta, restore an earlier version), then retry."
-            ) from None
-        arrow_schema = pf.schema_arrow
-        for col in wanted:
-            if col not in arrow_schema.names:
-                raise DataError(
-                    f"File {path!r} of table {snapshot.uri!r} has no column {col!r}, which other "
-                    f"files have: the files' schemas differ. Its columns: "
-                    f"{', '.join(arrow_schema.names)}. Rewrite the file with the table's schema."
-                )
-            got = arrow_schema.field(col).type
-            if col in expected and not _compatible(got, expected[col]):
-                raise DataError(
-                    f"Column {col!r} is {got} in file {path!r} but {expected[col]} in the table "
-                    f"{snapshot.uri!r}: the files' schemas differ. Rewrite the file with one type."
-                )
-        meta = pf.metadata
-        leaf_index = {meta.schema.column(i).path.split(".")[0]: i for i in range(meta.num_columns)}
-        for rg in range(meta.num_row_groups):
-            rgm = meta.row_group(rg)
-            for col in wanted:
-                stats = rgm.column(leaf_index[col]).statistics
-                if stats is not None and stats.has_null_count and stats.null_count > 0:
-                    raise DataError(
-                        f"Column {col!r} has {stats.null_count} null value(s) in file {path!r}, "
-                        f"row group {rg}. Features and labels cannot be null: fill or drop those "
-                        "rows when writing the table, or leave the column out of data.features."
-                    )
-        rows += meta.num_rows
-        groups += meta.num_row_groups
-        size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    if snapshot.row_filters:
-        rows = count_filtered_rows(snapshot)
-    return TableStats(rows=rows, row_groups=groups, files=len(snapshot.files), bytes=size)
-
-
-def count_filtered_rows(snapshot: TableSnapshot) -> int:
-    """Rows that pass the snapshot's row filters (reads only the filter columns)."""
-    cols = sorted({c for c, _, _ in snapshot.row_filters})
-    total = 0
-    for path in snapshot.files:
-        table = pq.read_table(path, columns=cols)
-        mask = np.ones(table.num_rows, dtype=bool)
-        for col, op, value in snapshot.row_filters:
-            mask &= match_mask(table.column(col).to_numpy(), op, value)
-        total += int(mask.sum())
-    return total
-
-
-def iter_row_groups(
+def iter_epoch(
     snapshot: TableSnapshot,
-    plan: ColumnPlan,
+    columns: Sequence[str],
+    stats: TableStats,
     *,
     shard: int = 0,
     num_shards: int = 1,
-    epochs: int | None = 1,
-    shuffle: bool = True,
+    shuffle: bool = False,
     seed: int | None = 42,
     workers: int = 2,
-) -> Iterator[dict[str, np.ndarray]]:
-    """Yield ``{column: array}`` per row group of this shard, from a Petastorm batch reader.
+) -> Iterator[pa.Table]:
+    """Yield this shard's row groups of one epoch, each as a ``pyarrow.Table`` of ``columns``.
 
-    The reader's workers are stopped and joined when the generator is closed, exhausted or
-    garbage-collected. ``epochs=None`` reads forever, reshuffling row groups each
-    epoch, so a training run never re-opens the table.
+    With ``shuffle``, the row-group order is a seeded permutation (pass a different seed per
+    epoch); either way, results come back in Petastorm's strict round-robin order, so a seeded
+    read is reproducible whatever the number of workers.
+
+    Raises:
+        DataError: When a file cannot be read, or the epoch did not return exactly this
+            shard's rows.
     """
-    if snapshot.format == "petastorm":  # a Unischema dataset: Petastorm's row reader decodes
-        from keras_dl.data.petastorm_dataset import iter_rows_as_chunks
-
-        chunks = iter_rows_as_chunks(
-            snapshot,
-            plan,
-            shard=shard,
-            num_shards=num_shards,
-            epochs=epochs,
-            shuffle=shuffle,
-            seed=seed,
-            workers=workers,
-        )
-        for chunk in chunks:
-            yield to_arrays(chunk, plan, snapshot)
-        return
-    # Petastorm 0.13.1 ends finite reads early: 1 in 5 one-epoch reads of 10 row groups here
-    # lost the last 2, and about 1 in 70 returned nothing (its thread pool decides "all done"
-    # too soon). So every read is infinite, and a finite one stops after exactly its row
-    # groups: ceil((groups - shard) / shards) per epoch, Petastorm's own sharding rule.
-    limit = None
-    if epochs is not None:
-        total = sum(pq.ParquetFile(f).metadata.num_row_groups for f in snapshot.files)
-        limit = epochs * len(range(shard if num_shards > 1 else 0, total, max(num_shards, 1)))
-        if limit == 0:
-            return
-        # A seed keeps the strict round-robin order, so the first `limit` are whole epochs.
-        seed = seed or 1
-    reader = _open_reader(snapshot, plan, shard, num_shards, None, shuffle, seed, workers)
-    # Not `with reader:` -- its __exit__ also prints and would delete a local-disk cache.
+    stats.check_shards(num_shards, snapshot.uri)
+    expected = stats.shard_rows(shard, num_shards)
+    if expected == 0:
+        return  # nothing live in this shard (or more shards than row groups): nothing to read
+    reader = open_reader(snapshot, columns, shard, num_shards, shuffle, seed, workers)
+    read = 0
     try:
-        batches, read = iter(reader), 0
-        while limit is None or read < limit:
+        while True:
             try:
-                batch = next(batches)
+                table = next(reader)
             except StopIteration:
-                return
+                break
+            except DataError:
+                raise
             except Exception as exc:
-                raise _read_error(snapshot, exc) from exc
-            read += 1
-            yield to_arrays(batch._asdict(), plan, snapshot)
+                raise read_error(snapshot, exc) from exc
+            read += table.num_rows
+            yield table
     finally:
         reader.stop()
         reader.join()
+    if read != expected:
+        raise DataError(
+            f"Reading table {snapshot.uri!r} (shard {shard} of {num_shards}) returned {read} "
+            f"rows where its row groups hold {expected}. The table changed while it was read, "
+            "or the reader lost or repeated row groups: the epoch is refused rather than "
+            "trained on. Retry; if it persists, report it with the table."
+        )
 
 
-def _open_reader(snapshot, plan, shard, num_shards, epochs, shuffle, seed, workers):
-    from petastorm import make_batch_reader
+def iter_epoch_arrays(
+    snapshot: TableSnapshot,
+    plan: ColumnPlan,
+    stats: TableStats,
+    *,
+    shard: int = 0,
+    num_shards: int = 1,
+    shuffle: bool = False,
+    seed: int | None = 42,
+    workers: int = 2,
+) -> Iterator[dict[str, np.ndarray]]:
+    """One epoch of this shard as ``{column: array}`` chunks, for tables and Petastorm datasets.
+
+    Tables are read by :func:`iter_epoch`, one row group per chunk. A Petastorm dataset (a
+    Unischema with codecs) is read by Petastorm's row reader, ``make_reader``, which decodes the
+    codecs; its rows are stacked into chunks of ``CHUNK_ROWS``.
+    """
+    if snapshot.format != "petastorm":
+        for table in iter_epoch(
+            snapshot,
+            plan.columns,
+            stats,
+            shard=shard,
+            num_shards=num_shards,
+            shuffle=shuffle,
+            seed=seed,
+            workers=workers,
+        ):
+            yield to_arrays(table, plan, snapshot)
+        return
+    yield from _iter_unischema_rows(
+        snapshot, plan, stats, shard, num_shards, shuffle, seed, workers
+    )
+
+
+def open_reader(snapshot, columns, shard, num_shards, shuffle, seed, workers):
+    """A Petastorm ``Reader`` of one epoch over ``snapshot`` with keras_dl's row-group worker."""
+    from petastorm.fs_utils import get_filesystem_and_path_or_paths
+    from petastorm.reader import Reader, normalize_dataset_url_or_urls
+    from petastorm.workers_pool.thread_pool import ThreadPool
 
     from keras_dl.data import petastorm_compat
 
-    petastorm_compat.install()  # or Petastorm drops uint16/32/64 and fixed-size list columns
-
-    urls = [file_url(f) for f in snapshot.files]
-    columns = plan.columns + [c for c, _, _ in snapshot.row_filters if c not in plan.columns]
+    petastorm_compat.install()  # the race fix, and every Arrow type in schema inference
+    urls = normalize_dataset_url_or_urls([file_url(f) for f in snapshot.files])
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore")
         try:
-            return make_batch_reader(
-                urls,
-                schema_fields=columns,
-                **reader_options(shard, num_shards, epochs, shuffle, seed, workers),
+            fs, paths = _filesystem_and_paths(urls, get_filesystem_and_path_or_paths)
+            return Reader(
+                fs,
+                paths,
+                worker_class=_worker_class(snapshot, tuple(columns), paths),
+                # Thread workers: blocking, strict round-robin results (a seeded read is
+                # reproducible), and Petastorm buffers at most _RESULTS_QUEUE row groups each.
+                reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False, seed=seed),
+                seed=seed if shuffle else None,
+                shuffle_rows=False,  # rows are mixed by the shuffle buffer, across row groups
+                shuffle_row_groups=shuffle,
+                num_epochs=1,
+                cur_shard=shard if num_shards > 1 else None,
+                shard_count=num_shards if num_shards > 1 else None,
+                is_batched_reader=True,
             )
         except Exception as exc:
             raise DataError(f"Petastorm cannot open table {snapshot.uri!r}: {exc}") from None
 
 
-def reader_options(
-    shard: int, num_shards: int, epochs: int | None, shuffle: bool, seed: int | None, workers: int
-) -> dict:
-    """The keyword arguments that Petastorm's ``make_batch_reader`` and ``make_reader`` share."""
-    return dict(
-        reader_pool_type="thread",
-        workers_count=workers,
-        # Petastorm buffers up to 25 row groups per worker by default: memory would grow
-        # with the table up to that. Its floor (5 per worker) is plenty ahead of tf.data.
-        results_queue_size=_RESULTS_QUEUE,
-        num_epochs=epochs,
-        shuffle_row_groups=shuffle,
-        seed=seed if shuffle else None,
-        cur_shard=shard if num_shards > 1 else None,
-        shard_count=num_shards if num_shards > 1 else None,
-    )
-
-
-def to_arrays(raw: dict, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str, np.ndarray]:
-    """Cast one row group's columns to their planned dtypes and apply the row filters."""
+def to_arrays(table: pa.Table, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str, np.ndarray]:
+    """One row group's planned columns as dense numpy arrays of their planned dtypes."""
     out = {}
-    mask = None
-    for col, op, value in snapshot.row_filters:
-        m = match_mask(raw[col], op, value)
-        mask = m if mask is None else mask & m
     for spec in _specs(plan):
-        arr = raw[spec.name]
-        if spec.kind == NUMERIC:
-            if arr.dtype == object and spec.shape:
-                arr = _stack_lists(arr, spec)  # fixed-size lists arrive as one array per row
-            if arr.dtype == object:
-                raise DataError(
-                    f"Column {spec.name!r} of table {snapshot.uri!r} has rows that are not of "
-                    f"shape {spec.shape} (ragged lists or nulls). Pad the lists to one length "
-                    "or drop those rows when writing the table."
-                )
-            if arr.shape[1:] != spec.shape:
-                raise DataError(
-                    f"Column {spec.name!r} of table {snapshot.uri!r} has rows of shape "
-                    f"{arr.shape[1:]} where {spec.shape} was expected (the lists differ in "
-                    "length between row groups). Pad them to one length when writing the table."
-                )
-            arr = arr.astype(spec.dtype, copy=False)
+        column = table.column(spec.name)
+        if column.null_count:
+            raise DataError(
+                f"Column {spec.name!r} of table {snapshot.uri!r} has {column.null_count} null "
+                "value(s) in the rows read. Features and labels cannot be null: fill or drop "
+                "those rows when writing the table, or leave the column out of data.features."
+            )
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if spec.kind != NUMERIC:
+            out[spec.name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+        elif spec.shape:
+            out[spec.name] = _dense_lists(column, spec, snapshot)
         else:
-            arr = np.asarray(arr, dtype=object)
-        out[spec.name] = arr if mask is None else arr[mask]
+            out[spec.name] = column.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
     return out
 
 
@@ -237,13 +180,14 @@ def shuffle_rows(
     """Mix rows across consecutive row groups, vectorized: fill ~``buffer_rows``, permute, emit.
 
     This is the in-memory level of shuffling; Petastorm shuffles row-group order beneath it.
+    Every row that goes in comes out exactly once.
     """
     rng = np.random.default_rng(seed)
     pool: list[dict[str, np.ndarray]] = []
     pooled = 0
     for batch in batches:
         pool.append(batch)
-        pooled += _num_rows(batch)
+        pooled += num_rows(batch)
         if pooled >= buffer_rows:
             yield _permute(pool, rng)
             pool, pooled = [], 0
@@ -251,29 +195,13 @@ def shuffle_rows(
         yield _permute(pool, rng)
 
 
-def _permute(pool: Sequence[dict[str, np.ndarray]], rng: np.random.Generator) -> dict:
-    # A row group larger than the buffer is permuted as it is: no concatenation copy.
-    merged = (
-        pool[0] if len(pool) == 1 else {k: np.concatenate([b[k] for b in pool]) for k in pool[0]}
-    )
-    order = rng.permutation(_num_rows(merged))
-    return {k: np.take(v, order, axis=0) for k, v in merged.items()}
-
-
-def _read_error(snapshot: TableSnapshot, exc: Exception) -> DataError:
+def read_error(snapshot: TableSnapshot, exc: Exception) -> DataError:
     """Name the file and row group behind a reader error where that can be found."""
-    import re
-
     m = re.search(r"values in column '([^']+)' are expected to be the same length", str(exc))
-    if m:  # Petastorm's own message for a ragged list column: find where
+    if m:
         where = find_ragged(snapshot, m.group(1))
         if where:
-            path, rg, lo, hi = where
-            return DataError(
-                f"List column {m.group(1)!r} has rows of different lengths ({lo} to {hi}) in "
-                f"file {path!r}, row group {rg}. A feature needs a fixed shape: pad or truncate "
-                "the lists when writing the table, or drop the column."
-            )
+            return _ragged_error(m.group(1), *where)
     return DataError(f"Reading table {snapshot.uri!r} failed: {exc}")
 
 
@@ -281,46 +209,185 @@ def find_ragged(snapshot: TableSnapshot, column: str):
     """``(file, row group, min length, max length)`` of the first ragged row group, or None."""
     import pyarrow.compute as pc
 
-    for path in snapshot.files:
-        pf = pq.ParquetFile(path)
+    from keras_dl.data.rows import open_file
+
+    for index, path in enumerate(snapshot.files):
+        pf = open_file(snapshot, index)
         for rg in range(pf.num_row_groups):
-            col = pf.read_row_group(rg, columns=[column]).column(0).combine_chunks()
+            col = load_row_group(snapshot, index, pf, rg, [column]).column(0).combine_chunks()
             lengths = col.value_lengths()
             if len(lengths) and pc.min(lengths).as_py() != pc.max(lengths).as_py():
                 return path, rg, pc.min(lengths).as_py(), pc.max(lengths).as_py()
     return None
 
 
-def _stack_lists(arr: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed, workers):
+    from petastorm import make_reader
+
+    from keras_dl.data import petastorm_compat
+    from keras_dl.data.tables.petastorm_meta import known_unischema
+
+    petastorm_compat.install()  # Petastorm's own metadata unpickling is patched too
+    expected = stats.shard_rows(shard, num_shards)
+    # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
+    with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
+        warnings.simplefilter("ignore")
+        reader = make_reader(
+            file_url(snapshot.uri),
+            schema_fields=plan.columns,
+            reader_pool_type="thread",
+            workers_count=workers,
+            results_queue_size=_RESULTS_QUEUE,
+            num_epochs=1,
+            shuffle_row_groups=shuffle,
+            seed=seed if shuffle else None,
+            cur_shard=shard if num_shards > 1 else None,
+            shard_count=num_shards if num_shards > 1 else None,
+        )
+    read = 0
     try:
-        return np.stack(arr.tolist()).reshape((len(arr), *spec.shape))
-    except (ValueError, TypeError):
-        return arr  # ragged or null rows: the caller names the column
+        rows = []
+        for row in reader:
+            rows.append(row)
+            if len(rows) == CHUNK_ROWS:
+                read += len(rows)
+                yield _stack(rows, plan)
+                rows = []
+        if rows:
+            read += len(rows)
+            yield _stack(rows, plan)
+    except DataError:
+        raise
+    except Exception as exc:
+        raise DataError(f"Reading Petastorm dataset {snapshot.uri!r} failed: {exc}") from exc
+    finally:
+        reader.stop()
+        reader.join()
+    if read != expected:
+        raise DataError(
+            f"Reading Petastorm dataset {snapshot.uri!r} (shard {shard} of {num_shards}) "
+            f"returned {read} rows where its row groups hold {expected}. Retry; if it persists, "
+            "report it with the dataset."
+        )
 
 
-def _num_rows(batch: dict[str, np.ndarray]) -> int:
+def _stack(rows, plan: ColumnPlan) -> dict[str, np.ndarray]:
+    out = {}
+    for name in plan.columns:
+        values = [getattr(r, name) for r in rows]
+        out[name] = np.stack(values) if np.ndim(values[0]) else np.asarray(values)
+    return out
+
+
+def num_rows(batch: dict[str, np.ndarray]) -> int:
     return len(next(iter(batch.values())))
+
+
+def _filesystem_and_paths(urls: list[str], petastorm_resolve):
+    """Local files as Petastorm resolves them; object-store files through ``keras_dl.storage``
+    (credentials and endpoint from the environment), wrapped for Petastorm's legacy dataset."""
+    if all(u.startswith("file://") for u in urls):
+        return petastorm_resolve(urls)
+    from keras_dl.data.petastorm_compat import filesystem as compat_fs
+    from keras_dl.storage import filesystem
+
+    fs, _ = filesystem(urls[0])
+    paths = [filesystem(u)[1] for u in urls]
+    try:
+        from pyarrow.filesystem import DaskFileSystem  # pyarrow < 16: its legacy fsspec wrapper
+    except ImportError:
+        # pyarrow >= 16 removed pyarrow.filesystem, DaskFileSystem with it (the name is then the
+        # compat layer's module): its legacy FileSystem wraps the pyarrow.fs filesystem itself.
+        return compat_fs.FileSystem(fs), paths
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class LegacyFileSystem(DaskFileSystem):
+        # DaskFileSystem leaves these to subclasses; Petastorm's dataset discovery calls them.
+        def isdir(self, path):
+            return self.fs.isdir(path)
+
+        def isfile(self, path):
+            return self.fs.isfile(path)
+
+    return LegacyFileSystem(ArrowFSWrapper(fs)), paths
+
+
+def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], paths):
+    """Petastorm's Arrow worker, loading each row group through ``load_row_group``."""
+    from petastorm.arrow_reader_worker import ArrowReaderWorker
+    from petastorm.workers_pool import EmptyResultError
+
+    index_of = {_key(p): i for i, p in enumerate(paths if isinstance(paths, list) else [paths])}
+
+    class ResultsReader:
+        batched_output = True
+
+        def read_next(self, workers_pool, schema, ngram):
+            try:
+                return workers_pool.get_results()  # a pyarrow.Table: no namedtuple of columns
+            except EmptyResultError:
+                raise StopIteration from None
+
+    class SnapshotWorker(ArrowReaderWorker):
+        @staticmethod
+        def new_results_queue_reader():
+            return ResultsReader()
+
+        def _load_rows(self, pq_file, piece, shuffle_row_drop_range):
+            index = index_of[_key(piece.path)]
+            return load_row_group(snapshot, index, pq_file, piece.row_group, columns)
+
+    return SnapshotWorker
+
+
+def _key(path: str) -> str:
+    return path.split("://", 1)[-1].rstrip("/")
+
+
+def _dense_lists(column: pa.Array, spec: FeatureSpec, snapshot: TableSnapshot) -> np.ndarray:
+    """A fixed-length list column as a (rows, *shape) array, without a Python loop."""
+    import pyarrow.compute as pc
+
+    size = int(np.prod(spec.shape))
+    if pa.types.is_fixed_size_list(column.type):
+        flat = column.flatten()
+    else:
+        lengths = column.value_lengths()
+        if len(column) and (pc.min(lengths).as_py() != size or pc.max(lengths).as_py() != size):
+            where = find_ragged(snapshot, spec.name)  # name the file and row group
+            if where:
+                raise _ragged_error(spec.name, *where)
+            raise DataError(
+                f"Column {spec.name!r} of table {snapshot.uri!r} has rows of shape "
+                f"({pc.max(lengths)},) where {spec.shape} was expected (the lists differ in "
+                "length between row groups). Pad them to one length when writing the table."
+            )
+        flat = column.flatten()
+    if flat.null_count:
+        raise DataError(
+            f"List column {spec.name!r} of table {snapshot.uri!r} has null elements. Fill them "
+            "when writing the table."
+        )
+    values = flat.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
+    return values.reshape((len(column), *spec.shape))
+
+
+def _ragged_error(column, path, rg, lo, hi) -> DataError:
+    return DataError(
+        f"List column {column!r} has rows of different lengths ({lo} to {hi}) in file "
+        f"{path!r}, row group {rg}. A feature needs a fixed shape: pad or truncate the lists "
+        "when writing the table, or drop the column."
+    )
+
+
+def _permute(pool: Sequence[dict[str, np.ndarray]], rng: np.random.Generator) -> dict:
+    # A row group larger than the buffer is permuted as it is: no concatenation copy.
+    merged = (
+        pool[0] if len(pool) == 1 else {k: np.concatenate([b[k] for b in pool]) for k in pool[0]}
+    )
+    order = rng.permutation(num_rows(merged))
+    return {k: np.take(v, order, axis=0) for k, v in merged.items()}
 
 
 def _specs(plan: ColumnPlan) -> list[FeatureSpec]:
     return list(plan.features) + ([plan.label] if plan.label else [])
-
-
-def _compatible(a, b) -> bool:
-    if a == b:
-        return True
-    import pyarrow as pa
-
-    # Large/small variants and list-vs-large-list hold the same values.
-    def norm(t):
-        if pa.types.is_large_string(t):
-            return pa.string()
-        if pa.types.is_large_binary(t):
-            return pa.binary()
-        if pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-            return pa.list_(norm(t.value_type))
-        if pa.types.is_list(t):
-            return pa.list_(norm(t.value_type))
-        return t
-
-    return norm(a) == norm(b)

@@ -41,8 +41,8 @@ class SparkConverter:
         self.deleted = False
 
     def open(self):
-        """The :class:`~keras_dl.data.sources.TableSnapshot` of the materialized rows."""
-        from keras_dl.data.sources import open_table
+        """The :class:`~keras_dl.data.snapshot.TableSnapshot` of the materialized rows."""
+        from keras_dl.data.tables import open_table
 
         if self.deleted:
             raise DataError(f"The Spark converter at {self.path!r} was deleted; convert again.")

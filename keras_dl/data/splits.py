@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from keras_dl.config import DataConfig
 from keras_dl.data.cache import cache_files
 from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
-from keras_dl.data.filters import parse_filters
+from keras_dl.data.filters import parse_filters, select
 from keras_dl.data.images import configure
-from keras_dl.data.sources import TableSnapshot, open_table, select
+from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.tables import open_table
 from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
 from keras_dl.errors import DataError
 
@@ -112,7 +113,7 @@ def make_splits(
 
 def _open(data: DataConfig, table: str, version=None, timestamp=None) -> TableSnapshot:
     """Open a table with ``data.filters`` applied and, with ``data.cache_dir``, cached locally."""
-    snapshot = open_table(table, version, timestamp)
+    snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
     if data.filters:
         snapshot = select(snapshot, parse_filters(data.filters, snapshot.schema))
     if data.cache_dir:

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from keras_dl.data.features import BINARY, NUMERIC, ColumnPlan, FeatureSpec
-from keras_dl.data.reader import TableStats, iter_row_groups, scan_table, shuffle_rows
-from keras_dl.data.sources import TableSnapshot
+from keras_dl.data.reader import iter_epoch_arrays, num_rows, shuffle_rows
+from keras_dl.data.rows import TableStats, scan_table
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 PREPROCESS_ROWS = 128
@@ -47,6 +48,14 @@ class ReadOptions:
 
 
 @dataclass
+class DataPosition:
+    """Where the next read of a training split starts: an epoch and a step within it."""
+
+    epoch: int = 0
+    step: int = 0
+
+
+@dataclass
 class SplitData:
     """A dataset plus what ``fit`` must know about it."""
 
@@ -56,6 +65,16 @@ class SplitData:
     snapshot: TableSnapshot
     errors: list = field(default_factory=list)
     image_columns: tuple[str, ...] = ()
+    position: DataPosition = field(default_factory=DataPosition)
+
+    def start_at(self, global_step: int) -> None:
+        """Start the next read of the dataset after ``global_step`` training steps.
+
+        The epoch's rows are read again (same seed, same order) and the batches those steps
+        consumed are dropped before they reach tf.data, so a resumed run continues exactly
+        where it stopped. Call it before the dataset is iterated (before ``fit``).
+        """
+        self.position.epoch, self.position.step = divmod(int(global_step), max(self.steps, 1))
 
     def raise_error(self) -> None:
         """Re-raise the first error the reader hit inside tf.data, without TF's wrapping.
@@ -86,6 +105,12 @@ def make_dataset(
 ) -> SplitData:
     """Build the ``tf.data`` pipeline for one split of a table.
 
+    Every epoch reads this shard's rows exactly once, as one Petastorm read (its row-group
+    order seeded by ``seed + epoch``). For training, each epoch then yields exactly
+    ``steps * batch_size`` rows: ``steps`` is the same on every shard (the smallest shard's
+    full batches), and the few rows past it are left out of that epoch -- different rows each
+    epoch when shuffling. Evaluation yields every row once, the last batch partial.
+
     Args:
         snapshot: The table (already filtered to the split).
         plan: Feature and label columns.
@@ -97,37 +122,15 @@ def make_dataset(
         The dataset, its steps per epoch (equal on every shard) and the table's stats.
 
     Raises:
-        DataError: When the split is empty, smaller than one batch for training, or has fewer
-            row groups than shards.
+        DataError: When the split is empty, a shard has less than one batch for training, or
+            there are fewer row groups than shards.
     """
     import tensorflow as tf
 
-    stats = scan_table(snapshot, plan)
-    if stats.rows == 0:
-        raise DataError(
-            f"Table {snapshot.uri!r} (version {snapshot.version}) has no rows"
-            f"{' matching ' + str(list(snapshot.row_filters)) if snapshot.row_filters else ''}. "
-            "Write data to it, or check data.split_column and the split names."
-        )
-    if stats.row_groups < options.num_shards:
-        raise DataError(
-            f"Table {snapshot.uri!r} has {stats.row_groups} row group(s) but {options.num_shards} "
-            "shards (ranks) must each read at least one. Rewrite it with more, smaller row groups "
-            "(for example `keras-dl ingest ... --rows-per-group N`, or repartition the Spark "
-            f"DataFrame to >= {2 * options.num_shards} partitions), or use fewer processes."
-        )
-    global_batch = options.batch_size * options.num_shards
-    if options.training:
-        steps = stats.rows // global_batch
-        if steps == 0:
-            raise DataError(
-                f"Table {snapshot.uri!r} has {stats.rows} rows, fewer than one global batch of "
-                f"{global_batch}. Lower train.batch_size or add data."
-            )
-    else:
-        steps = math.ceil(stats.rows / global_batch)
-
+    stats = scan_table(snapshot, plan.columns)
+    steps = _steps(snapshot, stats, options)
     errors: list = []
+    position = DataPosition()
 
     def generate():
         try:
@@ -137,20 +140,35 @@ def make_dataset(
             raise
 
     def _generate():
-        batches = iter_row_groups(
-            snapshot,
-            plan,
-            shard=options.shard,
-            num_shards=options.num_shards,
-            epochs=None if options.training else 1,
-            shuffle=options.training and options.shuffle,
-            seed=options.seed,
-            workers=options.workers,
-        )
-        if options.training and options.shuffle and options.shuffle_buffer > 0:
-            batches = shuffle_rows(batches, options.shuffle_buffer, options.seed + options.shard)
-        for arrays in batches:
-            yield _structure(arrays, plan)
+        batch = options.batch_size
+        epoch, skip = position.epoch, position.step * batch
+        limit = steps * batch if options.training else None
+        shuffle = options.training and options.shuffle
+        while True:
+            chunks = iter_epoch_arrays(
+                snapshot,
+                plan,
+                stats,
+                shard=options.shard,
+                num_shards=options.num_shards,
+                shuffle=shuffle,
+                seed=options.seed + epoch if shuffle else None,
+                workers=options.workers,
+            )
+            if shuffle and options.shuffle_buffer > 0:
+                chunks = shuffle_rows(
+                    chunks, options.shuffle_buffer, [options.seed, options.shard, epoch]
+                )
+            at = 0  # rows of this epoch seen so far
+            for arrays in chunks:
+                n = num_rows(arrays)
+                lo, hi = max(skip - at, 0), n if limit is None else min(limit - at, n)
+                at += n
+                if hi > lo:
+                    yield _structure(_slice(arrays, lo, hi, n), plan)
+            if not options.training:
+                return
+            epoch, skip = epoch + 1, 0
 
     signature = _structure({s.name: _tensor_spec(s) for s in _all_specs(plan)}, plan)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
@@ -162,6 +180,7 @@ def make_dataset(
         chunk = max(options.batch_size, PREPROCESS_ROWS)
         ds = ds.rebatch(chunk)
         ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Training epochs hold a whole number of batches, so batches never straddle two epochs.
     ds = ds.rebatch(options.batch_size, drop_remainder=options.training)
     ds = ds.prefetch(tf.data.AUTOTUNE)
     opts = tf.data.Options()
@@ -175,7 +194,40 @@ def make_dataset(
         snapshot=snapshot,
         errors=errors,
         image_columns=tuple(f.name for f in plan.features if f.kind == BINARY),
+        position=position,
     )
+
+
+def _steps(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:
+    """Steps per epoch: every row once for evaluation; equal full batches on every shard."""
+    where = f"Table {snapshot.uri!r} (version {snapshot.version})"
+    if stats.rows == 0:
+        raise DataError(
+            f"{where} has no rows"
+            f"{' matching ' + str(list(snapshot.row_filters)) if snapshot.row_filters else ''}. "
+            "Write data to it, or check data.split_column, data.filters and the split names."
+        )
+    shards = options.num_shards
+    stats.check_shards(shards, snapshot.uri)
+    if not options.training:
+        return math.ceil(stats.shard_rows(options.shard, shards) / options.batch_size)
+    per_shard = [stats.shard_rows(s, shards) for s in range(shards)]
+    smallest = min(range(shards), key=per_shard.__getitem__)
+    steps = per_shard[smallest] // options.batch_size
+    if steps == 0:
+        raise DataError(
+            f"{where}: shard {smallest} of {shards} has {per_shard[smallest]} row(s) after "
+            f"deletions and filters, fewer than one batch of {options.batch_size}; every "
+            "shard must run the same steps. Lower train.batch_size, use fewer processes, "
+            "or rewrite the table with rows spread over more row groups."
+        )
+    return steps
+
+
+def _slice(arrays: dict, lo: int, hi: int, n: int) -> dict:
+    if lo == 0 and hi == n:
+        return arrays
+    return {k: v[lo:hi] for k, v in arrays.items()}
 
 
 def _structure(values: dict, plan: ColumnPlan):

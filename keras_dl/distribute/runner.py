@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl.distribute.failures import explain_failure, report_failure
+from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
 from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import DistributedError
 
@@ -43,9 +44,19 @@ class HorovodRunner:
             tasks on the active SparkSession's cluster (one process per task).
         start_timeout: Seconds to wait for every process or Spark task to start. Defaults to 120.
         env: Extra environment variables for the ranks. Defaults to None.
+        bind_address: Address Horovod's servers in this process listen on. With ``np < 0``
+            it must be loopback or "0.0.0.0"; with ``np > 0`` (Spark executors must reach the
+            driver) only a value other than the default changes Horovod's own, which listens
+            on every interface. Defaults to "127.0.0.1".
     """
 
-    def __init__(self, np: int, start_timeout: int = 120, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        np: int,
+        start_timeout: int = 120,
+        env: dict[str, str] | None = None,
+        bind_address: str = LOOPBACK,
+    ):
         if np == 0:
             raise DistributedError(
                 "HorovodRunner(np=0) runs nothing: use np=-N for N processes on this host or "
@@ -54,6 +65,9 @@ class HorovodRunner:
         self.np = np
         self.start_timeout = start_timeout
         self.env = dict(env or {})
+        self.bind_address = bind_address
+        if np < 0:
+            check_local_job_address(bind_address)
 
     def run(self, main: Callable, **kwargs) -> Any:
         """Run ``main(**kwargs)`` on every rank; return what rank 0 returned.
@@ -88,7 +102,10 @@ class HorovodRunner:
         n = -self.np
         # Each rank's stdout/stderr goes to sys.stdout/sys.stderr prefixed "[rank]<stdout>:",
         # and a copy to logs/rank.N/ which the driver reads to name a failure's cause.
-        with _environ(env):  # horovod.runner.run passes the driver's environment to the ranks
+        # The rendezvous and key-value servers listen on bind_address (loopback by default):
+        # the ranks are on this host, and the key-value store accepts pickles.
+        # horovod.runner.run passes the driver's environment to the ranks.
+        with _environ(env), bound_to(self.bind_address):
             return horovod_run(
                 _rank_main,
                 args=(payload,),
@@ -106,18 +123,23 @@ class HorovodRunner:
         wait_for_free_slots(self.np, timeout=min(self.start_timeout, 30))
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
+        # Executors on other hosts must reach the driver's services: keep Horovod's binding
+        # (every interface) unless the user chose another address than the default.
+        widened = self.bind_address != LOOPBACK
+        scope = bound_to(self.bind_address) if widened else contextlib.nullcontext()
         try:
-            return horovod.spark.run(
-                _rank_main,
-                args=(payload,),
-                num_proc=self.np,
-                start_timeout=self.start_timeout,
-                use_gloo=True,
-                env=env,
-                stdout=out,
-                stderr=err,
-                verbose=0,
-            )
+            with scope:
+                return horovod.spark.run(
+                    _rank_main,
+                    args=(payload,),
+                    num_proc=self.np,
+                    start_timeout=self.start_timeout,
+                    use_gloo=True,
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    verbose=0,
+                )
         finally:
             out.close()
             err.close()
@@ -145,8 +167,12 @@ def launch(exp, main: Callable | None = None) -> Any:
     from keras_dl.distribute.horovod import import_horovod
 
     import_horovod()  # fail before creating a run that could never start
-    runner = HorovodRunner(exp.runtime.np, start_timeout=exp.runtime.start_timeout)
-    spark = _start_spark() if exp.runtime.np > 0 else None
+    runner = HorovodRunner(
+        exp.runtime.np,
+        start_timeout=exp.runtime.start_timeout,
+        bind_address=exp.runtime.bind_address,
+    )
+    spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
     try:
         from keras_dl.callbacks.defaults import resume_run_id
 
@@ -162,11 +188,12 @@ def launch(exp, main: Callable | None = None) -> Any:
             spark.stop()
 
 
-def _start_spark():
+def _start_spark(runtime):
     """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
 
     Its master comes from Spark's own configuration: the ``MASTER`` environment variable or
-    ``spark-defaults.conf``, else ``local[*]``.
+    ``spark-defaults.conf``, else ``local[*]``. On a local master its driver listens on
+    ``runtime.bind_address``; its web UI runs only with ``runtime.spark_ui``.
     """
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -175,7 +202,12 @@ def _start_spark():
         return None
     # Spark's Python workers otherwise run `python3` from PATH, which may lack Horovod.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkSession.builder.appName("keras_dl-horovod").getOrCreate()
+    builder = SparkSession.builder.appName("keras_dl-horovod")
+    for key, value in spark_conf(
+        None, bind_address=runtime.bind_address, ui=runtime.spark_ui
+    ).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def train_rank(exp, run_id: str | None = None):

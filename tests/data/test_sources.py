@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
-from keras_dl.data.sources import open_table, select
+from keras_dl.data import open_table, select
 from keras_dl.errors import DataError
 
 

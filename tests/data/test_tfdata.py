@@ -127,15 +127,20 @@ def test_uneven_shards_still_run_equal_full_steps_and_split_the_row_groups(tmp_p
     ]
     assert sorted(len(p) for p in passes) == [300, 300, 400]
     assert sorted(np.concatenate(passes).tolist()) == list(range(1000))
-    # Training: every rank runs the same steps of full batches (a short rank wraps around).
+    # Training: every rank runs the same steps of full batches, as many as the smallest shard
+    # fills (300 // 16), and no row comes twice within one epoch of a rank.
     for r in range(3):
         split = make_dataset(
             snap, plan, ReadOptions(batch_size=16, training=True, shard=r, num_shards=3)
         )
-        assert split.steps == 1000 // 48
-        assert [int(x.shape[0]) for x, _ in split.dataset.take(2 * split.steps)] == [16] * (
-            2 * split.steps
-        )
+        assert split.steps == 300 // 16
+        epochs = [[], []]
+        for i, (x, _) in enumerate(split.dataset.take(2 * split.steps)):
+            assert int(x.shape[0]) == 16
+            epochs[i // split.steps].extend(x.numpy().tolist())
+        for rows in epochs:
+            assert len(set(rows)) == len(rows) == split.steps * 16
+            assert set(rows) <= set(passes[r].tolist())
 
 
 def test_deterministic_order_repeats_run_after_run_and_follows_the_seed(tmp_path):
@@ -159,21 +164,15 @@ def test_deterministic_order_repeats_run_after_run_and_follows_the_seed(tmp_path
     assert not np.array_equal(first[:1000], first[1000:])
 
 
-def test_epochs_run_on_one_reader_without_reopening(tmp_path, monkeypatch):
-    import petastorm
-
-    opened = []
-    real = petastorm.make_batch_reader
-
-    def counting(*args, **kwargs):  # the real reader, counted
-        opened.append(kwargs.get("num_epochs"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(petastorm, "make_batch_reader", counting)
-    snap = open_table(_write(str(tmp_path / "t")))
+def test_each_training_epoch_reads_every_row_once_and_reshuffles(tmp_path):
+    snap = open_table(_write(str(tmp_path / "t")))  # 1000 rows: 31 batches of 32, 8 left out
     split = make_dataset(snap, plan_columns(snap, ("f",), "label"), ReadOptions(32, training=True))
+    assert split.steps == 31
     rows = np.concatenate([x.numpy() for x, _ in split.dataset.take(3 * split.steps)])
-    assert len(rows) == 3 * 31 * 32 and opened == [None]
+    epochs = rows.reshape(3, 31 * 32).tolist()
+    for epoch in epochs:
+        assert len(set(epoch)) == 31 * 32 and set(epoch) <= set(range(1000))
+    assert epochs[0] != epochs[1] != epochs[2]  # a new seeded order every epoch
 
 
 def test_validation_can_come_from_a_second_table(tmp_path):

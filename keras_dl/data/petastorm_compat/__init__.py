@@ -7,6 +7,7 @@ Each submodule fixes one thing and names the Petastorm lines it replaces:
   large lists, large strings and binaries), and a catch-all so an unknown type never drops a column.
 - :mod:`.race`: the thread pool's end-of-read race, which ended finite reads with row groups
   still in flight.
+- :mod:`.unpickle`: metadata pickles (the Unischema) read by an unpickler that builds only data.
 - :mod:`.numpy_aliases`: ``np.unicode_``, ``np.string_``, ``np.in1d`` (removed by numpy 2).
 - :mod:`.filesystem`: ``pyarrow.filesystem``, ``localfs``, ``LocalFileSystem`` and ``hdfs``
   (removed by pyarrow 16; without them ``import petastorm`` fails).
@@ -24,6 +25,7 @@ called before any Petastorm reader is made (``keras_dl.data.reader``).
 from __future__ import annotations
 
 import sys
+import warnings
 
 _installed = False
 _prepared = False
@@ -70,8 +72,12 @@ def install() -> None:
         if module is not None and (name == "petastorm" or name.startswith("petastorm.")):
             patch_module(module)
 
-    from keras_dl.data.petastorm_compat import race, types
+    from keras_dl.data.petastorm_compat import race, types, unpickle
 
     types.install()
     race.install()
+    # Petastorm's workers warn about pyarrow's legacy dataset on every read, from their own
+    # threads (where a caller's catch_warnings does not reach): keep them off stderr.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+    unpickle.install()
     _installed = True

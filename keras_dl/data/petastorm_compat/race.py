@@ -16,6 +16,14 @@ The fix reads the ventilator first: while it has not completed, not every worker
 Once it has completed, every item it will ever send is already counted (``ThreadPool.ventilate``
 increments the counters before the ventilator decrements its remaining iterations), so the
 counters then tell the truth. With this patch 0 of 300 reads lost anything.
+
+The same premature "done" also broke the order of seeded reads. ``get_results`` reads the
+workers' queues in turn (items are handed to workers in turn), and skips a worker whose
+counters read "done" (``thread_pool.py`` lines 191-193). Before the ventilator has handed a
+worker its next item, that worker reads "done" and is skipped, so the next result came from
+another worker: the same seed gave different orders from run to run (measured here: 2 of 3
+reads of one seed). ``current_worker_done`` now also waits for the ventilator, so results come
+back in exactly the order they were ventilated, and a seeded read (a resumed epoch) repeats.
 """
 
 from __future__ import annotations
@@ -24,13 +32,20 @@ _installed = False
 
 
 def install() -> None:
-    """Patch ``ThreadPool.all_workers_done`` to check the ventilator first (idempotent)."""
+    """Make ``ThreadPool``'s "done" checks wait for the ventilator (idempotent)."""
     global _installed
     if _installed:
         return
     from petastorm.workers_pool.thread_pool import ThreadPool
 
     counters_done = ThreadPool.all_workers_done
+    worker_counters_done = ThreadPool.current_worker_done
+
+    def current_worker_done(self, worker_id) -> bool:
+        ventilator = getattr(self, "_ventilator", None)
+        if ventilator is not None and not ventilator.completed():
+            return False  # this worker may still be handed the next item in turn: wait for it
+        return worker_counters_done(self, worker_id)
 
     def all_workers_done(self) -> bool:
         ventilator = getattr(self, "_ventilator", None)
@@ -40,4 +55,6 @@ def install() -> None:
 
     all_workers_done.__doc__ = counters_done.__doc__
     ThreadPool.all_workers_done = all_workers_done
+    current_worker_done.__doc__ = worker_counters_done.__doc__
+    ThreadPool.current_worker_done = current_worker_done
     _installed = True

@@ -1,0 +1,84 @@
+"""Tables on object storage, through a real S3 API (moto's server on loopback): read, train,
+ingest with a safe commit, cache locally, and clear errors for a missing bucket or lock."""
+
+from __future__ import annotations
+
+import uuid
+
+import boto3
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from keras_dl.config import DataConfig
+from keras_dl.data import make_splits, open_table, read_table
+from keras_dl.data.ingest import ingest_sklearn_digits, write_table
+from keras_dl.errors import DataError
+
+
+def test_ingest_refuses_s3_without_a_commit_lock_and_names_the_fixes(s3):
+    with pytest.raises(DataError, match=r"AWS_S3_LOCKING_PROVIDER=dynamodb.*ALLOW_UNSAFE_RENAME"):
+        write_table(pa.table({"x": [1, 2]}), s3.uri("t"))
+
+
+def test_a_digits_table_on_s3_reads_and_trains_like_a_local_one(s3, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # this test is the only writer
+    table = s3.uri("digits")
+    report = ingest_sklearn_digits(table, rows_per_group=128)
+    assert report.rows == 1797 and report.row_groups >= 10
+    assert read_table(table).num_rows == 1797
+    assert open_table(table).files[0].startswith(f"s3://{s3.name}/digits/")
+    data = make_splits(
+        DataConfig(table=table, split_column="split", label="label", features=("pixels",)),
+        batch_size=32,
+        rank=1,
+        world_size=2,
+    )
+    batch, label = next(iter(data.train.dataset))
+    assert batch.shape == (32, 64) and label.shape == (32,)
+    test_rows = sum(int(y.shape[0]) for _, y in data.test.dataset)
+    assert test_rows == data.test.stats.rows
+    # data.cache_dir: the same rows, read from a local copy of the S3 files.
+    cached = make_splits(
+        DataConfig(table=table, split_column="split", features=("pixels",),
+                   cache_dir=str(tmp_path / "cache")),
+        batch_size=32,
+    )  # fmt: skip
+    assert all(not f.startswith("s3://") for f in cached.train.snapshot.files)
+    assert cached.test.stats.rows == data.test.stats.rows
+
+
+def test_dynamodb_lock_commits_and_a_missing_lock_table_is_named(s3, monkeypatch):
+    monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
+    name = f"locks-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("DELTA_DYNAMO_TABLE_NAME", name)
+    with pytest.raises(DataError, match=rf"lock table '{name}' does not exist.*create-table"):
+        write_table(pa.table({"x": np.arange(4)}), s3.uri("a"))
+    boto3.client("dynamodb").create_table(
+        TableName=name,
+        AttributeDefinitions=[
+            {"AttributeName": "tablePath", "AttributeType": "S"},
+            {"AttributeName": "fileName", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "tablePath", "KeyType": "HASH"},
+            {"AttributeName": "fileName", "KeyType": "RANGE"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    write_table(pa.table({"x": np.arange(4)}), s3.uri("b"))
+    report = write_table(pa.table({"x": np.arange(4, 6)}), s3.uri("b"), mode="append")
+    assert report.version == 1 and report.rows == 6
+    assert sorted(read_table(s3.uri("b")).column("x").to_pylist()) == list(range(6))
+
+
+def test_a_missing_bucket_or_table_is_named(s3, monkeypatch):
+    with pytest.raises(DataError, match=r"Bucket 'no-such-bucket' .* does not exist at http"):
+        read_table("s3://no-such-bucket/t")
+    with pytest.raises(DataError, match=r"'s3://.*/nothing' does not exist"):
+        read_table(s3.uri("nothing"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(
+        DataError, match=r"cannot be reached at http://127.0.0.1:9.*AWS_ENDPOINT_URL"
+    ):
+        read_table(s3.uri("t"))
