@@ -26,6 +26,8 @@ from keras_dl.storage import (
     filesystem,
     local_path,
     open_storage,
+    storage_environment,
+    use_environment,
 )
 
 MODES = ("error", "append", "overwrite")
@@ -85,17 +87,21 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
 def _file_writer(to: str, schema, rows_per_file: int):
     """The function each Spark task runs: write its batches as Parquet files under ``to``."""
 
+    env = storage_environment(to)  # the driver's S3 settings, for the executors
+
     def write(batches):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        use_environment(env)
         fs, root = _filesystem(to)
-        writer, path, rows = None, None, 0
+        writer, sink, path, rows = None, None, None, 0
         out = []
 
         def close():
             nonlocal writer
             writer.close()
+            sink.close()  # ParquetWriter leaves a stream it was given open (S3: the upload)
             info = fs.get_file_info(path)
             out.append((os.path.basename(path), info.size, rows))
             writer = None
@@ -105,7 +111,8 @@ def _file_writer(to: str, schema, rows_per_file: int):
                 continue
             if writer is None:
                 path = f"{root}/part-{uuid.uuid4()}.parquet"
-                writer, rows = pq.ParquetWriter(fs.open_output_stream(path), schema), 0
+                sink = fs.open_output_stream(path)
+                writer, rows = pq.ParquetWriter(sink, schema), 0
             writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
             rows += batch.num_rows
             if rows >= rows_per_file:

@@ -69,8 +69,15 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
         raise DataError(f"Table {snapshot.uri!r} (version {snapshot.version}) has no data files.")
     names = list(snapshot.schema.names)
 
+    from keras_dl.storage import storage_environment
+
+    env = storage_environment(snapshot.uri)  # the driver's S3 settings, for the executors
+
     def read_files(batches):  # runs in the executors: one task reads its share of the files
         from keras_dl.data.rows import load_row_group, open_file
+        from keras_dl.storage import use_environment
+
+        use_environment(env)
 
         for batch in batches:
             for index in batch.column(0).to_pylist():

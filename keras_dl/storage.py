@@ -132,6 +132,35 @@ def filesystem(uri: str):
         ) from None
 
 
+STORAGE_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_PROFILE",
+)
+
+
+def storage_environment(uri: str) -> dict[str, str]:
+    """The environment :func:`s3_filesystem` reads, for Spark tasks that open ``uri``.
+
+    Spark's Python workers keep the environment their executor started with, so a variable set
+    in the driver afterwards (or only on the driver) would not reach them: the driver's values
+    travel with the task and :func:`use_environment` sets them there. Empty for local paths.
+    """
+    if uri.split("://", 1)[0] not in S3_SCHEMES or local_path(uri) is not None:
+        return {}
+    return {k: os.environ[k] for k in STORAGE_ENV if os.environ.get(k)}
+
+
+def use_environment(env: dict[str, str]) -> None:
+    """In a Spark task: the storage environment the driver resolved (see storage_environment)."""
+    os.environ.update(env)
+
+
 def s3_filesystem():
     """A ``pyarrow.fs.S3FileSystem`` from the standard AWS environment variables."""
     import pyarrow.fs as pafs
