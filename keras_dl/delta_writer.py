@@ -4,9 +4,10 @@ Spark has no Delta writer here (Delta's jars need Maven), and collecting the row
 would make its memory grow with the table. So each Spark task writes its rows as Parquet files
 straight to the table's storage (local disk or an object store, through ``keras_dl.storage``)
 and returns one small row per file: its path, size and row count. The driver collects only
-those, and commits them as one Delta transaction through deltalake (``write_new_deltalake`` for a
-new table, ``create_write_transaction`` for an existing one), the way delta-rs' own Dask and Ray
-integrations commit files written elsewhere. Files of a failed job are never committed: readers
+those, and commits them as one Delta transaction through deltalake (``create_table_with_add_actions``
+for a new table, ``DeltaTable.create_write_transaction`` for an existing one: public in deltalake
+1.x; on 0.18 the internal ``write_new_deltalake`` and ``_table.create_write_transaction``), the way
+delta-rs' own Dask and Ray integrations commit files written elsewhere. Files of a failed job are never committed: readers
 never see them.
 """
 
@@ -57,7 +58,6 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
         DataError: For a table that exists with mode "error", an unknown mode, or an S3 table
             without a commit lock.
     """
-    from deltalake import DeltaTable
     from pyspark.sql.pandas.types import to_arrow_schema
 
     if mode not in MODES:
@@ -75,17 +75,9 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
         _file_writer(to, schema, rows_per_file), "path string, size long, rows long, mtime long"
     ).collect()  # one small row per file: the driver never holds the data
     actions = [_add_action(r) for r in manifest]
-    if exists:
-        table = DeltaTable(to, storage_options=options)
-        table._table.create_write_transaction(actions, mode, [], schema, None, None)
-        version = table.version() + 1
-    else:
-        from deltalake._internal import write_new_deltalake
-
-        if local_path(to) is not None:
-            os.makedirs(local_path(to), exist_ok=True)
-        write_new_deltalake(to, schema, actions, "overwrite", [], None, None, None, options, None)
-        version = 0
+    if local_path(to) is not None:
+        os.makedirs(local_path(to), exist_ok=True)
+    version = _commit(to, schema, actions, mode, exists, options)
     return CommitReport(
         table=to, version=version, rows=sum(r["rows"] for r in manifest), files=len(manifest)
     )
@@ -152,8 +144,39 @@ def _filesystem(to: str):
     return filesystem(to)
 
 
+def _commit(to: str, schema, actions, mode: str, exists: bool, options) -> int:
+    """Commit ``actions`` (files already in the table's storage) as one transaction; its version."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(to, storage_options=options) if exists else None
+    version = 0 if table is None else table.version() + 1  # read before the commit
+    try:  # deltalake >= 1.0: public API
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
+    except ImportError:  # deltalake 0.18 (pyarrow 12): the internals its Dask/Ray writers use
+        if table is not None:
+            table._table.create_write_transaction(actions, mode, [], schema, None, None)
+        else:
+            from deltalake._internal import write_new_deltalake
+
+            write_new_deltalake(
+                to, schema, actions, "overwrite", [], None, None, None, options, None
+            )
+    else:
+        if table is not None:
+            table.create_write_transaction(actions, mode, schema)
+        else:
+            create_table_with_add_actions(
+                to, Schema.from_arrow(schema), actions, "overwrite", storage_options=options
+            )
+    return version
+
+
 def _add_action(row):
-    from deltalake.writer import AddAction
+    try:
+        from deltalake.transaction import AddAction  # deltalake >= 1.0
+    except ImportError:
+        from deltalake.writer import AddAction  # deltalake 0.18
 
     return AddAction(
         row["path"], row["size"], {}, row["mtime"], True, json.dumps({"numRecords": row["rows"]})

@@ -159,9 +159,10 @@ def s3_filesystem():
 def delta_storage_options(uri: str) -> dict[str, str]:
     """deltalake's ``storage_options`` for ``uri``, from the same environment (empty if local).
 
-    S3 has no atomic rename, so a Delta commit there needs a lock: set
+    On deltalake 0.18, S3 has no atomic rename, so a Delta commit there needs a lock: set
     ``AWS_S3_LOCKING_PROVIDER=dynamodb`` (and ``DELTA_DYNAMO_TABLE_NAME``) for deltalake's
     DynamoDB lock, or ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` when this is the only writer.
+    deltalake 1.x commits with conditional PUTs and has no DynamoDB lock: those two are left out.
     """
     if local_path(uri) is not None or uri.split("://", 1)[0] not in S3_SCHEMES:
         return {}
@@ -175,6 +176,10 @@ def delta_storage_options(uri: str) -> dict[str, str]:
         "DELTA_DYNAMO_TABLE_NAME",
         "AWS_S3_ALLOW_UNSAFE_RENAME",
     )
+    if deltalake_major() >= 1:  # no DynamoDB lock in delta-rs 1.x (it logs an error for it)
+        keys = tuple(
+            k for k in keys if k not in ("AWS_S3_LOCKING_PROVIDER", "DELTA_DYNAMO_TABLE_NAME")
+        )
     out = {k: env[k] for k in keys if env.get(k)}
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if region:
@@ -187,18 +192,68 @@ def delta_storage_options(uri: str) -> dict[str, str]:
     return out
 
 
+def delta_row_group_options(
+    rows_per_group: int, rows: int | None = None, rows_per_file: int | None = None
+) -> dict:
+    """``write_deltalake`` keyword arguments for row groups of ``rows_per_group`` rows.
+
+    deltalake 1.x writes with delta-rs' own Parquet writer: the row-group size is a writer
+    property (``WriterProperties(max_row_group_size=...)``) and files are cut by bytes (delta-rs'
+    ``target_file_size``), so ``rows_per_file`` is not honoured there. deltalake 0.18 (the pyarrow
+    12 pin) writes with pyarrow's dataset writer and its ``max/min_rows_per_group`` and
+    ``max_rows_per_file`` (its ``writer_properties`` only reach the rust engine).
+
+    Args:
+        rows_per_group: Rows per row group at most.
+        rows: Rows about to be written, when known (0.18 waits for ``min_rows_per_group``).
+        rows_per_file: Rows per file at most (deltalake 0.18 only). Defaults to 64 row groups.
+    """
+    import deltalake
+
+    if deltalake_major() >= 1:
+        return {"writer_properties": deltalake.WriterProperties(max_row_group_size=rows_per_group)}
+    return {
+        "max_rows_per_group": rows_per_group,
+        "min_rows_per_group": max(1, min(rows_per_group, rows if rows is not None else 1 << 62)),
+        "max_rows_per_file": max(rows_per_file or rows_per_group * 64, rows_per_group),
+    }
+
+
+def deltalake_major() -> int:
+    """The installed deltalake's major version (0 for the 0.18 pin, 1 for delta-rs 1.x)."""
+    from importlib.metadata import version
+
+    return int(version("deltalake").split(".")[0])
+
+
 def check_safe_delta_writes(uri: str) -> None:
-    """Refuse a Delta write to S3 without a lock: concurrent writers could lose commits.
+    """Refuse a Delta write to S3 that could lose commits to a concurrent writer.
+
+    deltalake 0.18 renames each commit into place, and S3 has no atomic rename: it needs
+    deltalake's DynamoDB lock, or the user's word that there is one writer. deltalake 1.x commits
+    with a conditional PUT (``If-None-Match``: the commit file is created only if absent), which S3
+    enforces, so it needs no lock; it dropped the DynamoDB lock, and only logs that it ignores
+    ``AWS_S3_LOCKING_PROVIDER=dynamodb``, so a user who set it is told.
 
     Raises:
-        DataError: Naming the table and the two ways to make the write safe.
+        DataError: Naming the table and the ways to make the write safe.
     """
-    opts = delta_storage_options(uri)
-    if not opts and uri.split("://", 1)[0] not in S3_SCHEMES:
+    if local_path(uri) is not None or uri.split("://", 1)[0] not in S3_SCHEMES:
+        return
+    env = os.environ
+    if deltalake_major() >= 1:
+        if env.get("AWS_S3_LOCKING_PROVIDER", "").lower() == "dynamodb":
+            raise DataError(
+                f"Writing the Delta table {uri!r}: AWS_S3_LOCKING_PROVIDER=dynamodb is set, but "
+                "deltalake 1.x dropped the DynamoDB lock (it would ignore the setting). Its S3 "
+                "commits are conditional writes, safe without a lock: unset "
+                "AWS_S3_LOCKING_PROVIDER and DELTA_DYNAMO_TABLE_NAME (Spark writers using "
+                "S3DynamoDBLogStore do not coordinate with it)."
+            )
         return
     if (
-        opts.get("AWS_S3_LOCKING_PROVIDER") == "dynamodb"
-        or opts.get("AWS_S3_ALLOW_UNSAFE_RENAME", "").lower() == "true"
+        env.get("AWS_S3_LOCKING_PROVIDER") == "dynamodb"
+        or env.get("AWS_S3_ALLOW_UNSAFE_RENAME", "").lower() == "true"
     ):
         return
     raise DataError(

@@ -39,6 +39,11 @@ extra=cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then extra=gpu; fi
 echo ">>> installing keras-dl[$extra,dev] with the pins in requirements/constraints.txt"
 "$VENV/bin/pip" install -q -c requirements/constraints.txt -e ".[$extra,dev]"
+# An editable install does not ship the package's .pth file (a wheel does): copy it, so every
+# Python process of the venv (Petastorm's process pool, Spark's Python workers, Horovod ranks)
+# loads keras_dl's Petastorm compatibility hook before anything imports Petastorm.
+site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+cp keras_dl_petastorm_compat.pth "$site/"
 bash scripts/build_horovod.sh "$VENV"
 "$VENV/bin/python" -c 'import tensorflow, keras, petastorm, deltalake, mlflow, pyspark, keras_dl' \
   || { echo "ERROR: the environment in $VENV does not import its core packages." >&2; exit 1; }

@@ -94,6 +94,29 @@ def digits_model(digits_table, tmp_path_factory):
     return uri, result
 
 
+def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=None, mode="error"):
+    """Write ``table`` as a Delta table with row groups of ``rows_per_group`` rows.
+
+    deltalake 1.x writes with delta-rs, which cuts files by bytes, not rows (its pyarrow engine's
+    ``max_rows_per_file`` went with 1.0). For files of ``rows_per_file`` rows each slice is its
+    own commit (append), so the table's version is the number of files minus one.
+    """
+    from deltalake import write_deltalake
+
+    from keras_dl.storage import delta_row_group_options
+
+    step = rows_per_file or max(table.num_rows, 1)
+    for start in range(0, max(table.num_rows, 1), step):
+        write_deltalake(
+            path,
+            table.slice(start, step),
+            partition_by=partition_by,
+            mode=mode if start == 0 else "append",
+            **delta_row_group_options(rows_per_group, min(step, table.num_rows), step),
+        )
+    return path
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's standalone S3 (and DynamoDB) API server on loopback, for the whole session."""

@@ -8,13 +8,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
 
 from keras_dl.config import resolve
 from keras_dl.errors import DataError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import run_cli, runs_in
+from tests.conftest import run_cli, runs_in, write_delta
 
 
 def _frame(rows: int, seed: int = 0) -> pd.DataFrame:
@@ -42,12 +41,8 @@ def tables(tmp_path_factory):
     root = tmp_path_factory.mktemp("tabular")
     frame = _frame(1200)
     delta = str(root / "houses")
-    write_deltalake(
-        delta,
-        pa.Table.from_pandas(frame, preserve_index=False),
-        partition_by=["split"],
-        max_rows_per_group=200,
-        min_rows_per_group=200,
+    write_delta(
+        delta, pa.Table.from_pandas(frame, preserve_index=False), 200, partition_by=["split"]
     )
     return root, delta, frame
 

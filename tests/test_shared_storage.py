@@ -14,8 +14,15 @@ from keras_dl.config import DataConfig
 from keras_dl.data import make_splits, open_table, read_table
 from keras_dl.data.ingest import ingest_sklearn_digits, write_table
 from keras_dl.errors import DataError
+from keras_dl.storage import deltalake_major
+
+# deltalake 0.18 renames commits into place (S3: a DynamoDB lock or a single writer); deltalake
+# 1.x commits with conditional PUTs and dropped the DynamoDB lock.
+only_018 = pytest.mark.skipif(deltalake_major() >= 1, reason="deltalake 0.18's S3 commit lock")
+only_1x = pytest.mark.skipif(deltalake_major() < 1, reason="deltalake 1.x's conditional commits")
 
 
+@only_018
 def test_ingest_refuses_s3_without_a_commit_lock_and_names_the_fixes(s3):
     with pytest.raises(DataError, match=r"AWS_S3_LOCKING_PROVIDER=dynamodb.*ALLOW_UNSAFE_RENAME"):
         write_table(pa.table({"x": [1, 2]}), s3.uri("t"))
@@ -48,6 +55,30 @@ def test_a_digits_table_on_s3_reads_and_trains_like_a_local_one(s3, monkeypatch,
     assert cached.test.stats.rows == data.test.stats.rows
 
 
+@only_1x
+def test_s3_commits_race_safely_without_a_lock_and_a_dynamodb_lock_is_refused(s3, monkeypatch):
+    from deltalake import DeltaTable, write_deltalake
+
+    from keras_dl.storage import delta_storage_options
+
+    report = write_table(pa.table({"x": np.arange(4)}), s3.uri("b"))
+    assert (report.version, report.rows) == (0, 4)
+    # Two writers that both loaded version 0 commit: the second one's PUT of version 1 fails
+    # (If-None-Match) and it commits version 2; nothing is lost.
+    options = delta_storage_options(s3.uri("b"))
+    first, second = (DeltaTable(s3.uri("b"), storage_options=options) for _ in range(2))
+    write_deltalake(first, pa.table({"x": np.arange(4, 6)}), mode="append")
+    write_deltalake(second, pa.table({"x": np.arange(6, 9)}), mode="append")
+    assert open_table(s3.uri("b")).version == 2
+    assert sorted(read_table(s3.uri("b")).column("x").to_pylist()) == list(range(9))
+    monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
+    monkeypatch.setenv("DELTA_DYNAMO_TABLE_NAME", "locks")
+    with pytest.raises(DataError, match=r"dropped the DynamoDB lock.*unset AWS_S3_LOCKING_PROV"):
+        write_table(pa.table({"x": np.arange(4)}), s3.uri("a"))
+    assert not any(k for k, _ in _list(s3, "a"))  # refused before writing anything
+
+
+@only_018
 def test_dynamodb_lock_commits_and_a_missing_lock_table_is_named(s3, monkeypatch):
     monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
     name = f"locks-{uuid.uuid4().hex[:8]}"
@@ -82,3 +113,8 @@ def test_a_missing_bucket_or_table_is_named(s3, monkeypatch):
         DataError, match=r"cannot be reached at http://127.0.0.1:9.*AWS_ENDPOINT_URL"
     ):
         read_table(s3.uri("t"))
+
+
+def _list(s3, prefix):
+    listing = boto3.client("s3").list_objects_v2(Bucket=s3.name, Prefix=prefix)
+    return [(o["Key"], o["Size"]) for o in listing.get("Contents", [])]

@@ -70,7 +70,7 @@ def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) ->
     from keras_dl.data import open_table
 
     snapshot = open_table(delta)
-    table = pq.ParquetDataset(list(snapshot.files), use_legacy_dataset=False).read()
+    table = pq.read_table(list(snapshot.files))  # the dataset reader on pyarrow 12 and 25 alike
     images = np.asarray(table.column("image").to_pylist(), dtype=object)
     labels = table.column("label").to_numpy()
     row_bytes = sum(len(b) for b in images) / len(images)

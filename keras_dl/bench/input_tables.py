@@ -137,7 +137,7 @@ def write_images(root: str, count: int, rows_per_group: int, seed: int = 0) -> t
     finally:
         spark.stop()
     # The same encoded bytes, read raw from the Petastorm files, go into the Delta table.
-    raw = pq.ParquetDataset(url[len("file://") :], use_legacy_dataset=False).read()
+    raw = pq.read_table(url[len("file://") :])  # the dataset reader on pyarrow 12 and 25 alike
     delta = os.path.join(root, "images_delta")
     table = pa.table({"image": raw.column("image").cast(pa.binary()), "label": raw["label"]})
     write_table(table, delta, mode="overwrite", rows_per_group=rows_per_group)

@@ -102,6 +102,8 @@ def _write_table(path: str, rows: int) -> None:
     import pyarrow as pa
     from deltalake import write_deltalake
 
+    from keras_dl.storage import delta_row_group_options
+
     rng = np.random.default_rng(0)
     chunk = 100_000
 
@@ -119,9 +121,7 @@ def _write_table(path: str, rows: int) -> None:
     write_deltalake(
         path,
         pa.RecordBatchReader.from_batches(schema, batches()),
-        max_rows_per_group=16_384,
-        min_rows_per_group=min(16_384, rows),
-        max_rows_per_file=131_072,
+        **delta_row_group_options(16_384, rows, rows_per_file=131_072),
     )
 
 

@@ -57,7 +57,12 @@ def write_table(
 
     from keras_dl.data.rows import scan_table
     from keras_dl.data.tables import open_table
-    from keras_dl.storage import check_safe_delta_writes, delta_storage_options, open_storage
+    from keras_dl.storage import (
+        check_safe_delta_writes,
+        delta_row_group_options,
+        delta_storage_options,
+        open_storage,
+    )
 
     if mode not in MODES:
         raise DataError(f"Ingest mode {mode!r} is not one of {', '.join(MODES)}.")
@@ -79,9 +84,8 @@ def write_table(
                 table,
                 partition_by=list(partition_by) or None,
                 mode="overwrite" if mode == "ignore" else mode,
-                max_rows_per_group=rows_per_group,
-                min_rows_per_group=min(rows_per_group, max(1, getattr(table, "num_rows", 1 << 62))),
-                max_rows_per_file=max(rows_per_group * 64, rows_per_group),
+                # Row groups of rows_per_group rows on deltalake 0.18 and 1.x alike.
+                **delta_row_group_options(rows_per_group, getattr(table, "num_rows", None)),
                 storage_options=delta_storage_options(to) or None,
             )
         except Exception as exc:

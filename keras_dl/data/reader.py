@@ -288,10 +288,18 @@ def _filesystem_and_paths(urls: list[str], petastorm_resolve):
     (credentials and endpoint from the environment), wrapped for Petastorm's legacy dataset."""
     if all(u.startswith("file://") for u in urls):
         return petastorm_resolve(urls)
-    from fsspec.implementations.arrow import ArrowFSWrapper
-    from pyarrow.filesystem import DaskFileSystem  # pyarrow's legacy wrapper of fsspec
-
+    from keras_dl.data.petastorm_compat import filesystem as compat_fs
     from keras_dl.storage import filesystem
+
+    fs, _ = filesystem(urls[0])
+    paths = [filesystem(u)[1] for u in urls]
+    try:
+        from pyarrow.filesystem import DaskFileSystem  # pyarrow < 16: its legacy fsspec wrapper
+    except ImportError:
+        # pyarrow >= 16 removed pyarrow.filesystem, DaskFileSystem with it (the name is then the
+        # compat layer's module): its legacy FileSystem wraps the pyarrow.fs filesystem itself.
+        return compat_fs.FileSystem(fs), paths
+    from fsspec.implementations.arrow import ArrowFSWrapper
 
     class LegacyFileSystem(DaskFileSystem):
         # DaskFileSystem leaves these to subclasses; Petastorm's dataset discovery calls them.
@@ -301,8 +309,7 @@ def _filesystem_and_paths(urls: list[str], petastorm_resolve):
         def isfile(self, path):
             return self.fs.isfile(path)
 
-    fs, _ = filesystem(urls[0])
-    return LegacyFileSystem(ArrowFSWrapper(fs)), [filesystem(u)[1] for u in urls]
+    return LegacyFileSystem(ArrowFSWrapper(fs)), paths
 
 
 def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], paths):

@@ -3,13 +3,13 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
 
 from keras_dl.config import DataConfig, Experiment, TrackingConfig, TrainConfig, resolve
 from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, plan_columns
 from keras_dl.data.images import ImagePreprocess, make_image_preprocess
 from keras_dl.errors import DataError
 from keras_dl.recipe import Recipe
+from tests.conftest import write_delta
 
 
 def _encode(img: np.ndarray, fmt: str) -> bytes:
@@ -42,13 +42,12 @@ def _write(path, encoded, splits=None, rows_per_group=8):
     cols = {"image": pa.array(encoded, pa.binary()), "label": np.arange(n, dtype=np.int64) % 2}
     if splits is not None:
         cols["split"] = splits
-    write_deltalake(
+    write_delta(
         path,
         pa.table(cols),
+        rows_per_group,
+        rows_per_file=4 * rows_per_group,
         partition_by=["split"] if splits is not None else None,
-        max_rows_per_group=rows_per_group,
-        min_rows_per_group=rows_per_group,
-        max_rows_per_file=4 * rows_per_group,
     )
     return path
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.conftest import REPO
+from tests.conftest import REPO, write_delta
 
 SCRIPT = """
 import sys
@@ -27,12 +27,7 @@ print(table.num_rows, int(sum(table.column("x").to_pylist())))
 @pytest.mark.slow
 def test_twenty_scripts_calling_read_table_all_exit_zero(tmp_path):
     path = str(tmp_path / "t")
-    write_deltalake(
-        path,
-        pa.table({"x": np.arange(100, dtype=np.int64)}),
-        max_rows_per_group=25,
-        min_rows_per_group=25,
-    )
+    write_delta(path, pa.table({"x": np.arange(100, dtype=np.int64)}), rows_per_group=25)
     write_deltalake(path, pa.table({"x": np.arange(100, 150, dtype=np.int64)}), mode="append")
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
 

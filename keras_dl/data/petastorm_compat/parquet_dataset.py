@@ -216,6 +216,10 @@ class ParquetDataset:
                 self.pieces = self._discover(self.paths)
         if filters:
             self.pieces = self._filter(self.pieces, filters)
+        if self.common_metadata_path is None:
+            # pyarrow 12's legacy ParquetManifest (parquet/core.py:1493): "_common_metadata is a
+            # subset of _metadata", so a dataset with only _metadata serves it as both.
+            self.common_metadata_path = self.metadata_path
         self.common_metadata = self._read_footer(self.common_metadata_path)
         self.metadata = metadata or self._read_footer(self.metadata_path)
         self._schema = schema
