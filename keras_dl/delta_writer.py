@@ -135,12 +135,10 @@ def _file_writer(to: str, schema, rows_per_file: int):
 
 
 def _filesystem(to: str):
-    import pyarrow.fs as pafs
-
+    """:func:`keras_dl.storage.filesystem`, creating a local table's folder."""
     local = local_path(to)
     if local is not None:
         os.makedirs(local, exist_ok=True)
-        return pafs.LocalFileSystem(), os.path.abspath(local)
     return filesystem(to)
 
 

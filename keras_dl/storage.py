@@ -117,9 +117,16 @@ def check_bucket(fs, bucket: str, uri: str) -> None:
 
 
 def filesystem(uri: str):
-    """``(pyarrow filesystem, path on it)`` for a URI, credentials from the environment."""
+    """``(pyarrow filesystem, path on it)`` for a local path or a URI.
+
+    A local path (or ``file://`` URI) gives the local filesystem and the absolute path; object
+    stores take their credentials from the environment.
+    """
     import pyarrow.fs as pafs
 
+    local = local_path(uri)
+    if local is not None:
+        return pafs.LocalFileSystem(), os.path.abspath(local)
     scheme, _, rest = uri.partition("://")
     if scheme in S3_SCHEMES:
         return s3_filesystem(), rest

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
+from keras_dl.storage import filesystem
 
 
 def cache_files(snapshot: TableSnapshot, cache_dir: str) -> TableSnapshot:
@@ -29,7 +30,7 @@ def cache_files(snapshot: TableSnapshot, cache_dir: str) -> TableSnapshot:
     local = []
     for uri in snapshot.files:
         try:
-            fs, path = _filesystem(uri)
+            fs, path = filesystem(uri)
             info = fs.get_file_info(path)
         except Exception as exc:
             raise DataError(f"Cannot stat {uri!r} to cache it in {cache_dir!r}: {exc}") from None
@@ -48,14 +49,3 @@ def cache_files(snapshot: TableSnapshot, cache_dir: str) -> TableSnapshot:
                 raise DataError(f"Caching {uri!r} in {cache_dir!r} failed: {exc}") from None
         local.append(target)
     return replace(snapshot, files=tuple(local))
-
-
-def _filesystem(uri: str):
-    import pyarrow.fs as pafs
-
-    from keras_dl.storage import filesystem, local_path
-
-    local = local_path(uri)
-    if local is not None:
-        return pafs.LocalFileSystem(), os.path.abspath(local)
-    return filesystem(uri)

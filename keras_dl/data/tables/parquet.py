@@ -58,7 +58,7 @@ def open_parquet_files(
     part_cols = tuple(raw[0]) if raw else ()
     if schema is None:
         try:
-            fs, first = _filesystem(files[0])
+            fs, first = filesystem(files[0])
             schema = pq.read_schema(first, filesystem=fs)
         except Exception as exc:
             raise DataError(f"Parquet file {files[0]!r} cannot be read: {exc}") from None
@@ -103,15 +103,6 @@ def _open_dir(table: str, local: str | None) -> TableSnapshot:
             "data.table at a Delta table or Parquet directory."
         )
     return open_parquet_files(files, uri=root, root=root, schema=dataset.schema)
-
-
-def _filesystem(path: str):
-    import pyarrow.fs as pafs
-
-    local = local_path(path)
-    if local is not None:
-        return pafs.LocalFileSystem(), os.path.abspath(local)
-    return filesystem(path)
 
 
 def _hive_partitions(path: str, root: str | None) -> dict[str, str]:
