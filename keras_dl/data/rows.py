@@ -138,11 +138,12 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
                 )
         deleted = snapshot.deletions(index)
         meta = pf.metadata
+        leaves = _leaf_columns(meta, stored, columns) if deleted is None else {}
         offset = 0
         for rg in range(meta.num_row_groups):
             count = meta.row_group(rg).num_rows
-            if deleted is None:
-                _check_nulls(snapshot, path, meta, rg, stored, columns)
+            if leaves:
+                _check_nulls(path, meta, rg, leaves)
             if snapshot.row_filters:
                 live = load_row_group(snapshot, index, pf, rg, []).num_rows
             else:
@@ -208,13 +209,20 @@ def _check_columns(snapshot, path, pf, stored, columns) -> None:
             )
 
 
-def _check_nulls(snapshot, path, meta, rg, stored, columns) -> None:
+def _leaf_columns(meta, stored, columns) -> dict[str, int]:
+    """Logical column -> the index of its (last) Parquet leaf in this file, once per file."""
     leaf = {meta.schema.column(i).path.split(".")[0]: i for i in range(meta.num_columns)}
+    out = {}
     for name in columns:
         column = stored.get(name)
-        if column is None or column not in leaf:
-            continue
-        stats = meta.row_group(rg).column(leaf[column]).statistics
+        if column is not None and column in leaf:
+            out[name] = leaf[column]
+    return out
+
+
+def _check_nulls(path, meta, rg, leaves: dict[str, int]) -> None:
+    for name, index in leaves.items():
+        stats = meta.row_group(rg).column(index).statistics
         if stats is not None and stats.has_null_count and stats.null_count > 0:
             raise DataError(
                 f"Column {name!r} has {stats.null_count} null value(s) in file {path!r}, row "
