@@ -2,10 +2,10 @@
 
 import numpy as np
 import pyarrow as pa
-from deltalake import write_deltalake
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, tfdata
 from keras_dl.data.cache_memory import EpochCache, chunk_bytes
+from tests.conftest import write_delta
 
 
 def _reads():
@@ -60,12 +60,8 @@ def test_binary_columns_count_their_bytes():
 
 
 def _table(path, n=1000, rows_per_group=100):
-    write_deltalake(
-        path,
-        pa.table({"f": np.arange(n, dtype=np.float32), "label": np.arange(n) % 3}),
-        max_rows_per_group=rows_per_group,
-        min_rows_per_group=rows_per_group,
-    )
+    table = pa.table({"f": np.arange(n, dtype=np.float32), "label": np.arange(n) % 3})
+    write_delta(path, table, rows_per_group)
     return open_table(path)
 
 
