@@ -128,6 +128,31 @@ def test_numpy_names_petastorm_uses_are_there():
     assert schema.fields["s"].numpy_dtype is np.str_
 
 
+# (field values, inclusion values, what numpy 1.26 + pyarrow 12 answered: measured on the old pin)
+_FLOAT_PREDICATES = [
+    (np.array([0.1], np.float32), [0.1], True),
+    (np.array([0.1], np.float32), [np.float32(0.1)], True),
+    (np.array([0.1], np.float64), [np.float32(0.1)], False),
+    (np.array([0.1], np.float32), [0.1] + [float(i) for i in range(20)], False),
+    (np.array([0.1, 0.2, 0.3], np.float32), [0.3], True),
+    (np.array([16777216], np.float32), [16777217], False),
+    (np.array([np.inf], np.float32), [1e300], False),
+    (np.array([1.0], np.float16), [1.0000001], True),
+    (np.array([0.1], np.float32), [np.float64(0.1), np.float32(0.2)], True),
+    (np.array([3], np.int8), [3.0], True),
+    (np.array([0.5], np.float32), [0.5], True),
+]
+
+
+@pytest.mark.parametrize("values,inclusion,expected", _FLOAT_PREDICATES)
+def test_in_intersection_matches_floats_as_numpy_1_did(values, inclusion, expected):
+    """numpy 2's NEP 50 promotion made float32 0.1 stop matching 0.1 in Petastorm's predicate."""
+    from petastorm.predicates import in_intersection
+
+    petastorm_compat.install()
+    assert in_intersection(inclusion, "x").do_include({"x": values}) is expected
+
+
 def _string_file() -> str:
     import tempfile
 

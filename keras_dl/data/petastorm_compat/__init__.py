@@ -44,17 +44,19 @@ def prepare() -> None:
 
 
 def patches_modules() -> bool:
-    """True when Petastorm's modules need their ``pq`` swapped (pyarrow >= 15)."""
-    from keras_dl.data.petastorm_compat import parquet_dataset
+    """True when Petastorm's modules need patching: their ``pq`` (pyarrow >= 15) or their float
+    predicates (numpy >= 2)."""
+    from keras_dl.data.petastorm_compat import numpy_aliases, parquet_dataset
 
-    return parquet_dataset.needed()
+    return parquet_dataset.needed() or numpy_aliases.needed_for_predicates()
 
 
 def patch_module(module) -> None:
-    """Swap one freshly imported Petastorm module's references to what pyarrow removed."""
-    from keras_dl.data.petastorm_compat import parquet_dataset
+    """Swap one freshly imported Petastorm module's references to what pyarrow or numpy changed."""
+    from keras_dl.data.petastorm_compat import numpy_aliases, parquet_dataset
 
     parquet_dataset.patch_module(module)
+    numpy_aliases.patch_module(module)
 
 
 def install() -> None:

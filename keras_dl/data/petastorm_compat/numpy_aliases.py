@@ -41,3 +41,53 @@ def install() -> list[str]:
         # Set in the module dict: numpy 2's module __getattr__ would raise for these names.
         setattr(np, name, ALIASES[name][0])
     return added
+
+
+def legacy_in1d(ar1, ar2, invert: bool = False) -> np.ndarray:
+    """``np.in1d(ar1, ar2)`` with the answers numpy 1.26 gave, on numpy 1 and 2 alike.
+
+    numpy 1.26 compared ``ar1`` with each value of a short ``ar2`` (fewer than
+    ``10 * len(ar1) ** 0.145`` values) as a *scalar*, and its value-based casting turned a float
+    scalar into ``ar1``'s float type first: ``float32(0.1)`` matched ``0.1``. numpy 2 (NEP 50)
+    compares in float64, so the same predicate stops matching. A long ``ar2`` went through a
+    sorted concatenation, promoted in both releases; integer comparisons are exact in both.
+    """
+    ar1 = np.asarray(ar1).ravel()
+    ar2 = np.asarray(ar2).ravel()
+    if (
+        ar1.dtype.kind == "f"
+        and ar2.dtype.kind == "f"
+        and ar2.dtype.itemsize > ar1.dtype.itemsize
+        and len(ar2) < 10 * len(ar1) ** 0.145
+    ):
+        with np.errstate(over="ignore"):
+            cast = ar2.astype(ar1.dtype)
+        # numpy 1 kept a scalar that overflows ar1's type at full precision: it matches nothing.
+        ar2 = cast[np.isfinite(cast) | ~np.isfinite(ar2)]
+    return np.isin(ar1, ar2, invert=invert)
+
+
+def patch_module(module) -> bool:
+    """Give ``petastorm.predicates.in_intersection`` numpy 1.26's float matching (numpy >= 2).
+
+    Replaces ``petastorm/predicates.py:71`` ``any(np.in1d(values[field], inclusion_values))``:
+    under numpy 2's NEP 50 promotion a float32 field no longer matched the Python float it was
+    written from.
+    """
+    if module.__name__ != "petastorm.predicates" or not needed_for_predicates():
+        return False
+
+    def do_include(self, values):
+        import collections.abc
+
+        if not isinstance(values[self._predicate_field], collections.abc.Iterable):
+            raise ValueError("Predicate field should have iterable type")
+        return any(legacy_in1d(values[self._predicate_field], self._inclusion_values))
+
+    module.in_intersection.do_include = do_include
+    return True
+
+
+def needed_for_predicates() -> bool:
+    """True on numpy 2 and later, whose NEP 50 promotion changed ``in1d`` on floats."""
+    return int(np.__version__.split(".")[0]) >= 2
