@@ -153,6 +153,9 @@ class RuntimeConfig:
             pickles. With ``np > 0`` Spark executors must reach the driver, so there it is used
             only when set. Defaults to "127.0.0.1".
         spark_ui: Start the Spark web UI in Spark sessions keras_dl creates. Defaults to False.
+        lease_seconds: With ``run_dir`` on S3: how long the run's lease (its lock) lasts unless
+            renewed; the training renews it every third of that, and a run whose holder died
+            can start once it lapses. Defaults to 60.
     """
 
     strategy: str = "auto"
@@ -167,6 +170,7 @@ class RuntimeConfig:
     stall_timeout: int = 120
     bind_address: str = "127.0.0.1"
     spark_ui: bool = False
+    lease_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -537,6 +541,7 @@ _AT_LEAST_ONE = (
     "data.shuffle_buffer",
     "runtime.start_timeout",
     "runtime.stall_timeout",
+    "runtime.lease_seconds",
     "callbacks.keep_checkpoints",
 )
 _AT_LEAST_ZERO = (

@@ -84,7 +84,11 @@ def fit(
         )
     if lock_run_dir is None:
         lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
-    lock = open_run_lock(exp.runtime.run_dir) if world.is_chief and lock_run_dir else None
+    lock = (
+        open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
+        if world.is_chief and lock_run_dir
+        else None
+    )
     if lock is not None:
         lock.acquire()  # before anything is written: a second run in this run_dir stops here
     try:

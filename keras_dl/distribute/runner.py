@@ -36,7 +36,7 @@ from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
-from keras_dl.runlock import HELD_BY_LAUNCHER, open_run_lock
+from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key, open_run_lock
 
 
 class HorovodRunner:
@@ -193,11 +193,11 @@ def launch(exp, main: Callable | None = None) -> Any:
         stall_timeout=exp.runtime.stall_timeout,
         bind_address=exp.runtime.bind_address,
         # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
-        env={HELD_BY_LAUNCHER: os.path.abspath(exp.runtime.run_dir)},
+        env={HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)},
     )
     spark = None
     # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
-    lock = open_run_lock(exp.runtime.run_dir)
+    lock = open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
     lock.acquire()
     try:
         spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
