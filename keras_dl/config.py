@@ -441,9 +441,14 @@ def save(exp: Experiment, path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(exp), sort_keys=False))
+    tmp.write_text(dumps(exp))
     os.replace(tmp, p)
     return p
+
+
+def dumps(exp: Experiment) -> str:
+    """The resolved config as YAML text (what :func:`save` writes)."""
+    return yaml.safe_dump(to_dict(exp), sort_keys=False)
 
 
 def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
