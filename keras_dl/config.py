@@ -183,12 +183,17 @@ class TrackingConfig:
         registered_model: Registry name for the trained model. Defaults to the recipe name;
             set it to "none" to skip registration.
         log_model: Log the trained model with its signature. Defaults to True.
+        artifact_location: Where a new MLflow experiment keeps its artifacts (the model,
+            plots), e.g. ``s3://bucket/mlflow``; credentials and endpoint come from the
+            standard AWS environment. An existing experiment with another location is an
+            error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
     """
 
     uri: str = ""
     experiment: str = ""
     registered_model: str = ""
     log_model: bool = True
+    artifact_location: str = ""
 
 
 @dataclass(frozen=True)

@@ -331,9 +331,12 @@ def _create_run(exp) -> str:
     from mlflow.entities import Param
 
     from keras_dl import config, tracking
+    from keras_dl.callbacks.defaults import record_config
 
-    config.save(exp, Path(exp.runtime.run_dir) / "config.yaml")
-    experiment_id = tracking.setup_mlflow(exp.tracking.uri, exp.tracking.experiment)
+    record_config(exp)
+    experiment_id = tracking.setup_mlflow(
+        exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location
+    )
     client = mlflow.MlflowClient(exp.tracking.uri)
     tags = {"keras_dl.recipe": exp.recipe, "keras_dl.np": str(exp.runtime.np)}
     run = client.create_run(experiment_id, tags={**tags, **tracking.git_tags()})
