@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from keras_dl import storage
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
 from keras_dl.distribute.mainguard import check_main_guard
@@ -308,6 +309,9 @@ def _rank_env(extra: dict) -> dict:
     }
     if os.environ.get("MLFLOW_TRACKING_URI"):
         env["MLFLOW_TRACKING_URI"] = os.environ["MLFLOW_TRACKING_URI"]
+    # The object-store settings (a table or run_dir on S3, MLflow artifacts there): Spark
+    # executors keep the environment they started with, which may lack them.
+    env.update(storage.environment())
     return {**env, **extra}
 
 
