@@ -1,22 +1,4 @@
-"""One training per run directory: an exclusive lock on ``runtime.run_dir``, held while it runs.
-
-Two trainings in one ``run_dir`` would write the same checkpoints and resume each other's.
-:func:`open_run_lock` returns the lock for a directory; ``fit`` (or, under Horovod, the driver)
-acquires it before anything is written and releases it when the run ends.
-
-On a local disk the lock is ``fcntl.flock`` on ``run_dir/.lock``. The kernel drops it when its
-process ends, however it ends (kill -9 included), so the lock of a dead process is free and the
-next run takes it over; the owner record in the file is then just overwritten. Object storage has
-no such lock: on S3 (``s3://``) an :class:`S3Lease` (an owner record with an expiry, created with a
-conditional write, renewed while the run lives, taken over once expired) implements the same
-:class:`RunLock` interface.
-
-Example:
-    >>> lock = open_run_lock("runs/digits")      # doctest: +SKIP
-    >>> lock.acquire()                           # raises RunLockedError naming the holder
-    >>> lock.update(run_id="abc123")             # the MLflow run, once it exists
-    >>> lock.release()
-"""
+"""The run lock on S3: a lease object, taken and renewed with conditional writes."""
 
 from __future__ import annotations
 
@@ -24,188 +6,16 @@ import dataclasses
 import json
 import logging
 import os
-import socket
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
-from keras_dl import storage
 from keras_dl.errors import KerasDLError
+from keras_dl.runlock.base import Owner, RunLock, RunLockedError
 
 log = logging.getLogger(__name__)
 
-LOCK_FILE = ".lock"
 LEASE_FILE = ".lease.json"
 LEASE_SECONDS = 60.0
-# Set by a launcher that holds the lock for its ranks (the Horovod driver): the run directory.
-HELD_BY_LAUNCHER = "KERAS_DL_RUN_DIR_LOCKED"
-
-
-class RunLockedError(KerasDLError):
-    """Another training holds the run directory."""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who holds a run directory.
-
-    Args:
-        host: Host name of the holding process.
-        pid: Its process id.
-        run_id: Its MLflow run, once created. Defaults to None.
-        since: When it took the lock (seconds since the epoch). Defaults to now.
-        expires: When a lease lapses unless renewed; None for a lock the OS releases with its
-            process. Defaults to None.
-    """
-
-    host: str
-    pid: int
-    run_id: str | None = None
-    since: float = dataclasses.field(default_factory=time.time)
-    expires: float | None = None
-
-    @classmethod
-    def me(cls, run_id: str | None = None) -> Owner:
-        """This process."""
-        return cls(host=socket.gethostname(), pid=os.getpid(), run_id=run_id)
-
-    def describe(self) -> str:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        text = f"host {self.host}, pid {self.pid}, MLflow run {self.run_id or '(not yet created)'}, since {started}"
-        if self.expires is not None:
-            ends = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.expires))
-            text += f", lease valid until {ends} unless renewed"
-        return text
-
-
-class RunLock:
-    """The interface of a run-directory lock (a local file lock, or an object-store lease).
-
-    Args:
-        run_dir: The directory the lock guards.
-    """
-
-    def __init__(self, run_dir: str | os.PathLike):
-        self.run_dir = str(run_dir)
-        self.owner: Owner | None = None  # set while this process holds it
-
-    def acquire(self, run_id: str | None = None) -> None:
-        """Take the lock now or raise :class:`RunLockedError` naming the holder."""
-        raise NotImplementedError
-
-    def update(self, run_id: str) -> None:
-        """Record the MLflow run in the owner record (a lease also renews its expiry here)."""
-        raise NotImplementedError
-
-    def holder(self) -> Owner | None:
-        """The owner record as stored (None when there is none or it is unreadable)."""
-        raise NotImplementedError
-
-    def release(self) -> None:
-        """Give the lock up (idempotent)."""
-        raise NotImplementedError
-
-    def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def _locked_error(self) -> RunLockedError:
-        holder = self.holder()
-        who = holder.describe() if holder else "an unknown process (its owner record is unreadable)"
-        return RunLockedError(
-            f"runtime.run_dir={self.run_dir} is in use by another training: {who}. Wait for it "
-            "to end or stop it, or give this run its own directory with --set "
-            "runtime.run_dir=runs/NAME."
-        )
-
-
-class FileLock(RunLock):
-    """:class:`RunLock` as ``fcntl.flock`` on ``run_dir/.lock`` (local disks only: flock is not
-    reliable on NFS, and object stores have no locks)."""
-
-    def __init__(self, run_dir: str | os.PathLike):
-        super().__init__(run_dir)
-        self.path = Path(run_dir) / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self, run_id: str | None = None) -> None:
-        import fcntl
-
-        if self._fd is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # No O_TRUNC: the holder's record must stay readable until we hold the lock.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise self._locked_error() from None
-        self._fd = fd
-        self._write(Owner.me(run_id))  # replaces a dead holder's stale record
-
-    def update(self, run_id: str) -> None:
-        if self._fd is not None and self.owner is not None:
-            self._write(dataclasses.replace(self.owner, run_id=run_id))
-
-    def holder(self) -> Owner | None:
-        try:
-            return Owner(**json.loads(self.path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        os.close(self._fd)  # closing the descriptor drops the flock
-        self._fd, self.owner = None, None
-
-    def _write(self, owner: Owner) -> None:
-        data = json.dumps(dataclasses.asdict(owner)).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
-        os.fsync(self._fd)
-        self.owner = owner
-
-
-def held_by_launcher(run_dir: str | os.PathLike) -> bool:
-    """True in a rank whose launcher holds ``run_dir``'s lock for the whole job."""
-    held = os.environ.get(HELD_BY_LAUNCHER)
-    return bool(held) and held == launcher_key(run_dir)
-
-
-def launcher_key(run_dir: str | os.PathLike) -> str:
-    """How a launcher names the run directory it holds: an absolute path, or the URI as given."""
-    text = str(run_dir)
-    local = storage.local_path(text)
-    return os.path.abspath(local) if local is not None else text.rstrip("/")
-
-
-def open_run_lock(run_dir: str | os.PathLike, lease_seconds: float = LEASE_SECONDS) -> RunLock:
-    """The lock for ``run_dir``: a :class:`FileLock` for a local path, an :class:`S3Lease` for
-    ``s3://``.
-
-    Args:
-        run_dir: The run directory (a local path or an ``s3://`` URI).
-        lease_seconds: How long an S3 lease lasts without renewal; the holder renews it every
-            third of that. Defaults to 60.
-
-    Raises:
-        KerasDLError: For another URI scheme (``gs://``, ...), which has no lease here.
-    """
-    text = str(run_dir)
-    if storage.local_path(text) is not None:
-        return FileLock(storage.local_path(text))
-    if text.split("://", 1)[0] in storage.S3_SCHEMES:
-        return S3Lease(text, lease_seconds)
-    raise KerasDLError(
-        f"runtime.run_dir={text} is on an object store keras_dl has no run lease for (only "
-        "s3:// and S3-compatible stores). Use an s3:// URI, or a local or mounted directory."
-    )
 
 
 class S3Lease(RunLock):
