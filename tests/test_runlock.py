@@ -151,3 +151,10 @@ def test_a_dead_holders_s3_lease_is_taken_over_once_expired(s3):
     assert listed == []  # released: the lease object is gone
     with open_run_lock(run_dir):  # free again
         pass
+
+
+def test_an_s3_lease_in_a_missing_bucket_names_it(s3):
+    from keras_dl.errors import KerasDLError
+
+    with pytest.raises(KerasDLError, match=r"s3://no-such-bucket-x/run/.lease.json.*bucket exists"):
+        open_run_lock("s3://no-such-bucket-x/run").acquire()

@@ -89,3 +89,31 @@ def test_only_files_matching_a_manifest_count_and_pruning_keeps_the_newest_valid
     client.put_object(Bucket=s3.name, Key="p/ckpt-000000002.npz", Body=data)
     remote.prune(s3.uri("p"), keep=1)
     assert _names(s3, "p") == ["ckpt-000000002.npz"]
+
+
+def test_another_configs_checkpoints_are_set_aside_and_resume_false_clears(s3):
+    x, y = tiny_data(32)
+    directory = s3.uri("r/checkpoints")
+    tiny_model().fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[Checkpoint(directory, metadata={"config": "a"}, mark_complete=False)],
+    )
+    other = Checkpoint(directory, metadata={"config": "b"})
+    other.set_model(tiny_model())
+    assert other.restore() == 0
+    assert _names(s3, "r/checkpoints") == [
+        "previous/ckpt-000000002.json",
+        "previous/ckpt-000000002.npz",
+        "previous/ckpt-000000004.json",
+        "previous/ckpt-000000004.npz",
+    ]
+    tiny_model().fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[other])
+    assert "ckpt-000000002.json" in _names(s3, "r/checkpoints")
+    fresh = Checkpoint(directory, resume=False)
+    fresh.set_model(tiny_model())
+    assert fresh.restore() == 0
+    assert [n for n in _names(s3, "r/checkpoints") if not n.startswith("previous/")] == []
