@@ -158,3 +158,27 @@ def test_an_s3_lease_in_a_missing_bucket_names_it(s3):
 
     with pytest.raises(KerasDLError, match=r"s3://no-such-bucket-x/run/.lease.json.*bucket exists"):
         open_run_lock("s3://no-such-bucket-x/run").acquire()
+
+
+def test_a_lease_taken_over_from_under_its_holder_is_an_error_at_its_next_update(s3):
+    import json
+
+    import boto3
+
+    lock = open_run_lock(s3.uri("run"), lease_seconds=30)
+    lock.acquire()
+    try:
+        # What a run that found the lease lapsed writes (its holder could not renew in time).
+        other = {"host": "elsewhere", "pid": 4242, "run_id": "theirs", "since": time.time(),
+                 "expires": time.time() + 30}  # fmt: skip
+        boto3.client("s3").put_object(
+            Bucket=s3.name, Key="run/.lease.json", Body=json.dumps(other).encode()
+        )
+        with pytest.raises(
+            RunLockedError, match=r"lost runtime.run_dir=.*host elsewhere, pid 4242"
+        ):
+            lock.update("mine")
+    finally:
+        lock.release()  # does not delete the other run's lease
+    body = boto3.client("s3").get_object(Bucket=s3.name, Key="run/.lease.json")["Body"].read()
+    assert json.loads(body)["pid"] == 4242

@@ -77,8 +77,26 @@ class S3Lease(RunLock):
         self._thread.start()
 
     def update(self, run_id: str) -> None:
+        """Record the MLflow run in the lease (renewing it).
+
+        Raises:
+            RunLockedError: The lease was taken over: this process no longer holds the run
+                directory (it could not renew within ``lease_seconds``).
+        """
         if self._etag is not None and self.owner is not None:
-            self._renew(dataclasses.replace(self.owner, run_id=run_id))
+            try:
+                self._renew(dataclasses.replace(self.owner, run_id=run_id))
+            except _Conflict:
+                holder = self.holder()
+                self.lost = f"the lease {self._uri()} was taken over by {holder}"
+                raise RunLockedError(
+                    f"This training lost runtime.run_dir={self.run_dir}: its lease "
+                    f"{self._uri()} is now held by "
+                    f"{holder.describe() if holder else 'another process'}. It was not renewed "
+                    f"within runtime.lease_seconds={self.lease_seconds:g} (the store unreachable, "
+                    "or this process stalled); raise runtime.lease_seconds, or give this run "
+                    "its own directory."
+                ) from None
 
     def holder(self) -> Owner | None:
         return self._read()[0]
@@ -91,7 +109,10 @@ class S3Lease(RunLock):
             self._thread.join()
         with self._guard:
             try:
-                self._client().delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
+                if self.lost is None:  # a lease taken over is another run's now: left alone
+                    self._client().delete_object(
+                        Bucket=self.bucket, Key=self.key, IfMatch=self._etag
+                    )
             except Exception as exc:  # taken over meanwhile, or unreachable: it expires anyway
                 log.warning("Could not delete the run lease %s (%s).", self._uri(), exc)
             self._etag, self.owner, self._thread = None, None, None
