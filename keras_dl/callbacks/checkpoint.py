@@ -404,8 +404,11 @@ def read_header(path: str | os.PathLike) -> dict:
 
 
 def _directory(directory: str | os.PathLike) -> Path | str:
-    """A local folder as a Path; an object-store URI as it is (without a trailing slash)."""
-    return str(directory).rstrip("/") if remote.is_remote(directory) else Path(directory)
+    """A local folder (or ``file://`` URI) as a Path; an object-store URI as it is (without a
+    trailing slash)."""
+    if remote.is_remote(directory):
+        return str(directory).rstrip("/")
+    return Path(storage.local_path(str(directory)))
 
 
 def _source(path: str | os.PathLike):
