@@ -131,7 +131,9 @@ class RuntimeConfig:
     Args:
         strategy: "auto", "none", "mirrored" or "horovod". Defaults to "auto".
         np: Horovod processes: < 0 runs -np on this host, > 0 runs np Spark tasks. Defaults to 0.
-        run_dir: Folder for the resolved config and checkpoints. Defaults to "runs/<recipe>".
+        run_dir: Folder for the resolved config and checkpoints: a local path or an ``s3://``
+            URI (checkpoints counted by manifests, the run lock a lease; see
+            :mod:`keras_dl.callbacks.remote_checkpoints`). Defaults to "runs/<recipe>".
         resume: Resume from the last checkpoint in ``run_dir``. Defaults to True.
         lr_scaling: "none" or "linear": multiply the learning rate by the number of replicas.
             ``train.batch_size`` is global, so "none" keeps the optimization the same on any
@@ -153,6 +155,9 @@ class RuntimeConfig:
             pickles. With ``np > 0`` Spark executors must reach the driver, so there it is used
             only when set. Defaults to "127.0.0.1".
         spark_ui: Start the Spark web UI in Spark sessions keras_dl creates. Defaults to False.
+        lease_seconds: With ``run_dir`` on S3: how long the run's lease (its lock) lasts unless
+            renewed; the training renews it every third of that, and a run whose holder died
+            can start once it lapses. Defaults to 60.
     """
 
     strategy: str = "auto"
@@ -167,6 +172,7 @@ class RuntimeConfig:
     stall_timeout: int = 120
     bind_address: str = "127.0.0.1"
     spark_ui: bool = False
+    lease_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -179,12 +185,17 @@ class TrackingConfig:
         registered_model: Registry name for the trained model. Defaults to the recipe name;
             set it to "none" to skip registration.
         log_model: Log the trained model with its signature. Defaults to True.
+        artifact_location: Where a new MLflow experiment keeps its artifacts (the model,
+            plots), e.g. ``s3://bucket/mlflow``; credentials and endpoint come from the
+            standard AWS environment. An existing experiment with another location is an
+            error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
     """
 
     uri: str = ""
     experiment: str = ""
     registered_model: str = ""
     log_model: bool = True
+    artifact_location: str = ""
 
 
 @dataclass(frozen=True)
@@ -437,9 +448,14 @@ def save(exp: Experiment, path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(exp), sort_keys=False))
+    tmp.write_text(dumps(exp))
     os.replace(tmp, p)
     return p
+
+
+def dumps(exp: Experiment) -> str:
+    """The resolved config as YAML text (what :func:`save` writes)."""
+    return yaml.safe_dump(to_dict(exp), sort_keys=False)
 
 
 def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
@@ -537,6 +553,7 @@ _AT_LEAST_ONE = (
     "data.shuffle_buffer",
     "runtime.start_timeout",
     "runtime.stall_timeout",
+    "runtime.lease_seconds",
     "callbacks.keep_checkpoints",
 )
 _AT_LEAST_ZERO = (

@@ -15,7 +15,8 @@ import logging
 import os
 from pathlib import Path
 
-from keras_dl import tracking
+from keras_dl import storage, tracking
+from keras_dl.callbacks import remote_checkpoints as remote
 from keras_dl.callbacks.checkpoint import FINISHING, Checkpoint, mark_complete
 from keras_dl.divergence import check_finite
 
@@ -78,13 +79,18 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
         )
         record_finishing(directory, model_uri=model_uri, registered_version=version)
     mark_complete(directory, checkpoint.global_step)
-    (Path(directory) / FINISHING).unlink(missing_ok=True)  # served its purpose
+    if remote.is_remote(directory):
+        storage.remove(storage.join(str(directory), FINISHING))  # served its purpose
+    else:
+        (Path(directory) / FINISHING).unlink(missing_ok=True)  # served its purpose
     return metrics, model_uri, version
 
 
 def read_finishing(directory: str | os.PathLike) -> dict:
     """The finishing steps recorded so far in ``directory`` ({} when none)."""
     try:
+        if remote.is_remote(directory):
+            return json.loads(storage.read_file(storage.join(str(directory), FINISHING)))
         return json.loads((Path(directory) / FINISHING).read_text())
     except (OSError, ValueError):
         return {}
@@ -92,6 +98,10 @@ def read_finishing(directory: str | os.PathLike) -> dict:
 
 def record_finishing(directory: str | os.PathLike, **values) -> None:
     """Add ``values`` to ``directory/FINISHING.json`` (atomically)."""
+    if remote.is_remote(directory):
+        data = json.dumps({**read_finishing(directory), **values}).encode()
+        storage.write_atomic(storage.join(str(directory), FINISHING), data)
+        return
     path = Path(directory) / FINISHING
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{FINISHING}.tmp-{os.getpid()}")

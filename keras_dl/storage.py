@@ -287,9 +287,15 @@ def environment() -> dict[str, str]:
     """The object-store settings of this process's environment, to hand to Spark tasks.
 
     Executors may not share the driver's environment (a cluster, or Python workers started
-    before the variables were set); tasks call :func:`use_environment` with this.
+    before the variables were set); tasks call :func:`use_environment` with this. MLflow's S3
+    artifact store reads its endpoint from ``MLFLOW_S3_ENDPOINT_URL``: when that is unset, it is
+    ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, so one endpoint setting serves both.
     """
-    return {k: os.environ[k] for k in _ENV if os.environ.get(k)}
+    out = {k: os.environ[k] for k in (*_ENV, "MLFLOW_S3_ENDPOINT_URL") if os.environ.get(k)}
+    endpoint = out.get("AWS_ENDPOINT_URL_S3") or out.get("AWS_ENDPOINT_URL")
+    if endpoint and "MLFLOW_S3_ENDPOINT_URL" not in out:
+        out["MLFLOW_S3_ENDPOINT_URL"] = endpoint
+    return out
 
 
 def use_environment(settings: dict[str, str]) -> None:

@@ -13,22 +13,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from keras_dl import storage
 from keras_dl.config import Experiment, to_dict, to_flat_dict
 from keras_dl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def setup_mlflow(uri: str, experiment: str) -> str:
+def setup_mlflow(uri: str, experiment: str, artifact_location: str = "") -> str:
     """Point MLflow at ``uri`` and make sure ``experiment`` exists; return its id.
 
-    For a SQLite URI, new experiments keep artifacts in ``mlartifacts/`` beside the database.
+    Args:
+        uri: The tracking URI.
+        experiment: The experiment name.
+        artifact_location: Where a new experiment keeps its artifacts (e.g.
+            ``s3://bucket/mlflow``). Defaults to "": for a SQLite URI, ``mlartifacts/`` beside
+            the database, otherwise the store's default.
 
     Raises:
-        ConfigError: When the store cannot be reached or the experiment is deleted.
+        ConfigError: When the store cannot be reached, the experiment is deleted, or it exists
+            with an artifact location other than ``artifact_location``.
     """
     import mlflow
 
+    # MLflow's S3 artifact store takes its endpoint from MLFLOW_S3_ENDPOINT_URL (set from
+    # AWS_ENDPOINT_URL when unset); the other AWS variables it reads as they are.
+    storage.use_environment(storage.environment())
     check_reachable(uri)
     create_store(uri)
     mlflow.set_tracking_uri(uri)
@@ -41,13 +51,23 @@ def setup_mlflow(uri: str, experiment: str) -> str:
             "train into another experiment with --set tracking.experiment=NAME."
         )
     if existing is not None:
+        if artifact_location and _location(existing.artifact_location) != _location(
+            artifact_location
+        ):
+            raise ConfigError(
+                f"MLflow experiment {experiment!r} in {uri} keeps its artifacts in "
+                f"{existing.artifact_location}, not tracking.artifact_location="
+                f"{artifact_location}: an experiment's artifact location cannot change. Drop "
+                "the setting to use the existing location, or train into a new experiment "
+                "with --set tracking.experiment=NAME."
+            )
         return existing.experiment_id
-    artifact_location = None
-    if uri.startswith("sqlite:///"):
+    location = artifact_location or None
+    if location is None and uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///") :])
-        artifact_location = (db.parent / "mlartifacts").absolute().as_uri()
+        location = (db.parent / "mlartifacts").absolute().as_uri()
     try:
-        return mlflow.create_experiment(experiment, artifact_location=artifact_location)
+        return mlflow.create_experiment(experiment, artifact_location=location)
     except Exception:  # created concurrently by another process
         return mlflow.get_experiment_by_name(experiment).experiment_id
 
@@ -118,7 +138,9 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     """
     import mlflow
 
-    experiment_id = setup_mlflow(exp.tracking.uri, exp.tracking.experiment)
+    experiment_id = setup_mlflow(
+        exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location
+    )
     # Nested under a run already active in this thread (e.g. a tuning run around
     # CrossValidator over keras_dl.spark.KerasEstimator), rather than an error.
     nested = mlflow.active_run() is not None
@@ -285,3 +307,9 @@ def _param(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(map(str, value))
     return "" if value is None else str(value)
+
+
+def _location(uri: str) -> str:
+    """An artifact location as compared: no trailing slash, local paths absolute."""
+    local = storage.local_path(uri)
+    return os.path.abspath(local) if local is not None else uri.rstrip("/")

@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from keras_dl import tracking
 from keras_dl.callbacks.preemption import Preempted
-from keras_dl.config import Experiment, save
+from keras_dl.config import Experiment
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
@@ -84,7 +83,11 @@ def fit(
         )
     if lock_run_dir is None:
         lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
-    lock = open_run_lock(exp.runtime.run_dir) if world.is_chief and lock_run_dir else None
+    lock = (
+        open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
+        if world.is_chief and lock_run_dir
+        else None
+    )
     if lock is not None:
         lock.acquire()  # before anything is written: a second run in this run_dir stops here
     try:
@@ -113,8 +116,9 @@ def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
     )
     attach, run_id = run_id, None
     if world.is_chief:
-        save(exp, Path(exp.runtime.run_dir) / "config.yaml")
-        from keras_dl.callbacks.defaults import record_run_id, resume_run_id
+        from keras_dl.callbacks.defaults import record_config, record_run_id, resume_run_id
+
+        record_config(exp)
 
         tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
         # Re-running with the same runtime.run_dir continues the interrupted run (issue 5).

@@ -118,3 +118,72 @@ def test_a_missing_bucket_or_table_is_named(s3, monkeypatch):
 def _list(s3, prefix):
     listing = boto3.client("s3").list_objects_v2(Bucket=s3.name, Prefix=prefix)
     return [(o["Key"], o["Size"]) for o in listing.get("Contents", [])]
+
+
+def test_mlflow_s3_endpoint_follows_aws_endpoint_url_unless_set(s3, monkeypatch):
+    from keras_dl.storage import environment
+
+    monkeypatch.delenv("MLFLOW_S3_ENDPOINT_URL", raising=False)
+    assert environment()["MLFLOW_S3_ENDPOINT_URL"] == s3.endpoint
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")  # the S3-specific one wins
+    assert environment()["MLFLOW_S3_ENDPOINT_URL"] == "http://127.0.0.1:1"
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "http://mlflow-only:9000")  # set: kept
+    assert environment()["MLFLOW_S3_ENDPOINT_URL"] == "http://mlflow-only:9000"
+
+
+def _keys(bucket: str, prefix: str) -> list[str]:
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
+    # pyarrow leaves an empty "folder/" marker object when it deletes a folder's last file.
+    return sorted(o["Key"] for o in listed.get("Contents", []) if not o["Key"].endswith("/"))
+
+
+@pytest.mark.slow
+def test_digits_trains_with_its_table_run_dir_and_model_on_s3(s3, monkeypatch, tmp_path):
+    import json
+
+    import mlflow
+
+    from keras_dl.errors import ConfigError
+    from keras_dl.tracking import setup_mlflow
+    from tests.conftest import train_digits
+
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "")  # so that the teardown restores it
+    monkeypatch.delenv("MLFLOW_S3_ENDPOINT_URL")  # mapped from AWS_ENDPOINT_URL
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # this test is the only writer
+    table = s3.uri("digits")
+    ingest_sklearn_digits(table, rows_per_group=256)
+    _, result, uri = train_digits(
+        table,
+        tmp_path,
+        "train.epochs=1",
+        f"runtime.run_dir={s3.uri('runs/digits')}",
+        f"tracking.artifact_location={s3.uri('mlflow')}",
+        "callbacks.plots=false",
+    )
+    assert result.registered_version == 1
+    run_files = [k.removeprefix("runs/digits/") for k in _keys(s3.name, "runs/digits/")]
+    assert run_files == [
+        "checkpoints/COMPLETE",
+        "checkpoints/ckpt-000000039.json",
+        "checkpoints/ckpt-000000039.npz",
+        "config.yaml",
+        "run.json",
+    ]  # and no .lease.json: released at the end
+    run_json = boto3.client("s3").get_object(Bucket=s3.name, Key="runs/digits/run.json")
+    assert json.loads(run_json["Body"].read())["run_id"] == result.run_id
+    # The model lives in the bucket, not beside the SQLite store, and loads back from there.
+    run = mlflow.MlflowClient(uri).get_run(result.run_id)
+    assert run.info.artifact_uri.startswith(f"s3://{s3.name}/mlflow/")
+    assert any(k.endswith("MLmodel") for k in _keys(s3.name, "mlflow/"))
+    assert not (tmp_path / "mlartifacts").exists()
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model(f"models:/digits/{result.registered_version}")
+    pixels = read_table(table).column("pixels").to_pylist()[:4]
+    scores = np.asarray(model.predict(np.asarray(pixels, dtype="float64")))
+    assert scores.shape == (4, 10)
+    np.testing.assert_allclose(
+        scores, result.model.predict(np.asarray(pixels), verbose=0), atol=1e-5
+    )
+    # The experiment's artifact location cannot change under it.
+    with pytest.raises(ConfigError, match=rf"s3://{s3.name}/mlflow.*s3://elsewhere/mlflow"):
+        setup_mlflow(uri, "digits", "s3://elsewhere/mlflow")

@@ -5,7 +5,9 @@ every optimizer variable (its step counter included), the NumPy and Python RNG s
 JSON header with the epoch, step and MLflow run id. It is written to a temporary name, flushed
 to disk, then renamed with ``os.replace``: a kill at any moment leaves either the previous
 checkpoint or the new one, never a half-written "latest". On resume, files that do not load are
-skipped with a warning and the newest one that does is used.
+skipped with a warning and the newest one that does is used. The directory may be an
+object-store URI (``s3://bucket/run/checkpoints``): there each checkpoint is uploaded and then
+made to count by a manifest written last (see :mod:`keras_dl.callbacks.remote_checkpoints`).
 
 The training position is the optimizer's step counter: resuming sets ``fit``'s start epoch from
 it, and a checkpoint taken mid-epoch finishes that epoch with only the steps it still lacked.
@@ -18,17 +20,21 @@ Example:
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import random
 import re
+import tempfile
 import time
 from pathlib import Path
 
 import keras
 import numpy as np
 
+from keras_dl import storage
+from keras_dl.callbacks import remote_checkpoints as remote
 from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
@@ -46,7 +52,8 @@ class Checkpoint(keras.callbacks.Callback):
     ``on_epoch_end``, before callbacks that may set it for their own reasons.
 
     Args:
-        directory: Folder of the checkpoint files (created on rank 0).
+        directory: Folder of the checkpoint files (created on rank 0): a local path or an
+            object-store URI.
         every_n_steps: Also checkpoint every N training steps (0: at each epoch end only).
             Defaults to 0.
         keep: Checkpoints kept; older ones are deleted. Defaults to 3.
@@ -73,7 +80,7 @@ class Checkpoint(keras.callbacks.Callback):
         super().__init__()
         if keep < 1:
             raise ValueError(f"Checkpoint keep must be >= 1, got {keep}.")
-        self.directory = Path(directory)
+        self.directory = _directory(directory)
         self.every_n_steps = every_n_steps
         self.keep = keep
         self.resume = resume
@@ -102,6 +109,8 @@ class Checkpoint(keras.callbacks.Callback):
             return 0
         for tmp in _temporaries(self.directory):  # left by a writer killed mid-write
             tmp.unlink(missing_ok=True)
+        if remote.is_remote(self.directory):  # uploads without a manifest, older than the newest
+            remote.prune(str(self.directory), self.keep)
         wanted = self.metadata.get("config")
         for path in reversed(list_checkpoints(self.directory)):
             try:
@@ -117,7 +126,7 @@ class Checkpoint(keras.callbacks.Callback):
                 continue
             self.restored = header
             print(
-                f"Resuming from checkpoint {path.name}: {header['epoch']} epoch(s) and "
+                f"Resuming from checkpoint {_name(path)}: {header['epoch']} epoch(s) and "
                 f"{header['step']} step(s) done (global step {header['global_step']})."
             )
             return int(header["global_step"])
@@ -208,7 +217,7 @@ class Checkpoint(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self.model._initial_epoch = None  # a later fit call starts where the caller says
         self.restored = None
-        if self.mark_complete and self._chief and self.directory.is_dir():
+        if self.mark_complete and self._chief and _is_dir(self.directory):
             # fit returned normally: the next run in this directory starts fresh, not "resumes"
             mark_complete(self.directory, self._global_step)
 
@@ -228,12 +237,25 @@ class Checkpoint(keras.callbacks.Callback):
             "last_epoch": self._last_epoch,
             **extra,
         }
-        save_checkpoint(self.directory / f"ckpt-{self._global_step:09d}.npz", self.model, header)
+        name = f"ckpt-{self._global_step:09d}.npz"
+        if remote.is_remote(self.directory):
+            save_checkpoint(storage.join(self.directory, name), self.model, header)
+            remote.prune(self.directory, self.keep)
+            return
+        save_checkpoint(self.directory / name, self.model, header)
         for old in list_checkpoints(self.directory)[: -self.keep]:
             old.unlink(missing_ok=True)
 
     def _set_aside(self) -> None:
         """Move checkpoints that cannot be resumed to ``directory/previous/`` (kept, not lost)."""
+        if remote.is_remote(self.directory):
+            storage.remove(storage.join(self.directory, FINISHING))
+            moved = remote.set_aside(self.directory)
+            if moved:
+                print(
+                    f"Moved {moved} checkpoint(s) that cannot be resumed to {self.directory}/previous."
+                )
+            return
         (self.directory / FINISHING).unlink(missing_ok=True)  # it belonged to those checkpoints
         old = list_checkpoints(self.directory)
         if not old:
@@ -248,14 +270,25 @@ class Checkpoint(keras.callbacks.Callback):
         print(f"Moved {len(old)} checkpoint(s) that cannot be resumed to {aside}.")
 
     def _clear(self) -> None:
+        if remote.is_remote(self.directory):
+            remote.remove_all(self.directory, COMPLETE, FINISHING)
+            return
         for path in list_checkpoints(self.directory) + _temporaries(self.directory):
             path.unlink(missing_ok=True)
         (self.directory / COMPLETE).unlink(missing_ok=True)
         (self.directory / FINISHING).unlink(missing_ok=True)
 
 
-def save_checkpoint(path: str | os.PathLike, model, header: dict) -> Path:
-    """Write ``model``'s variables, its optimizer's and the RNG states to ``path`` atomically."""
+def save_checkpoint(path: str | os.PathLike, model, header: dict) -> Path | str:
+    """Write ``model``'s variables, its optimizer's and the RNG states to ``path`` atomically.
+
+    For an object-store URI the file is written to a local temporary folder, uploaded, and
+    then its manifest is written (:func:`~keras_dl.callbacks.remote_checkpoints.publish`).
+    """
+    if remote.is_remote(path):
+        folder, name = str(path).rsplit("/", 1)
+        with tempfile.TemporaryDirectory(prefix="keras_dl-ckpt-") as tmp:
+            return remote.publish(save_checkpoint(Path(tmp) / name, model, header), folder)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
@@ -286,7 +319,7 @@ def load_checkpoint(path: str | os.PathLike, model) -> dict:
         ValueError: When the file's variables do not match the model's (another architecture).
         OSError, zipfile.BadZipFile: When the file is partial or corrupt.
     """
-    with np.load(path, allow_pickle=False) as data:
+    with np.load(_source(path), allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}  # reads (and CRC-checks) every member
     header = json.loads(arrays.pop("header").tobytes().decode())
     model_vars = list(model.variables)
@@ -325,8 +358,11 @@ def load_checkpoint(path: str | os.PathLike, model) -> dict:
     return header
 
 
-def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
-    """Complete checkpoint files in ``directory``, oldest first (temporaries excluded)."""
+def list_checkpoints(directory: str | os.PathLike) -> list[Path] | list[str]:
+    """Complete checkpoint files in ``directory``, oldest first (temporaries excluded); URIs of
+    the checkpoints whose manifest matches, for an object-store directory."""
+    if remote.is_remote(directory):
+        return remote.list_valid(str(directory).rstrip("/"))
     d = Path(directory)
     if not d.is_dir():
         return []
@@ -337,8 +373,12 @@ def mark_complete(directory: str | os.PathLike, global_step: int) -> None:
     """Mark ``directory``'s training complete: the next run there starts fresh.
 
     Written to a temporary name, fsynced and renamed, then the directory itself is fsynced, so
-    after a crash the marker is either fully there or absent.
+    after a crash the marker is either fully there or absent (one PUT on an object store).
     """
+    if remote.is_remote(directory):
+        data = json.dumps({"global_step": int(global_step)}).encode()
+        storage.write_atomic(storage.join(str(directory), COMPLETE), data)
+        return
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{COMPLETE}.tmp-{os.getpid()}"
@@ -352,17 +392,41 @@ def mark_complete(directory: str | os.PathLike, global_step: int) -> None:
 
 def is_complete(directory: str | os.PathLike) -> bool:
     """True when the training that wrote ``directory`` finished (fit returned)."""
+    if remote.is_remote(directory):
+        return remote.exists(storage.join(str(directory), COMPLETE))
     return (Path(directory) / COMPLETE).is_file()
 
 
 def read_header(path: str | os.PathLike) -> dict:
     """The JSON header of a checkpoint file (epoch, step, global step, run id, ...)."""
-    with np.load(path, allow_pickle=False) as data:
+    with np.load(_source(path), allow_pickle=False) as data:
         return json.loads(data["header"].tobytes().decode())
 
 
-def _temporaries(directory: Path) -> list[Path]:
-    if not directory.is_dir():
+def _directory(directory: str | os.PathLike) -> Path | str:
+    """A local folder (or ``file://`` URI) as a Path; an object-store URI as it is (without a
+    trailing slash)."""
+    if remote.is_remote(directory):
+        return str(directory).rstrip("/")
+    return Path(storage.local_path(str(directory)))
+
+
+def _source(path: str | os.PathLike):
+    """What ``np.load`` reads: the local file, or a remote file's bytes checked against its
+    manifest."""
+    return io.BytesIO(remote.read_verified(str(path))) if remote.is_remote(path) else path
+
+
+def _name(path: str | os.PathLike) -> str:
+    return str(path).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _is_dir(directory: Path | str) -> bool:
+    return remote.any_files(directory) if remote.is_remote(directory) else directory.is_dir()
+
+
+def _temporaries(directory: Path | str) -> list[Path]:
+    if remote.is_remote(directory) or not directory.is_dir():
         return []
     return [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and ".tmp-" in p.name]
 

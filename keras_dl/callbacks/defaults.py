@@ -4,8 +4,8 @@
 run exists, :func:`record_run_id`; after ``compile``, :func:`make_callbacks` and
 :func:`prepare_fit` (restore the last checkpoint, position the data, instrument the input).
 
-The run directory (``runtime.run_dir``) holds ``config.yaml``, ``run.json`` (the MLflow run id)
-and ``checkpoints/``.
+The run directory (``runtime.run_dir``, a local path or an object-store URI) holds
+``config.yaml``, ``run.json`` (the MLflow run id) and ``checkpoints/``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import logging
 import os
 from pathlib import Path
 
+from keras_dl import config, storage
+from keras_dl.callbacks import remote_checkpoints as remote
 from keras_dl.callbacks.checkpoint import (
     Checkpoint,
     broadcast_position,
@@ -130,12 +132,12 @@ def prepare_fit(callbacks: list, model, data) -> int:
 def resume_run_id(exp) -> str | None:
     """The MLflow run to continue: the one recorded in ``runtime.run_dir`` when there is an
     unfinished training with a checkpoint to resume, and ``runtime.resume`` is on."""
-    run_dir = Path(exp.runtime.run_dir)
+    record = storage.join(exp.runtime.run_dir, RUN_FILE)
     ckpts = checkpoint_dir(exp)
     if not exp.runtime.resume or is_complete(ckpts) or not _resumable(ckpts, exp):
         return None
     try:
-        run_id = json.loads((run_dir / RUN_FILE).read_text())["run_id"]
+        run_id = json.loads(storage.read_file(record))["run_id"]
     except (OSError, ValueError, KeyError):
         return None
     import mlflow
@@ -147,21 +149,34 @@ def resume_run_id(exp) -> str | None:
             "Run %s recorded in %s is not in the tracking store %s: resuming the checkpoint "
             "in a new MLflow run.",
             run_id,
-            run_dir / RUN_FILE,
+            record,
             exp.tracking.uri,
         )
         return None
-    print(f"Resuming MLflow run {run_id} (from {run_dir / RUN_FILE}).")
+    print(f"Resuming MLflow run {run_id} (from {record}).")
     return run_id
 
 
 def record_run_id(exp, run_id: str) -> None:
     """Write ``run.json`` (the MLflow run id and tracking URI) into ``runtime.run_dir``."""
+    if remote.is_remote(exp.runtime.run_dir):
+        data = json.dumps({"run_id": run_id, "tracking_uri": exp.tracking.uri}).encode()
+        storage.write_atomic(storage.join(exp.runtime.run_dir, RUN_FILE), data)
+        return
     path = Path(exp.runtime.run_dir) / RUN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": exp.tracking.uri}))
     os.replace(tmp, path)
+
+
+def record_config(exp) -> None:
+    """Write the resolved config as ``config.yaml`` into ``runtime.run_dir``."""
+    if remote.is_remote(exp.runtime.run_dir):
+        text = config.dumps(exp)
+        storage.write_atomic(storage.join(exp.runtime.run_dir, "config.yaml"), text.encode())
+    else:
+        config.save(exp, Path(exp.runtime.run_dir) / "config.yaml")
 
 
 def config_fingerprint(exp) -> str:
@@ -177,7 +192,7 @@ def config_fingerprint(exp) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _resumable(ckpts: Path, exp) -> bool:
+def _resumable(ckpts: Path | str, exp) -> bool:
     """True when the newest readable checkpoint was written with this configuration."""
     for path in reversed(list_checkpoints(ckpts)):
         try:
@@ -188,6 +203,8 @@ def _resumable(ckpts: Path, exp) -> bool:
     return False
 
 
-def checkpoint_dir(exp) -> Path:
-    """``runtime.run_dir``/checkpoints."""
+def checkpoint_dir(exp) -> Path | str:
+    """``runtime.run_dir``/checkpoints (a Path, or a URI for an object-store run_dir)."""
+    if remote.is_remote(exp.runtime.run_dir):
+        return storage.join(exp.runtime.run_dir.rstrip("/"), "checkpoints")
     return Path(exp.runtime.run_dir) / "checkpoints"

@@ -30,13 +30,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from keras_dl import storage
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
-from keras_dl.runlock import HELD_BY_LAUNCHER, open_run_lock
+from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key, open_run_lock
 
 
 class HorovodRunner:
@@ -193,11 +194,11 @@ def launch(exp, main: Callable | None = None) -> Any:
         stall_timeout=exp.runtime.stall_timeout,
         bind_address=exp.runtime.bind_address,
         # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
-        env={HELD_BY_LAUNCHER: os.path.abspath(exp.runtime.run_dir)},
+        env={HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)},
     )
     spark = None
     # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
-    lock = open_run_lock(exp.runtime.run_dir)
+    lock = open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
     lock.acquire()
     try:
         spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
@@ -308,6 +309,9 @@ def _rank_env(extra: dict) -> dict:
     }
     if os.environ.get("MLFLOW_TRACKING_URI"):
         env["MLFLOW_TRACKING_URI"] = os.environ["MLFLOW_TRACKING_URI"]
+    # The object-store settings (a table or run_dir on S3, MLflow artifacts there): Spark
+    # executors keep the environment they started with, which may lack them.
+    env.update(storage.environment())
     return {**env, **extra}
 
 
@@ -331,9 +335,12 @@ def _create_run(exp) -> str:
     from mlflow.entities import Param
 
     from keras_dl import config, tracking
+    from keras_dl.callbacks.defaults import record_config
 
-    config.save(exp, Path(exp.runtime.run_dir) / "config.yaml")
-    experiment_id = tracking.setup_mlflow(exp.tracking.uri, exp.tracking.experiment)
+    record_config(exp)
+    experiment_id = tracking.setup_mlflow(
+        exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location
+    )
     client = mlflow.MlflowClient(exp.tracking.uri)
     tags = {"keras_dl.recipe": exp.recipe, "keras_dl.np": str(exp.runtime.np)}
     run = client.create_run(experiment_id, tags={**tags, **tracking.git_tags()})

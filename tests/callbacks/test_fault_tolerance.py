@@ -99,3 +99,82 @@ def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
     for p in list_checkpoints(ckpts):
         read_header(p)
     assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS
+
+
+@pytest.mark.slow
+def test_kill_9_with_run_dir_on_s3_resumes_from_the_bucket_in_the_same_run(
+    digits_table, tmp_path, s3
+):
+    import json
+
+    import boto3
+
+    run_dir = s3.uri("runs/digits")
+    cmd = [
+        f"runtime.run_dir={run_dir}" if a.startswith("runtime.run_dir=") else a
+        for a in _command(digits_table, tmp_path, "run")
+    ]
+    cmd += ["--set", "runtime.lease_seconds=3"]  # the dead holder's lease lapses quickly
+    client = boto3.client("s3")
+
+    def manifests() -> list[int]:
+        listed = client.list_objects_v2(Bucket=s3.name, Prefix="runs/digits/checkpoints/")
+        names = [o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", [])]
+        return sorted(int(n[5:14]) for n in names if re.fullmatch(r"ckpt-\d{9}\.json", n))
+
+    log_path = tmp_path / "first.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 240
+            # Kill once a checkpoint past the first epoch counts (its manifest is written).
+            while not any(step > STEPS for step in manifests()):
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint manifest appeared"
+                time.sleep(0.1)
+            time.sleep(0.3)  # land somewhere inside a later step
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    steps = manifests()
+    last = steps[-1]
+    assert last < EPOCHS * STEPS, "training ended before the kill"
+    lease = client.get_object(Bucket=s3.name, Key="runs/digits/.lease.json")["Body"].read()
+    assert json.loads(lease)["pid"] == proc.pid  # the killed run could not release it
+    # An upload killed before its manifest: newer than the last valid checkpoint, never resumed.
+    client.put_object(
+        Bucket=s3.name, Key=f"runs/digits/checkpoints/ckpt-{last + 5:09d}.npz", Body=b"partial"
+    )
+    time.sleep(max(0.0, json.loads(lease)["expires"] - time.time()) + 0.5)
+
+    resumed = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert f"Resuming from checkpoint ckpt-{last:09d}.npz" in output, output[-3000:]
+    assert "Resuming MLflow run" in output and f"{run_dir}/run.json" in output
+    epochs_run = [int(e) for e in re.findall(r"^Epoch (\d+)/", output, re.M)]
+    first_epoch = last // STEPS + 1  # 1-based: the epoch the checkpoint was taken in
+    assert epochs_run == list(range(first_epoch, EPOCHS + 1)), output[-3000:]
+
+    # One MLflow run, every epoch metric exactly once per epoch.
+    uri = f"sqlite:///{tmp_path / 'run.db'}"
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED"
+    client_ml = mlflow.MlflowClient(uri)
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        history = [m.step for m in client_ml.get_metric_history(run.info.run_id, key)]
+        assert sorted(history) == list(range(EPOCHS)), (key, history)
+
+    # Only counted checkpoints are left (the partial upload was older than the newest by now),
+    # the completion marker, and no lease.
+    listed = client.list_objects_v2(Bucket=s3.name, Prefix="runs/digits/")
+    keys = sorted(o["Key"] for o in listed["Contents"] if not o["Key"].endswith("/"))
+    final = f"ckpt-{EPOCHS * STEPS:09d}"
+    assert f"runs/digits/checkpoints/{final}.json" in keys
+    assert "runs/digits/.lease.json" not in keys
+    leftovers = [k for k in keys if k.endswith(".npz") and k[:-4] + ".json" not in keys]
+    assert leftovers == [], keys
+    assert manifests()[-1] == EPOCHS * STEPS and len(manifests()) == 2

@@ -1,8 +1,10 @@
-"""A Spark driver for the cluster test: ``python -m tests.distribute.spark_driver MASTER TABLE TMP``.
+"""A Spark driver for the cluster test: ``python -m tests.distribute.spark_driver MASTER TABLE TMP
+[RUN_DIR]``.
 
 It connects to the standalone cluster, trains the digits recipe with ``runtime.np=2`` (two Spark
 tasks); then, with no active session and ``MASTER`` pointing at the cluster (as the CLI runs),
-asks for 3 tasks on the 2-slot cluster. It prints one JSON line with both outcomes.
+asks for 3 tasks on the 2-slot cluster. It prints one JSON line with both outcomes. Given a
+RUN_DIR (an ``s3://`` URI), it trains there and skips the 3-task check.
 It runs in its own process so that its SparkSession cannot clash with other tests' sessions.
 """
 
@@ -16,11 +18,10 @@ import time
 from pathlib import Path
 
 
-def main(master: str, table: str, tmp: str) -> None:
+def main(master: str, table: str, tmp: str, run_dir: str = "") -> None:
     from pyspark.sql import SparkSession
 
     from keras_dl.distribute.runner import launch
-    from keras_dl.errors import DistributedError
     from tests.distribute.conftest import digits_experiment
     from tests.distribute.workers import train_and_report
 
@@ -34,28 +35,40 @@ def main(master: str, table: str, tmp: str) -> None:
     )
     out = {}
     try:
-        exp = digits_experiment(table, Path(tmp), "runtime.strategy=horovod", "runtime.np=2")
+        sets = ["runtime.strategy=horovod", "runtime.np=2"]
+        if run_dir:
+            sets.append(f"runtime.run_dir={run_dir}")
+        exp = digits_experiment(table, Path(tmp), *sets)
         start = time.monotonic()
         report = launch(exp, main=train_and_report)
         out["seconds"] = time.monotonic() - start
         out["report"] = {"result": dataclasses.asdict(report["result"]), "ranks": report["ranks"]}
-        too_many = digits_experiment(
-            table, Path(tmp) / "too_many", "runtime.strategy=horovod", "runtime.np=3"
-        )
-        # As from the CLI: no active session, so launch starts one on $MASTER (the cluster).
-        spark.stop()
-        os.environ["MASTER"] = master
-        start = time.monotonic()
-        try:
-            launch(too_many)
-            out["too_many"] = "no error"
-        except DistributedError as exc:
-            out["too_many"] = str(exc)
-        out["too_many_seconds"] = time.monotonic() - start
+        if not run_dir:
+            _too_many(spark, master, table, tmp, out)
     finally:
         spark.stop()
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def _too_many(spark, master: str, table: str, tmp: str, out: dict) -> None:
+    from keras_dl.distribute.runner import launch
+    from keras_dl.errors import DistributedError
+    from tests.distribute.conftest import digits_experiment
+
+    too_many = digits_experiment(
+        table, Path(tmp) / "too_many", "runtime.strategy=horovod", "runtime.np=3"
+    )
+    # As from the CLI: no active session, so launch starts one on $MASTER (the cluster).
+    spark.stop()
+    os.environ["MASTER"] = master
+    start = time.monotonic()
+    try:
+        launch(too_many)
+        out["too_many"] = "no error"
+    except DistributedError as exc:
+        out["too_many"] = str(exc)
+    out["too_many_seconds"] = time.monotonic() - start
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

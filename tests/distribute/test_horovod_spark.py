@@ -143,3 +143,52 @@ def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
         r"needs 3 free Spark task slots, but .* has [12] free of [12]", out["too_many"]
     )
     assert out["too_many_seconds"] < 40  # a new session on the cluster, then an immediate no
+
+
+@pytest.mark.slow
+def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
+    spark_cluster, s3, monkeypatch, tmp_path
+):
+    import boto3
+
+    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.storage import environment
+
+    master, env = spark_cluster
+    assert env.get("AWS_ENDPOINT_URL") != s3.endpoint  # the workers started without it
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # this test is the only writer
+    table = s3.uri("digits")
+    ingest_sklearn_digits(table)
+    run_dir = s3.uri("runs/digits")
+    # Only the driver gets the object-store settings; they reach the executors with the tasks.
+    driver_env = {**env, **environment()}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.distribute.spark_driver",
+            master,
+            table,
+            str(tmp_path),
+            run_dir,
+        ],
+        cwd=REPO,
+        env=driver_env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    out = json.loads(line[len("RESULT ") :])
+    exp = digits_experiment(
+        table, tmp_path, "runtime.strategy=horovod", "runtime.np=2", f"runtime.run_dir={run_dir}"
+    )
+    report = {"result": TrainResult(**out["report"]["result"]), "ranks": out["report"]["ranks"]}
+    check_horovod_run(report, exp)
+    listed = boto3.client("s3").list_objects_v2(Bucket=s3.name, Prefix="runs/digits/")
+    keys = sorted(o["Key"][len("runs/digits/") :] for o in listed["Contents"])
+    assert "config.yaml" in keys and "run.json" in keys and "checkpoints/COMPLETE" in keys
+    assert ".lease.json" not in keys  # the driver held the lease for the job and released it
+    counted = [k for k in keys if re.fullmatch(r"checkpoints/ckpt-\d{9}\.json", k)]
+    assert counted and all(k[:-5] + ".npz" in keys for k in counted), keys
