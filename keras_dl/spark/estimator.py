@@ -32,18 +32,14 @@ local path.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import sys
 import tempfile
-import uuid
-from pathlib import Path
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
 
 from keras_dl.errors import ConfigError
-from keras_dl.spark import columns
+from keras_dl.spark import columns, runs
 from keras_dl.spark.model import KerasModel
 from keras_dl.spark.params import EstimatorParams
 from keras_dl.spark.training import NAME, make_compile_spec, train
@@ -108,7 +104,7 @@ class KerasEstimator(Estimator, EstimatorParams):
         still running.
         """
         that = super().copy(extra)
-        active = _active_run_id()
+        active = runs.active_run_id()
         if active:
             that._parent_run = active
         return that
@@ -139,17 +135,17 @@ class KerasEstimator(Estimator, EstimatorParams):
         layout = columns.check_data(df, features, label, task, outputs)
         _check_width(model, layout)
         exp = self._experiment(self._materialize(df, feature_array, label, task))
-        parent = _active_run_id() or _running(exp, getattr(self, "_parent_run", None))
+        parent = runs.active_run_id() or runs.running(exp, getattr(self, "_parent_run", None))
         if parent:
-            exp = _under(exp, parent)
+            exp = runs.in_parent_experiment(exp, parent)
         run_id = self.getRunId()
-        exp = self._run_dir(exp, run_id)
+        exp = runs.place_run_dir(exp, self._store(), run_id)
         try:
             run_id, trained = train(exp, model, spec, self.getCallbacks() or (), run_id)
         except BaseException as exc:
-            failed = _recorded_run(exp)
+            failed = runs.recorded_run(exp)
             if failed and parent:
-                _tag_parent(exp, failed, parent)
+                runs.tag_parent(exp, failed, parent)
             if failed and hasattr(exc, "add_note"):
                 exc.add_note(
                     f"MLflow run {failed}: resume it with setRunId({failed!r}) and fit again "
@@ -157,7 +153,7 @@ class KerasEstimator(Estimator, EstimatorParams):
                 )
             raise
         if parent:
-            _tag_parent(exp, run_id, parent)
+            runs.tag_parent(exp, run_id, parent)
         # Not _copyValues: the estimator's run_id (a run to resume) is not the model's.
         return KerasModel(
             feature_cols=features,
@@ -251,19 +247,6 @@ class KerasEstimator(Estimator, EstimatorParams):
         )
         return resolve(exp, sets=sets)
 
-    def _run_dir(self, exp, run_id: str | None):
-        """``store/runs/<new id>``, or the folder of the run being resumed."""
-        runs = _runs_root(self._store())
-        if run_id:
-            for record in runs.glob("*/run.json"):
-                if json.loads(record.read_text()).get("run_id") == run_id:
-                    return _with_run_dir(exp, record.parent)
-            raise ConfigError(
-                f"run_id={run_id!r}: no checkpoint folder under {runs} belongs to this run. "
-                "Use the store of the fit that failed, or clear run_id to start afresh."
-            )
-        return _with_run_dir(exp, runs / uuid.uuid4().hex[:12])
-
     def _store(self) -> str:
         store = self.getStore() or os.path.join(tempfile.gettempdir(), "keras_dl_store")
         return store.removeprefix("file://").rstrip("/")
@@ -277,59 +260,3 @@ def _check_width(model, layout: columns.FeatureLayout) -> None:
             f"The model takes input of shape {expected}, but feature_cols give {layout.width} "
             f"values per row: {detail}. Build the model with keras.Input(({layout.width},))."
         )
-
-
-def _with_run_dir(exp, path: Path):
-    return dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, run_dir=str(path)))
-
-
-def _under(exp, parent: str):
-    """Train in the parent run's MLflow experiment (the UI nests runs within one)."""
-    import mlflow
-
-    client = mlflow.MlflowClient(exp.tracking.uri)
-    name = client.get_experiment(client.get_run(parent).info.experiment_id).name
-    return dataclasses.replace(exp, tracking=dataclasses.replace(exp.tracking, experiment=name))
-
-
-def _runs_root(store: str) -> Path:
-    """``store/runs``; for an object-store ``store``, a local folder named after it.
-
-    ``runtime.run_dir`` (checkpoints, ``run.json``, the run lock) is a local path for now.
-    """
-    if "://" not in store:
-        return Path(store) / "runs"
-    scheme, rest = store.split("://", 1)
-    return Path(tempfile.gettempdir()) / "keras_dl_runs" / scheme / rest / "runs"
-
-
-def _active_run_id() -> str | None:
-    mlflow = sys.modules.get("mlflow")  # not imported yet: no run can be active
-    run = mlflow.active_run() if mlflow is not None else None
-    return run.info.run_id if run else None
-
-
-def _running(exp, run_id: str | None) -> str | None:
-    """``run_id`` if that MLflow run is still running (a tuning parent), else None."""
-    if not run_id:
-        return None
-    import mlflow
-
-    try:
-        status = mlflow.MlflowClient(exp.tracking.uri).get_run(run_id).info.status
-    except Exception:
-        return None
-    return run_id if status == "RUNNING" else None
-
-
-def _tag_parent(exp, run_id: str, parent: str) -> None:
-    import mlflow
-
-    mlflow.MlflowClient(exp.tracking.uri).set_tag(run_id, "mlflow.parentRunId", parent)
-
-
-def _recorded_run(exp) -> str | None:
-    try:
-        return json.loads((Path(exp.runtime.run_dir) / "run.json").read_text())["run_id"]
-    except (OSError, ValueError, KeyError):
-        return None
