@@ -90,8 +90,8 @@ def make_spark_converter(
     Args:
         df: A ``pyspark.sql.DataFrame``. Numeric, boolean, string, binary and (nested) array
             columns are accepted; vectors, structs and maps are refused with a fix.
-        cache_dir: Parent folder of the cached Parquet folders (local or a URI Spark and
-            pyarrow can both reach). Defaults to the Spark conf ``keras_dl.cache_dir``, else
+        cache_dir: Parent folder of the cached folders: local, or a URI that Spark and
+            pyarrow can both reach (for "parquet"; for "delta", ``keras_dl.storage`` is enough). Defaults to the Spark conf ``keras_dl.cache_dir``, else
             a temp folder.
         workers: Readers (ranks) that will share the data; there are at least 2 partitions per
             worker. Defaults to Spark's default parallelism.
@@ -128,8 +128,10 @@ def make_spark_converter(
     with _lock:
         hit = _cache.get(key)
         if hit is not None and not hit.deleted and hit._plan.sameResult(plan):
-            log.info("Reusing the materialized copy of this DataFrame at %s", hit.path)
-            return hit
+            # A persistent table outlives this process's bookkeeping: someone may have removed it.
+            if not persistent or _is_committed(hit.path):
+                log.info("Reusing the materialized copy of this DataFrame at %s", hit.path)
+                return hit
     workers = workers or spark.sparkContext.defaultParallelism
     if persistent:
         fingerprint, rows = _fingerprint(df, workers)

@@ -1,6 +1,7 @@
 """Spark DataFrames through the converter, on a real local SparkSession."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -84,7 +85,8 @@ def test_persistent_delta_tables_are_named_by_their_rows_and_kept(spark, tmp_pat
         make_spark_converter(_frame(spark, 10), cache_dir=cache, persistent=True)
     opts = dict(cache_dir=cache, workers=1, table_format="delta", persistent=True)
     exit_hooks = atexit._ncallbacks()
-    conv = make_spark_converter(_frame(spark, 20), **opts)
+    df = _frame(spark, 20)
+    conv = make_spark_converter(df, **opts)
     assert atexit._ncallbacks() == exit_hooks  # kept at exit: a later process reuses it
     snap = conv.open()
     assert conv.rows == 20 and snap.version == 0 and len(snap.files) == conv.partitions >= 2
@@ -99,3 +101,6 @@ def test_persistent_delta_tables_are_named_by_their_rows_and_kept(spark, tmp_pat
     with pytest.raises(DataError, match="no rows"):
         make_spark_converter(_frame(spark, 20).filter("id < 0"), **opts)
     assert sorted(os.listdir(cache)) == sorted({os.path.basename(p) for p in (conv.path, other.path)})  # fmt: skip
+    shutil.rmtree(conv.path)  # removed behind the converter's back: the same plan writes it again
+    rewritten = make_spark_converter(df, **opts)
+    assert rewritten.path == conv.path and rewritten.open().version == 0
