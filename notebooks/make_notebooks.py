@@ -257,7 +257,8 @@ def spark_ml_pipeline() -> nbformat.NotebookNode:
             "`VectorAssembler` and a `StandardScaler` feed it, `fit` trains through keras_dl's "
             "one training path (a Delta table under `store`, checkpoints, one MLflow run), and "
             "the `KerasModel` it returns scores on the executors with Spark ML's `prediction` "
-            "and `probability` columns. Then an evaluator, a save and load, and tuning."
+            "and `probability` columns. Then an evaluator, a save and load, what `store` keeps, "
+            "and tuning."
         ),
         PARAMETERS,
         """\
@@ -331,22 +332,33 @@ same = np.array_equal(
 )
 print("same predictions after load:", same)""",
         md(
-            "## Tuning\n\nA `TrainValidationSplit` over the estimator's Params, inside one MLflow "
-            "run: each trial is a child run of it. The tuner wraps the estimator itself (on the "
-            "scaled rows), which is what lets the trials find the run around them."
+            "## What `store` keeps\n\n`store` holds the rows `fit` trained on, as a Delta table "
+            "named after their content (`store/data/<fingerprint>`): fitting the same rows again, "
+            "in this process or another, reuses it without writing anything. It also holds the "
+            "run folders (`store/runs/<id>`: checkpoints and `run.json`). A fit that fails or is "
+            "killed leaves its MLflow run id in the error (and in `run.json`): "
+            "`estimator.setRunId(run_id)` and `fit` again, here or in a new Python process, "
+            "continues that same MLflow run from its last checkpoint. `store` may be "
+            "`s3://bucket/prefix`: the data goes there, and the run folders stay on this "
+            "machine for now, under the temp folder's `keras_dl_runs/`."
+        ),
+        md(
+            "## Tuning\n\nA `TrainValidationSplit` over the whole pipeline, with a grid over the "
+            "estimator's Params, inside one MLflow run: each trial, and the refit of the best, is "
+            "a child run of it. (Without a run around the tuner, each trial is a top-level run "
+            "of its own.)"
         ),
         """\
 import mlflow
 from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
 
-prepared = PipelineModel(fitted.stages[:2]).transform(train)
 grid = ParamGridBuilder().addGrid(estimator.batch_size, [8, 32]).build()
 tuner = TrainValidationSplit(
-    estimator=estimator, estimatorParamMaps=grid, trainRatio=0.75, seed=1,
+    estimator=pipeline, estimatorParamMaps=grid, trainRatio=0.75, seed=1,
     evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
 )
 with mlflow.start_run(run_name="tune-iris") as parent:
-    tuned = tuner.fit(prepared)
+    tuned = tuner.fit(train)
 print("validation accuracy per batch size:", dict(zip([8, 32], np.round(tuned.validationMetrics, 3))))
 children = mlflow.search_runs(filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
 print(len(children), "child runs under", parent.info.run_id)""",

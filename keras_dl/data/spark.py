@@ -9,11 +9,19 @@ a context manager that does so on exit::
     with make_spark_converter(df, cache_dir="/dbfs/tmp/keras_dl") as conv:
         exp = resolve(RECIPE.defaults, sets=[f"data.table={conv.path}"])
         fit(exp)
+
+With ``persistent=True`` the folder is a Delta table named by a fingerprint of the rows (their
+content, not the query plan: a plan names RDDs and temp views that another process does not
+have), so the same rows map to the same table from any process, a complete table already there
+is reused, and nothing is deleted at exit. That is what a store that outlives the process needs:
+``keras_dl.spark.KerasEstimator`` resumes a run from a new process on the same table.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -26,7 +34,8 @@ from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
-_cache: dict[tuple, SparkConverter] = {}  # (semantic hash, schema) -> live converter
+_cache: dict[tuple, SparkConverter] = {}  # (semantic hash, schema, ...) -> live converter
+_FIRST_COMMIT = "00000000000000000000.json"  # a Delta table's version 0: its write completed
 
 
 class SparkConverter:
@@ -74,54 +83,83 @@ def make_spark_converter(
     workers: int | None = None,
     dtype: str | None = "float32",
     table_format: str = "parquet",
+    persistent: bool = False,
 ) -> SparkConverter:
     """Materialize ``df`` as Parquet once (per query plan) and return its converter.
 
     Args:
         df: A ``pyspark.sql.DataFrame``. Numeric, boolean, string, binary and (nested) array
             columns are accepted; vectors, structs and maps are refused with a fix.
-        cache_dir: Parent folder of the cached Parquet folders (local or a URI Spark and
-            pyarrow can both reach). Defaults to the Spark conf ``keras_dl.cache_dir``, else
+        cache_dir: Parent folder of the cached folders: local, or a URI that Spark and
+            pyarrow can both reach (for "parquet"; for "delta", ``keras_dl.storage`` is enough). Defaults to the Spark conf ``keras_dl.cache_dir``, else
             a temp folder.
         workers: Readers (ranks) that will share the data; there are at least 2 partitions per
             worker. Defaults to Spark's default parallelism.
         dtype: Cast double columns (and arrays of double) to this type: "float32" halves the
             data and matches Keras' default; None keeps them. Defaults to "float32".
-        table_format: "parquet", or "delta": Spark's Parquet files committed as version 0 of a
-            Delta table (with ``deltalake``, as Spark here has no Delta jars), so the runs
-            trained on it record a table and a version. Defaults to "parquet".
+        table_format: "parquet" (written by Spark), or "delta": written by the executors and
+            committed as version 0 of a Delta table through :func:`keras_dl.delta_writer.write_delta`
+            (Spark here has no Delta jars), so the runs trained on it record a table and a
+            version, and ``cache_dir`` may be an object-store URI (``s3://...``, see
+            :mod:`keras_dl.storage`). Defaults to "parquet".
+        persistent: Name the folder ``<cache_dir>/<fingerprint>`` after the rows' content (one
+            more pass over ``df``), reuse a complete table already there, from this process or
+            an earlier one, and keep it at exit (``delete()`` still removes it). Needs
+            ``table_format="delta"``. Defaults to False: a new folder per process, deleted at
+            exit.
 
     Raises:
-        DataError: For a column type the data path cannot turn into a tensor.
+        DataError: For a column type the data path cannot turn into a tensor, an unknown
+            ``table_format``, or ``persistent`` without Delta.
     """
     spark = df.sparkSession
     if table_format not in ("parquet", "delta"):
         raise DataError(f"table_format={table_format!r}: use 'parquet' or 'delta'.")
+    if persistent and table_format != "delta":
+        raise DataError(
+            "persistent=True needs table_format='delta': only a Delta commit tells a later "
+            "process that the folder was written completely."
+        )
     check_columns(df)
     df = _cast_doubles(df, dtype)
-    key = (df.semanticHash(), df.schema.json(), workers, table_format)
+    root = (cache_dir or spark.conf.get("keras_dl.cache_dir", None) or _default_dir()).rstrip("/")
+    key = (df.semanticHash(), df.schema.json(), workers, table_format, root, persistent)
     plan = df._jdf.queryExecution().analyzed()
     with _lock:
         hit = _cache.get(key)
         if hit is not None and not hit.deleted and hit._plan.sameResult(plan):
-            log.info("Reusing the Parquet cache of this DataFrame at %s", hit.path)
-            return hit
+            # A persistent table outlives this process's bookkeeping: someone may have removed it.
+            if not persistent or _is_committed(hit.path):
+                log.info("Reusing the materialized copy of this DataFrame at %s", hit.path)
+                return hit
     workers = workers or spark.sparkContext.defaultParallelism
+    if persistent:
+        fingerprint, rows = _fingerprint(df, workers)
+        path = f"{root}/{fingerprint}"
+        if _is_committed(path):
+            log.info("Reusing the Delta table of these rows at %s (written earlier)", path)
+            converter = SparkConverter(key, plan, path, rows, 0)
+            converter.partitions = len(converter.open().files)
+            return _remember(converter, persistent)
+    else:
+        path = f"{root}/{key[0] & 0xFFFFFFFF:08x}-{uuid.uuid4().hex[:12]}"
     partitions = df.rdd.getNumPartitions()
     if partitions < 2 * workers:
         # Each partition is one Parquet file with one row group: a unit of sharding.
         df = df.repartition(2 * workers)
         partitions = 2 * workers
-    root = cache_dir or spark.conf.get("keras_dl.cache_dir", None) or _default_dir()
-    path = f"{root.rstrip('/')}/{key[0] & 0xFFFFFFFF:08x}-{uuid.uuid4().hex[:12]}"
-    df.write.mode("error").parquet(path)
-    rows = spark.read.parquet(path).count()
     if table_format == "delta":
-        _commit_delta(path)
-    converter = SparkConverter(key, plan, path, rows, partitions)
-    with _lock:
-        _cache[key] = converter
-    atexit.register(converter.delete)
+        from keras_dl.delta_writer import write_delta
+
+        report = write_delta(df, path, mode="error")
+        rows, partitions = report.rows, report.files
+        if not rows:
+            _remove(path)
+            raise DataError("The Spark DataFrame has no rows: there is nothing to materialize.")
+    else:
+        df.write.mode("error").parquet(path)
+        rows = spark.read.parquet(path).count()
+    converter = _remember(SparkConverter(key, plan, path, rows, partitions), persistent)
     log.info("Materialized a DataFrame of %d rows to %s (%d files)", rows, path, partitions)
     return converter
 
@@ -184,34 +222,42 @@ def _cast_doubles(df, dtype: str | None):
     return df.select(*cols)
 
 
-def _commit_delta(path: str) -> None:
-    """Commit the Parquet files Spark wrote under ``path`` as version 0 of a Delta table.
+def _fingerprint(df, workers: int) -> tuple[str, int]:
+    """A name for ``df``'s rows that any process computes alike, and their count.
 
-    The way delta-rs' own Dask and Ray writers commit files written elsewhere: one ``add``
-    action per file, with its size and row count, and the schema from the files' footers.
+    One aggregation pass: per row a 64-bit xxhash of every column, combined by count, sum and
+    xor (so the row order and partitioning do not matter), with the schema and the number of
+    workers the files are laid out for.
     """
-    import json
-    import time
+    cols = ", ".join(f"`{name.replace('`', '``')}`" for name in df.columns)
+    stats = (
+        df.selectExpr(f"xxhash64({cols}) AS h")
+        .selectExpr(
+            "count(1) AS n",
+            "coalesce(sum(h & 4294967295), 0) AS lo",  # 32-bit halves: the sums cannot overflow
+            "coalesce(sum(shiftrightunsigned(h, 32)), 0) AS hi",
+            "coalesce(bit_xor(h), 0) AS x",
+        )
+        .first()
+    )
+    if not stats["n"]:
+        raise DataError("The Spark DataFrame has no rows: there is nothing to materialize.")
+    text = json.dumps([df.schema.json(), stats["n"], stats["lo"], stats["hi"], stats["x"], workers])
+    return hashlib.sha256(text.encode()).hexdigest()[:20], int(stats["n"])
 
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
-    from deltalake._internal import write_new_deltalake
-    from deltalake.writer import AddAction
 
-    fs, root = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
-    infos = fs.get_file_info(pafs.FileSelector(root))
-    parts = sorted((i for i in infos if i.base_name.endswith(".parquet")), key=lambda i: i.path)
-    actions, schema = [], None
-    for info in parts:
-        with fs.open_input_file(info.path) as f:
-            meta = pq.ParquetFile(f).metadata
-        schema = schema or meta.schema.to_arrow_schema()
-        stats = json.dumps({"numRecords": meta.num_rows})
-        now = int(time.time() * 1000)
-        actions.append(AddAction(info.base_name, info.size, {}, now, True, stats))
-    if schema is None:
-        raise DataError(f"Spark wrote no Parquet files under {path!r}: nothing to commit.")
-    write_new_deltalake(path, schema, actions, "error", [], None, None, None, None, None)
+def _is_committed(path: str) -> bool:
+    from keras_dl.storage import open_storage
+
+    return any(name == _FIRST_COMMIT for name, _ in open_storage(path).list("_delta_log"))
+
+
+def _remember(converter: SparkConverter, persistent: bool) -> SparkConverter:
+    with _lock:
+        _cache[converter._key] = converter
+    if not persistent:
+        atexit.register(converter.delete)
+    return converter
 
 
 def _default_dir() -> str:
@@ -221,9 +267,9 @@ def _default_dir() -> str:
 def _remove(path: str) -> None:
     try:
         if "://" in path and not path.startswith("file://"):
-            import pyarrow.fs as pafs
+            from keras_dl.storage import filesystem
 
-            fs, p = pafs.FileSystem.from_uri(path)
+            fs, p = filesystem(path)  # the endpoint and credentials of keras_dl.storage
             fs.delete_dir(p)
         else:
             shutil.rmtree(path.removeprefix("file://"), ignore_errors=True)

@@ -13,27 +13,33 @@ Example::
     model = pipeline.fit(train_df)              # a PipelineModel ending in a KerasModel
     scored = model.transform(test_df)           # + prediction (double), probability (vector)
 
-``fit`` checks the columns, writes the features and label once per query plan as a Delta table
-under ``store`` (:func:`keras_dl.data.make_spark_converter`), and trains with
-:func:`keras_dl.train.fit`: one MLflow run with the config, lineage, metrics and model, and
-checkpoints under ``store/runs``. Inside an active MLflow run, or under ``CrossValidator`` /
-``TrainValidationSplit`` started inside one, each fit is a child run of it.
+``fit`` checks the columns, writes the features and label as a Delta table under
+``store/data`` named by a fingerprint of the rows (:func:`keras_dl.data.make_spark_converter`
+with ``persistent=True``: the same rows are written once, and found again by a new process),
+and trains with :func:`keras_dl.train.fit`: one MLflow run with the config, lineage, metrics
+and model, and checkpoints under ``store/runs``. ``setRunId(id)`` resumes a run from its last
+checkpoint, from this process or a new one. Inside an active MLflow run, or under
+``CrossValidator`` / ``TrainValidationSplit`` (over the estimator or a Pipeline holding it)
+started inside one, each fit is a child run of it.
+
+``store`` may be an object-store URI (``s3://bucket/prefix``, credentials and endpoint from the
+standard AWS environment, see :mod:`keras_dl.storage`): the data is written there. The run
+folders (checkpoints, ``run.json``) stay on this machine for now, under
+``<tempdir>/keras_dl_runs/<scheme>/<bucket>/<prefix>/runs``, since ``runtime.run_dir`` is a
+local path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import tempfile
-import uuid
-from pathlib import Path
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
 
 from keras_dl.errors import ConfigError
-from keras_dl.spark import columns
+from keras_dl.spark import columns, runs
 from keras_dl.spark.model import KerasModel
 from keras_dl.spark.params import EstimatorParams
 from keras_dl.spark.training import NAME, make_compile_spec, train
@@ -54,20 +60,21 @@ class KerasEstimator(Estimator, EstimatorParams):
         feature_cols: Feature columns (vectors, numeric arrays, numbers), concatenated in
             this order into the model's one input.
         label_cols: The label column, as a one-item list (or a string).
-        validation: A fraction of rows (seeded by ``random_seed``) or a column whose true/1
-            rows validate. Defaults to None (no validation).
+        validation: A fraction of rows (chosen by a hash of each row and ``random_seed``) or a
+            column whose true/1 rows validate. Defaults to None (no validation).
         batch_size: Global training batch. Defaults to 32.
         val_batch_size: Batch for validation and scoring. Defaults to ``batch_size``.
         epochs: Defaults to 1.
         num_proc: HorovodRunner's np: 1 trains in this process (with ``strategy``), -N on N
             local Horovod processes, N on N Spark tasks. Defaults to 1.
-        store: Folder or URI for the materialized data (``store/data``) and the checkpoints
-            (``store/runs``). Defaults to ``keras_dl_store`` in the temp folder.
+        store: Folder or URI for the materialized data (``store/data``, kept for later fits
+            and resumes) and the checkpoints (``store/runs``; for a URI store, a local folder
+            named after it). Defaults to ``keras_dl_store`` in the temp folder.
         callbacks: Extra Keras callbacks. Defaults to none.
         random_seed: Seeds weights, shuffling and the validation split. Defaults to 42.
         verbose: Keras fit verbosity. Defaults to 0.
-        run_id: An MLflow run, of a fit that failed, to resume from its last checkpoint.
-            Defaults to None.
+        run_id: An MLflow run, of a fit that failed or was killed, to resume from its last
+            checkpoint (same store and data; this or a new process). Defaults to None.
         experiment: A keras_dl :class:`~keras_dl.config.Experiment` or a list of
             ``"section.key=value"`` overrides for what no Param sets (``tracking.uri``,
             ``callbacks.patience``, ``train.learning_rate``...), or an MLflow experiment name.
@@ -88,15 +95,19 @@ class KerasEstimator(Estimator, EstimatorParams):
         """Set any Params by keyword; returns the estimator."""
         return self._set(**self._input_kwargs)
 
-    def fitMultiple(self, dataset, paramMaps):
-        """As Spark ML's, but the trials know the MLflow run active in the caller's thread.
+    def copy(self, extra=None):
+        """As Spark ML's; the copy also remembers the MLflow run active in this thread.
 
-        ``CrossValidator`` and ``TrainValidationSplit`` call this in the caller's thread and
-        fit in pool threads, where MLflow sees no active run: each trial is made its child.
+        ``CrossValidator`` and ``TrainValidationSplit`` copy the estimator (or the Pipeline
+        holding it) in the caller's thread, then fit the copies in pool threads, where MLflow
+        sees no active run. A copy's fit is a child of the remembered run while that run is
+        still running.
         """
-        estimator = self.copy()
-        estimator._parent_run = _active_run_id()
-        return super(KerasEstimator, estimator).fitMultiple(dataset, paramMaps)
+        that = super().copy(extra)
+        active = runs.active_run_id()
+        if active:
+            that._parent_run = active
+        return that
 
     def _fit(self, df) -> KerasModel:
         model = self.getModel()
@@ -124,24 +135,25 @@ class KerasEstimator(Estimator, EstimatorParams):
         layout = columns.check_data(df, features, label, task, outputs)
         _check_width(model, layout)
         exp = self._experiment(self._materialize(df, feature_array, label, task))
-        parent = getattr(self, "_parent_run", None) or _active_run_id()
+        parent = runs.active_run_id() or runs.running(exp, getattr(self, "_parent_run", None))
         if parent:
-            exp = _under(exp, parent)
+            exp = runs.in_parent_experiment(exp, parent)
         run_id = self.getRunId()
-        exp = self._run_dir(exp, run_id)
+        exp = runs.place_run_dir(exp, self._store(), run_id)
         try:
             run_id, trained = train(exp, model, spec, self.getCallbacks() or (), run_id)
         except BaseException as exc:
-            failed = _recorded_run(exp)
+            failed = runs.recorded_run(exp)
+            if failed and parent:
+                runs.tag_parent(exp, failed, parent)
             if failed and hasattr(exc, "add_note"):
                 exc.add_note(
-                    f"MLflow run {failed}: resume it with setRunId({failed!r}) and fit again."
+                    f"MLflow run {failed}: resume it with setRunId({failed!r}) and fit again "
+                    f"(with the same store and data, from this or a new process)."
                 )
             raise
         if parent:
-            import mlflow
-
-            mlflow.MlflowClient(exp.tracking.uri).set_tag(run_id, "mlflow.parentRunId", parent)
+            runs.tag_parent(exp, run_id, parent)
         # Not _copyValues: the estimator's run_id (a run to resume) is not the model's.
         return KerasModel(
             feature_cols=features,
@@ -155,7 +167,11 @@ class KerasEstimator(Estimator, EstimatorParams):
     # -- what fit is made of -------------------------------------------------------------------
 
     def _materialize(self, df, feature_array, label: str, task: str) -> str:
-        """Write features, label (and split) as a Delta table under store, once per plan."""
+        """Write features, label (and split) as a Delta table under store, once per content.
+
+        The table is named by a fingerprint of its rows, so a new process fitting the same
+        data finds it (and a run resumed there sees the same ``data.table``).
+        """
         from pyspark.sql import functions as F
 
         from keras_dl.data import make_spark_converter
@@ -170,10 +186,17 @@ class KerasEstimator(Estimator, EstimatorParams):
             is_val = F.coalesce(columns._col(validation).cast("boolean"), F.lit(False))
             cols.append(F.when(is_val, "validation").otherwise("train").alias(columns.SPLIT))
         elif validation:
-            is_val = F.rand(self.getRandomSeed()) < validation
+            # A hash of the row and the seed, not rand(): rand() follows the partitioning and
+            # row order, which a shuffle may change from one process (or one action) to the
+            # next; a row's hash is the same everywhere.
+            row_hash = F.xxhash64(F.lit(self.getRandomSeed()), feature_array, columns._col(label))
+            is_val = F.pmod(row_hash, F.lit(1_000_000)) < F.lit(round(validation * 1_000_000))
             cols.append(F.when(is_val, "validation").otherwise("train").alias(columns.SPLIT))
         converter = make_spark_converter(
-            df.select(*cols), cache_dir=f"{self._store()}/data", table_format="delta"
+            df.select(*cols),
+            cache_dir=f"{self._store()}/data",
+            table_format="delta",
+            persistent=True,
         )
         return converter.path
 
@@ -224,19 +247,6 @@ class KerasEstimator(Estimator, EstimatorParams):
         )
         return resolve(exp, sets=sets)
 
-    def _run_dir(self, exp, run_id: str | None):
-        """``store/runs/<new id>``, or the folder of the run being resumed."""
-        runs = Path(self._store()) / "runs"
-        if run_id:
-            for record in runs.glob("*/run.json"):
-                if json.loads(record.read_text()).get("run_id") == run_id:
-                    return _with_run_dir(exp, record.parent)
-            raise ConfigError(
-                f"run_id={run_id!r}: no checkpoint folder under {runs} belongs to this run. "
-                "Use the store of the fit that failed, or clear run_id to start afresh."
-            )
-        return _with_run_dir(exp, runs / uuid.uuid4().hex[:12])
-
     def _store(self) -> str:
         store = self.getStore() or os.path.join(tempfile.gettempdir(), "keras_dl_store")
         return store.removeprefix("file://").rstrip("/")
@@ -250,30 +260,3 @@ def _check_width(model, layout: columns.FeatureLayout) -> None:
             f"The model takes input of shape {expected}, but feature_cols give {layout.width} "
             f"values per row: {detail}. Build the model with keras.Input(({layout.width},))."
         )
-
-
-def _with_run_dir(exp, path: Path):
-    return dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, run_dir=str(path)))
-
-
-def _under(exp, parent: str):
-    """Train in the parent run's MLflow experiment (the UI nests runs within one)."""
-    import mlflow
-
-    client = mlflow.MlflowClient(exp.tracking.uri)
-    name = client.get_experiment(client.get_run(parent).info.experiment_id).name
-    return dataclasses.replace(exp, tracking=dataclasses.replace(exp.tracking, experiment=name))
-
-
-def _active_run_id() -> str | None:
-    import mlflow
-
-    run = mlflow.active_run()
-    return run.info.run_id if run else None
-
-
-def _recorded_run(exp) -> str | None:
-    try:
-        return json.loads((Path(exp.runtime.run_dir) / "run.json").read_text())["run_id"]
-    except (OSError, ValueError, KeyError):
-        return None

@@ -1,6 +1,7 @@
 """Spark DataFrames through the converter, on a real local SparkSession."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -74,3 +75,32 @@ def test_vector_and_struct_columns_are_refused_with_the_fix(spark, tmp_path):
     with pytest.raises(DataError, match=r"'s' is a struct.*col\('s.<field>'\)"):
         make_spark_converter(nested, cache_dir=str(tmp_path))
     assert not os.listdir(tmp_path)  # nothing written
+
+
+def test_persistent_delta_tables_are_named_by_their_rows_and_kept(spark, tmp_path):
+    import atexit
+
+    cache = str(tmp_path / "store")
+    with pytest.raises(DataError, match="persistent=True needs table_format='delta'"):
+        make_spark_converter(_frame(spark, 10), cache_dir=cache, persistent=True)
+    opts = dict(cache_dir=cache, workers=1, table_format="delta", persistent=True)
+    exit_hooks = atexit._ncallbacks()
+    df = _frame(spark, 20)
+    conv = make_spark_converter(df, **opts)
+    assert atexit._ncallbacks() == exit_hooks  # kept at exit: a later process reuses it
+    snap = conv.open()
+    assert conv.rows == 20 and snap.version == 0 and len(snap.files) == conv.partitions >= 2
+    mtimes = {f: os.path.getmtime(f) for f in snap.files}
+    # Another query plan (another partitioning, another order) with the same rows.
+    again = make_spark_converter(_frame(spark, 20).repartition(3).orderBy("x"), **opts)
+    assert again is not conv and again.path == conv.path and again.rows == 20
+    assert {f: os.path.getmtime(f) for f in again.open().files} == mtimes
+    assert os.listdir(os.path.join(conv.path, "_delta_log")) == ["00000000000000000000.json"]
+    other = make_spark_converter(_frame(spark, 21), **opts)
+    assert other.path != conv.path and other.rows == 21
+    with pytest.raises(DataError, match="no rows"):
+        make_spark_converter(_frame(spark, 20).filter("id < 0"), **opts)
+    assert sorted(os.listdir(cache)) == sorted({os.path.basename(p) for p in (conv.path, other.path)})  # fmt: skip
+    shutil.rmtree(conv.path)  # removed behind the converter's back: the same plan writes it again
+    rewritten = make_spark_converter(df, **opts)
+    assert rewritten.path == conv.path and rewritten.open().version == 0

@@ -1,7 +1,9 @@
 """Every Param has a getter and a setter and works in ParamGridBuilder; bad input stops ``fit``
-before any training, with an error that names the column; one query plan is written once."""
+before any training, with an error that names the column; the same rows are written once."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -108,14 +110,27 @@ def test_rows_checked_by_column(spark, tmp_path):
 
 
 @pytest.mark.slow
-def test_one_query_plan_is_materialized_once(spark, tmp_path, mlflow_uri):
+def test_the_same_rows_are_materialized_once(spark, tmp_path, mlflow_uri):
     import mlflow
 
-    df = _frame(spark, [[float(i % 3), 1.0] for i in range(40)], [float(i % 3) for i in range(40)])
+    def table_files(table):
+        return {p.name: p.stat().st_mtime_ns for p in Path(table).rglob("*") if p.is_file()}
+
+    features = [[float(i % 3), 1.0] for i in range(40)]
+    labels = [float(i % 3) for i in range(40)]
+    df = _frame(spark, features, labels)
     est = _estimator(tmp_path, batch_size=8, validation=0.25, experiment=["callbacks.plots=false"])
-    first, second = est.fit(df), est.setEpochs(2).fit(df)
+    first = est.fit(df)
     client = mlflow.MlflowClient(mlflow_uri)
-    tables = [client.get_run(m.getRunId()).data.tags["data.table"] for m in (first, second)]
-    assert tables[0] == tables[1]  # the converter was reused
+    table = client.get_run(first.getRunId()).data.tags["data.table"]
+    written = table_files(table)
+    assert [n for n in written if n.endswith(".json")] == ["00000000000000000000.json"]
+    second = est.setEpochs(2).fit(df)  # the same query plan
+    third = est.fit(_frame(spark, features, labels))  # another plan, the same rows
+    for model in (second, third):
+        assert client.get_run(model.getRunId()).data.tags["data.table"] == table
+    assert table_files(table) == written  # still version 0, no file rewritten
     assert len(list((tmp_path / "store" / "data").iterdir())) == 1
-    assert first.getRunId() != second.getRunId()
+    assert len({first.getRunId(), second.getRunId(), third.getRunId()}) == 3
+    other = est.fit(_frame(spark, features, labels[:-1] + [1.0]))  # one label differs (was 0)
+    assert client.get_run(other.getRunId()).data.tags["data.table"] != table

@@ -11,6 +11,7 @@ from pyspark.ml.feature import VectorAssembler
 from pyspark.ml.tuning import CrossValidator, ParamGridBuilder, TrainValidationSplit
 
 from keras_dl.spark import KerasEstimator
+from tests.conftest import runs_in
 from tests.spark.conftest import make_model
 
 pytestmark = pytest.mark.slow
@@ -50,6 +51,36 @@ def test_tuning_trials_are_child_runs(iris, tmp_path, mlflow_uri):
         assert best.bestModel.getRunId() in {r.info.run_id for r in children}
     assert {r.data.params["train.optimizer"] for r in children} == {"adam"}
     assert mlflow.active_run() is None
+
+
+def test_trials_of_a_pipeline_are_child_runs_and_without_a_run_they_stand_alone(
+    iris, tmp_path, mlflow_uri
+):
+    """A Pipeline's trials fit in pool threads too: the estimator's copies know the run."""
+    from pyspark.ml import Pipeline
+
+    est = _estimator(tmp_path / "store", feature_cols=["x"])
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=["sl", "sw", "pl", "pw"], outputCol="x"), est])  # fmt: skip
+    grid = ParamGridBuilder().addGrid(est.optimizer, ["adam", "sgd"]).build()
+    evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
+    cv = CrossValidator(estimator=pipeline, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=1)  # fmt: skip
+    client = mlflow.MlflowClient(mlflow_uri)
+    mlflow.set_experiment("pipeline-tuning")
+    with mlflow.start_run() as parent:
+        best = cv.fit(iris)
+    runs = client.search_runs([parent.info.experiment_id])
+    children = [r for r in runs if r.info.run_id != parent.info.run_id]
+    assert len(children) == len(grid) * 2 + 1  # 2 param maps x 2 folds, and the refit
+    assert {r.data.tags.get("mlflow.parentRunId") for r in children} == {parent.info.run_id}
+    assert {r.data.params["train.optimizer"] for r in children} == {"adam", "sgd"}
+    assert best.bestModel.stages[-1].getRunId() in {r.info.run_id for r in children}
+    # Without an active run nothing groups the trials: each is a top-level run of its own.
+    before = {r.info.run_id for r in runs_in(mlflow_uri)}
+    tvs = TrainValidationSplit(estimator=est.copy().setFeatureCols(["sl", "sw", "pl", "pw"]), estimatorParamMaps=grid[:1], evaluator=evaluator, trainRatio=0.7, seed=1)  # fmt: skip
+    tvs.fit(iris)
+    alone = [r for r in runs_in(mlflow_uri) if r.info.run_id not in before]
+    assert len(alone) == 2  # the trial and the refit
+    assert all("mlflow.parentRunId" not in r.data.tags for r in alone)
 
 
 class _Crash(keras.callbacks.Callback):
