@@ -5,8 +5,7 @@ would make its memory grow with the table. So each Spark task writes its rows as
 straight to the table's storage (local disk or an object store, through ``keras_dl.storage``)
 and returns one small row per file: its path, size and row count. The driver collects only
 those, and commits them as one Delta transaction through deltalake (``create_table_with_add_actions``
-for a new table, ``DeltaTable.create_write_transaction`` for an existing one: public in deltalake
-1.x; on 0.18 the internal ``write_new_deltalake`` and ``_table.create_write_transaction``), the way
+for a new table, ``DeltaTable.create_write_transaction`` for an existing one), the way
 delta-rs' own Dask and Ray integrations commit files written elsewhere. Files of a failed job are never committed: readers
 never see them.
 """
@@ -144,37 +143,22 @@ def _filesystem(to: str):
 
 def _commit(to: str, schema, actions, mode: str, exists: bool, options) -> int:
     """Commit ``actions`` (files already in the table's storage) as one transaction; its version."""
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, Schema
+    from deltalake.transaction import create_table_with_add_actions
 
     table = DeltaTable(to, storage_options=options) if exists else None
     version = 0 if table is None else table.version() + 1  # read before the commit
-    try:  # deltalake >= 1.0: public API
-        from deltalake import Schema
-        from deltalake.transaction import create_table_with_add_actions
-    except ImportError:  # deltalake 0.18 (pyarrow 12): the internals its Dask/Ray writers use
-        if table is not None:
-            table._table.create_write_transaction(actions, mode, [], schema, None, None)
-        else:
-            from deltalake._internal import write_new_deltalake
-
-            write_new_deltalake(
-                to, schema, actions, "overwrite", [], None, None, None, options, None
-            )
+    if table is not None:
+        table.create_write_transaction(actions, mode, schema)
     else:
-        if table is not None:
-            table.create_write_transaction(actions, mode, schema)
-        else:
-            create_table_with_add_actions(
-                to, Schema.from_arrow(schema), actions, "overwrite", storage_options=options
-            )
+        create_table_with_add_actions(
+            to, Schema.from_arrow(schema), actions, "overwrite", storage_options=options
+        )
     return version
 
 
 def _add_action(row):
-    try:
-        from deltalake.transaction import AddAction  # deltalake >= 1.0
-    except ImportError:
-        from deltalake.writer import AddAction  # deltalake 0.18
+    from deltalake.transaction import AddAction
 
     return AddAction(
         row["path"], row["size"], {}, row["mtime"], True, json.dumps({"numRecords": row["rows"]})

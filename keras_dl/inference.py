@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
     from keras_dl.inference_io import read_table_into_spark, spark_session, write_predictions
     from keras_dl.storage import check_safe_delta_writes
 
-    check_safe_delta_writes(args.out)  # before any scoring: S3 needs a commit lock
+    check_safe_delta_writes(args.out)  # before any scoring
     spark = spark_session(args.master)
     try:
         df, snapshot = read_table_into_spark(spark, args.table, args.version)

@@ -166,27 +166,13 @@ def s3_filesystem():
 def delta_storage_options(uri: str) -> dict[str, str]:
     """deltalake's ``storage_options`` for ``uri``, from the same environment (empty if local).
 
-    On deltalake 0.18, S3 has no atomic rename, so a Delta commit there needs a lock: set
-    ``AWS_S3_LOCKING_PROVIDER=dynamodb`` (and ``DELTA_DYNAMO_TABLE_NAME``) for deltalake's
-    DynamoDB lock, or ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` when this is the only writer.
-    deltalake 1.x commits with conditional PUTs and has no DynamoDB lock: those two are left out.
+    deltalake 1.x commits to S3 with conditional PUTs and has no DynamoDB lock, so no lock
+    setting is passed (see :func:`check_safe_delta_writes`).
     """
     if local_path(uri) is not None or uri.split("://", 1)[0] not in S3_SCHEMES:
         return {}
     env = os.environ
-    keys = (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_PROFILE",
-        "AWS_S3_LOCKING_PROVIDER",
-        "DELTA_DYNAMO_TABLE_NAME",
-        "AWS_S3_ALLOW_UNSAFE_RENAME",
-    )
-    if deltalake_major() >= 1:  # no DynamoDB lock in delta-rs 1.x (it logs an error for it)
-        keys = tuple(
-            k for k in keys if k not in ("AWS_S3_LOCKING_PROVIDER", "DELTA_DYNAMO_TABLE_NAME")
-        )
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
     out = {k: env[k] for k in keys if env.get(k)}
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if region:
@@ -199,76 +185,39 @@ def delta_storage_options(uri: str) -> dict[str, str]:
     return out
 
 
-def delta_row_group_options(
-    rows_per_group: int, rows: int | None = None, rows_per_file: int | None = None
-) -> dict:
+def delta_row_group_options(rows_per_group: int) -> dict:
     """``write_deltalake`` keyword arguments for row groups of ``rows_per_group`` rows.
 
     deltalake 1.x writes with delta-rs' own Parquet writer: the row-group size is a writer
-    property (``WriterProperties(max_row_group_size=...)``) and files are cut by bytes (delta-rs'
-    ``target_file_size``), so ``rows_per_file`` is not honoured there. deltalake 0.18 (the pyarrow
-    12 pin) writes with pyarrow's dataset writer and its ``max/min_rows_per_group`` and
-    ``max_rows_per_file`` (its ``writer_properties`` only reach the rust engine).
-
-    Args:
-        rows_per_group: Rows per row group at most.
-        rows: Rows about to be written, when known (0.18 waits for ``min_rows_per_group``).
-        rows_per_file: Rows per file at most (deltalake 0.18 only). Defaults to 64 row groups.
+    property, and files are cut by bytes (delta-rs' ``target_file_size``), not by rows.
     """
     import deltalake
 
-    if deltalake_major() >= 1:
-        return {"writer_properties": deltalake.WriterProperties(max_row_group_size=rows_per_group)}
-    return {
-        "max_rows_per_group": rows_per_group,
-        "min_rows_per_group": max(1, min(rows_per_group, rows if rows is not None else 1 << 62)),
-        "max_rows_per_file": max(rows_per_file or rows_per_group * 64, rows_per_group),
-    }
-
-
-def deltalake_major() -> int:
-    """The installed deltalake's major version (0 for the 0.18 pin, 1 for delta-rs 1.x)."""
-    from importlib.metadata import version
-
-    return int(version("deltalake").split(".")[0])
+    return {"writer_properties": deltalake.WriterProperties(max_row_group_size=rows_per_group)}
 
 
 def check_safe_delta_writes(uri: str) -> None:
     """Refuse a Delta write to S3 that could lose commits to a concurrent writer.
 
-    deltalake 0.18 renames each commit into place, and S3 has no atomic rename: it needs
-    deltalake's DynamoDB lock, or the user's word that there is one writer. deltalake 1.x commits
-    with a conditional PUT (``If-None-Match``: the commit file is created only if absent), which S3
-    enforces, so it needs no lock; it dropped the DynamoDB lock, and only logs that it ignores
-    ``AWS_S3_LOCKING_PROVIDER=dynamodb``, so a user who set it is told.
+    deltalake 1.x commits with a conditional PUT (``If-None-Match``: the commit file is created
+    only if absent), which S3 enforces, so it needs no lock. It dropped the DynamoDB lock and only
+    logs that it ignores ``AWS_S3_LOCKING_PROVIDER=dynamodb``: a user who set it expects writers
+    (Spark's ``S3DynamoDBLogStore``) to coordinate through it, which they would not, so the write
+    is refused, naming the variable.
 
     Raises:
-        DataError: Naming the table and the ways to make the write safe.
+        DataError: Naming the table and the variable to unset.
     """
     if local_path(uri) is not None or uri.split("://", 1)[0] not in S3_SCHEMES:
         return
-    env = os.environ
-    if deltalake_major() >= 1:
-        if env.get("AWS_S3_LOCKING_PROVIDER", "").lower() == "dynamodb":
-            raise DataError(
-                f"Writing the Delta table {uri!r}: AWS_S3_LOCKING_PROVIDER=dynamodb is set, but "
-                "deltalake 1.x dropped the DynamoDB lock (it would ignore the setting). Its S3 "
-                "commits are conditional writes, safe without a lock: unset "
-                "AWS_S3_LOCKING_PROVIDER and DELTA_DYNAMO_TABLE_NAME (Spark writers using "
-                "S3DynamoDBLogStore do not coordinate with it)."
-            )
-        return
-    if (
-        env.get("AWS_S3_LOCKING_PROVIDER") == "dynamodb"
-        or env.get("AWS_S3_ALLOW_UNSAFE_RENAME", "").lower() == "true"
-    ):
-        return
-    raise DataError(
-        f"Writing the Delta table {uri!r} on S3 needs a commit lock: S3 has no atomic rename, so "
-        "two writers could overwrite each other's commit. Set AWS_S3_LOCKING_PROVIDER=dynamodb "
-        "and DELTA_DYNAMO_TABLE_NAME=<lock table> (deltalake's DynamoDB lock), or "
-        "AWS_S3_ALLOW_UNSAFE_RENAME=true if this is the only process that writes the table."
-    )
+    if os.environ.get("AWS_S3_LOCKING_PROVIDER", "").lower() == "dynamodb":
+        raise DataError(
+            f"Writing the Delta table {uri!r}: AWS_S3_LOCKING_PROVIDER=dynamodb is set, but "
+            "deltalake 1.x dropped the DynamoDB lock (it would ignore the setting). Its S3 "
+            "commits are conditional writes, safe without a lock: unset "
+            "AWS_S3_LOCKING_PROVIDER and DELTA_DYNAMO_TABLE_NAME (Spark writers using "
+            "S3DynamoDBLogStore do not coordinate with it)."
+        )
 
 
 _ENV = (

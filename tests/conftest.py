@@ -112,7 +112,7 @@ def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=No
             table.slice(start, step),
             partition_by=partition_by,
             mode=mode if start == 0 else "append",
-            **delta_row_group_options(rows_per_group, min(step, table.num_rows), step),
+            **delta_row_group_options(rows_per_group),
         )
     return path
 

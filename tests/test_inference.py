@@ -157,7 +157,6 @@ def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatc
     from keras_dl.inference_io import read_table_into_spark, write_predictions
 
     uri, _ = champion
-    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # the only writer of these tables
     table, out = s3.uri("digits"), s3.uri("scores")
     ingest_sklearn_digits(table, rows_per_group=256)
     df, snapshot = read_table_into_spark(spark, table)
@@ -170,13 +169,7 @@ def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatc
     written = read_table(out)
     assert written.num_rows == 2 * 1797
     assert all(f.startswith(f"s3://{s3.name}/scores/") for f in open_table(out).files)
-    monkeypatch.delenv("AWS_S3_ALLOW_UNSAFE_RENAME")
-    from keras_dl.storage import deltalake_major
-
-    if deltalake_major() >= 1:  # conditional commits, no lock; a DynamoDB lock is refused
-        monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
-        with pytest.raises(DataError, match=r"dropped the DynamoDB lock"):
-            write_predictions(scored, s3.uri("unsafe"))
-    else:
-        with pytest.raises(DataError, match=r"commit lock"):
-            write_predictions(scored, s3.uri("unsafe"))
+    # Conditional commits need no lock; a DynamoDB lock (which deltalake 1.x ignores) is refused.
+    monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
+    with pytest.raises(DataError, match=r"dropped the DynamoDB lock"):
+        write_predictions(scored, s3.uri("unsafe"))

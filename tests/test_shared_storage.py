@@ -1,9 +1,7 @@
 """Tables on object storage, through a real S3 API (moto's server on loopback): read, train,
-ingest with a safe commit, cache locally, and clear errors for a missing bucket or lock."""
+ingest with conditional commits, cache locally, and clear errors for a missing bucket."""
 
 from __future__ import annotations
-
-import uuid
 
 import boto3
 import numpy as np
@@ -14,22 +12,9 @@ from keras_dl.config import DataConfig
 from keras_dl.data import make_splits, open_table, read_table
 from keras_dl.data.ingest import ingest_sklearn_digits, write_table
 from keras_dl.errors import DataError
-from keras_dl.storage import deltalake_major
-
-# deltalake 0.18 renames commits into place (S3: a DynamoDB lock or a single writer); deltalake
-# 1.x commits with conditional PUTs and dropped the DynamoDB lock.
-only_018 = pytest.mark.skipif(deltalake_major() >= 1, reason="deltalake 0.18's S3 commit lock")
-only_1x = pytest.mark.skipif(deltalake_major() < 1, reason="deltalake 1.x's conditional commits")
-
-
-@only_018
-def test_ingest_refuses_s3_without_a_commit_lock_and_names_the_fixes(s3):
-    with pytest.raises(DataError, match=r"AWS_S3_LOCKING_PROVIDER=dynamodb.*ALLOW_UNSAFE_RENAME"):
-        write_table(pa.table({"x": [1, 2]}), s3.uri("t"))
 
 
 def test_a_digits_table_on_s3_reads_and_trains_like_a_local_one(s3, monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # this test is the only writer
     table = s3.uri("digits")
     report = ingest_sklearn_digits(table, rows_per_group=128)
     assert report.rows == 1797 and report.row_groups >= 10
@@ -55,7 +40,6 @@ def test_a_digits_table_on_s3_reads_and_trains_like_a_local_one(s3, monkeypatch,
     assert cached.test.stats.rows == data.test.stats.rows
 
 
-@only_1x
 def test_s3_commits_race_safely_without_a_lock_and_a_dynamodb_lock_is_refused(s3, monkeypatch):
     from deltalake import DeltaTable, write_deltalake
 
@@ -76,31 +60,6 @@ def test_s3_commits_race_safely_without_a_lock_and_a_dynamodb_lock_is_refused(s3
     with pytest.raises(DataError, match=r"dropped the DynamoDB lock.*unset AWS_S3_LOCKING_PROV"):
         write_table(pa.table({"x": np.arange(4)}), s3.uri("a"))
     assert not any(k for k, _ in _list(s3, "a"))  # refused before writing anything
-
-
-@only_018
-def test_dynamodb_lock_commits_and_a_missing_lock_table_is_named(s3, monkeypatch):
-    monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
-    name = f"locks-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("DELTA_DYNAMO_TABLE_NAME", name)
-    with pytest.raises(DataError, match=rf"lock table '{name}' does not exist.*create-table"):
-        write_table(pa.table({"x": np.arange(4)}), s3.uri("a"))
-    boto3.client("dynamodb").create_table(
-        TableName=name,
-        AttributeDefinitions=[
-            {"AttributeName": "tablePath", "AttributeType": "S"},
-            {"AttributeName": "fileName", "AttributeType": "S"},
-        ],
-        KeySchema=[
-            {"AttributeName": "tablePath", "KeyType": "HASH"},
-            {"AttributeName": "fileName", "KeyType": "RANGE"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    write_table(pa.table({"x": np.arange(4)}), s3.uri("b"))
-    report = write_table(pa.table({"x": np.arange(4, 6)}), s3.uri("b"), mode="append")
-    assert report.version == 1 and report.rows == 6
-    assert sorted(read_table(s3.uri("b")).column("x").to_pylist()) == list(range(6))
 
 
 def test_a_missing_bucket_or_table_is_named(s3, monkeypatch):
@@ -149,7 +108,6 @@ def test_digits_trains_with_its_table_run_dir_and_model_on_s3(s3, monkeypatch, t
 
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "")  # so that the teardown restores it
     monkeypatch.delenv("MLFLOW_S3_ENDPOINT_URL")  # mapped from AWS_ENDPOINT_URL
-    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # this test is the only writer
     table = s3.uri("digits")
     ingest_sklearn_digits(table, rows_per_group=256)
     _, result, uri = train_digits(

@@ -121,7 +121,9 @@ def _write_table(path: str, rows: int) -> None:
     write_deltalake(
         path,
         pa.RecordBatchReader.from_batches(schema, batches()),
-        **delta_row_group_options(16_384, rows, rows_per_file=131_072),
+        **delta_row_group_options(16_384),
+        # Files of about 131k rows (delta-rs cuts files by bytes): several Spark tasks score them.
+        target_file_size=131_072 * 8 * (FEATURES + 1),
     )
 
 

@@ -75,30 +75,17 @@ def write_table(
             "version; the old one stays readable by time travel), --mode append, or --mode ignore."
         )
     if not (exists and mode == "ignore"):
-        check_safe_delta_writes(to)  # S3: a commit lock, or the user's word there is one writer
+        check_safe_delta_writes(to)  # S3: refused where a writer expects a DynamoDB lock
         if "://" not in to:
             os.makedirs(to, exist_ok=True)
-        try:
-            write_deltalake(
-                to,
-                table,
-                partition_by=list(partition_by) or None,
-                mode="overwrite" if mode == "ignore" else mode,
-                # Row groups of rows_per_group rows on deltalake 0.18 and 1.x alike.
-                **delta_row_group_options(rows_per_group, getattr(table, "num_rows", None)),
-                storage_options=delta_storage_options(to) or None,
-            )
-        except Exception as exc:
-            if "lock table" in str(exc):
-                raise DataError(
-                    f"Writing {to!r}: the DynamoDB lock table "
-                    f"{os.environ.get('DELTA_DYNAMO_TABLE_NAME')!r} does not exist. Create it "
-                    "once (aws dynamodb create-table --table-name NAME --attribute-definitions "
-                    "AttributeName=tablePath,AttributeType=S AttributeName=fileName,AttributeType=S "
-                    "--key-schema AttributeName=tablePath,KeyType=HASH "
-                    "AttributeName=fileName,KeyType=RANGE --billing-mode PAY_PER_REQUEST)."
-                ) from None
-            raise
+        write_deltalake(
+            to,
+            table,
+            partition_by=list(partition_by) or None,
+            mode="overwrite" if mode == "ignore" else mode,
+            **delta_row_group_options(rows_per_group),
+            storage_options=delta_storage_options(to) or None,
+        )
     snapshot = open_table(to)
     stats = scan_table(snapshot)  # one footer read per file; deletion vectors counted
     return IngestReport(

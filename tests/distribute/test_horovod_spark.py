@@ -156,7 +156,6 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
 
     master, env = spark_cluster
     assert env.get("AWS_ENDPOINT_URL") != s3.endpoint  # the workers started without it
-    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # this test is the only writer
     table = s3.uri("digits")
     ingest_sklearn_digits(table)
     run_dir = s3.uri("runs/digits")
