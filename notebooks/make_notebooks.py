@@ -339,8 +339,8 @@ print("same predictions after load:", same)""",
             "killed leaves its MLflow run id in the error (and in `run.json`): "
             "`estimator.setRunId(run_id)` and `fit` again, here or in a new Python process, "
             "continues that same MLflow run from its last checkpoint. `store` may be "
-            "`s3://bucket/prefix`: the data goes there, and the run folders stay on this "
-            "machine for now, under the temp folder's `keras_dl_runs/`."
+            "`s3://bucket/prefix`: the data and the run folders both go there, so the run "
+            "resumes from any machine that reaches the store."
         ),
         md(
             "## Tuning\n\nA `TrainValidationSplit` over the whole pipeline, with a grid over the "

@@ -23,10 +23,9 @@ checkpoint, from this process or a new one. Inside an active MLflow run, or unde
 started inside one, each fit is a child run of it.
 
 ``store`` may be an object-store URI (``s3://bucket/prefix``, credentials and endpoint from the
-standard AWS environment, see :mod:`keras_dl.storage`): the data is written there. The run
-folders (checkpoints, ``run.json``) stay on this machine for now, under
-``<tempdir>/keras_dl_runs/<scheme>/<bucket>/<prefix>/runs``, since ``runtime.run_dir`` is a
-local path.
+standard AWS environment, see :mod:`keras_dl.storage`): the data and the run folders
+(``store/runs/<id>``: checkpoints, ``run.json``, ``config.yaml``, the run's lease) are written
+there, so a run resumes from any machine that reaches the store.
 """
 
 from __future__ import annotations
@@ -67,14 +66,15 @@ class KerasEstimator(Estimator, EstimatorParams):
         epochs: Defaults to 1.
         num_proc: HorovodRunner's np: 1 trains in this process (with ``strategy``), -N on N
             local Horovod processes, N on N Spark tasks. Defaults to 1.
-        store: Folder or URI for the materialized data (``store/data``, kept for later fits
-            and resumes) and the checkpoints (``store/runs``; for a URI store, a local folder
-            named after it). Defaults to ``keras_dl_store`` in the temp folder.
+        store: Folder or URI (``s3://bucket/prefix``) for the materialized data
+            (``store/data``, kept for later fits and resumes) and the run folders with their
+            checkpoints (``store/runs/<id>``). Defaults to ``keras_dl_store`` in the temp folder.
         callbacks: Extra Keras callbacks. Defaults to none.
         random_seed: Seeds weights, shuffling and the validation split. Defaults to 42.
         verbose: Keras fit verbosity. Defaults to 0.
         run_id: An MLflow run, of a fit that failed or was killed, to resume from its last
-            checkpoint (same store and data; this or a new process). Defaults to None.
+            checkpoint (same store and data; this or a new process, or another machine for an
+            object-store store). Defaults to None.
         experiment: A keras_dl :class:`~keras_dl.config.Experiment` or a list of
             ``"section.key=value"`` overrides for what no Param sets (``tracking.uri``,
             ``callbacks.patience``, ``train.learning_rate``...), or an MLflow experiment name.

@@ -5,10 +5,9 @@
   run, so the estimator remembers the caller's run when it is copied (:func:`active_run_id`)
   and a fit uses it while it is still running (:func:`running`).
 - **Run folder.** ``store/runs/<id>`` holds ``run.json``, ``config.yaml`` and the checkpoints
-  (``runtime.run_dir``). A resumed fit finds its folder by the run id in ``run.json``. For an
-  object-store ``store`` the folders are local for now, under
-  ``<tempdir>/keras_dl_runs/<scheme>/<bucket>/<prefix>/runs``, since ``runtime.run_dir`` is a
-  local path.
+  (``runtime.run_dir``), for a local ``store`` and an object-store one (``s3://bucket/prefix``)
+  alike. A resumed fit, in this or another process or machine, finds its folder by the run id in
+  ``run.json``, listed and read through :mod:`keras_dl.storage`.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import tempfile
 import uuid
-from pathlib import Path
 
+from keras_dl import storage
 from keras_dl.errors import ConfigError
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -70,32 +68,43 @@ def place_run_dir(exp, store: str, run_id: str | None):
     """
     runs = runs_root(store)
     if run_id:
-        for record in runs.glob("*/run.json"):
-            if json.loads(record.read_text()).get("run_id") == run_id:
-                return _with_run_dir(exp, record.parent)
+        for folder in run_folders(runs):
+            if _recorded(folder) == run_id:
+                return _with_run_dir(exp, folder)
         raise ConfigError(
-            f"run_id={run_id!r}: no checkpoint folder under {runs} belongs to this run. "
-            "Use the store of the fit that failed (on the machine that ran it, for an "
-            "object-store store), or clear run_id to start afresh."
+            f"run_id={run_id!r}: no checkpoint folder under {runs} belongs to this run (none "
+            "has it in its run.json). Use the store Param of the fit that failed, or clear "
+            "run_id (setRunId(None)) to start afresh."
         )
-    return _with_run_dir(exp, runs / uuid.uuid4().hex[:12])
+    return _with_run_dir(exp, storage.join(runs, uuid.uuid4().hex[:12]))
 
 
-def runs_root(store: str) -> Path:
-    """``store/runs``; for an object-store ``store``, a local folder named after it."""
-    if "://" not in store:
-        return Path(store) / "runs"
-    scheme, rest = store.split("://", 1)
-    return Path(tempfile.gettempdir()) / "keras_dl_runs" / scheme / rest / "runs"
+def runs_root(store: str) -> str:
+    """``store/runs``: a local path, or a URI for an object-store ``store``."""
+    return storage.join(store, "runs")
+
+
+def run_folders(runs: str) -> list[str]:
+    """The run folders directly under ``runs`` (local path or URI), sorted; none if missing."""
+    import pyarrow.fs as pafs
+
+    where = storage.open_storage(runs)
+    infos = where.fs.get_file_info(pafs.FileSelector(where.root, allow_not_found=True))
+    names = sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+    return [storage.join(runs, name) for name in names]
 
 
 def recorded_run(exp) -> str | None:
     """The MLflow run id written in ``runtime.run_dir``/run.json, if any."""
+    return _recorded(exp.runtime.run_dir)
+
+
+def _recorded(folder: str) -> str | None:
     try:
-        return json.loads((Path(exp.runtime.run_dir) / "run.json").read_text())["run_id"]
-    except (OSError, ValueError, KeyError):
+        return json.loads(storage.read_file(storage.join(folder, "run.json")))["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _with_run_dir(exp, path: Path):
+def _with_run_dir(exp, path: str):
     return dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, run_dir=str(path)))

@@ -11,9 +11,11 @@ it pickles to the ranks.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from keras_dl import storage
 from keras_dl.errors import ConfigError
 
 NAME = "keras_estimator"  # the recipe name runs are tagged with (keras_dl.recipe)
@@ -115,33 +117,62 @@ def train(exp, model, spec: CompileSpec, callbacks=(), run_id: str | None = None
         return result.run_id, result.model
     import functools
 
-    import keras
-
     from keras_dl.callbacks.defaults import record_run_id
     from keras_dl.distribute.runner import launch
 
-    os.makedirs(exp.runtime.run_dir, exist_ok=True)
-    source = os.path.join(exp.runtime.run_dir, "source_model.keras")
-    trained = os.path.join(exp.runtime.run_dir, "trained_model.keras")
-    model.save(source)  # the ranks load it: a file pickles, a live model may not
+    # The hand-off files live in run_dir, which every rank can reach (a shared folder, or the
+    # object store): a Spark task on another machine has no view of this driver's temp folder.
+    source = storage.join(exp.runtime.run_dir, "source_model.keras")
+    trained = storage.join(exp.runtime.run_dir, "trained_model.keras")
+    save_model(model, source)  # the ranks load it: a file pickles, a live model may not
     if run_id:
         record_run_id(exp, run_id)  # launch continues the run recorded in run_dir
     main = functools.partial(
         _train_rank, source=source, out=trained, spec=spec, callbacks=list(callbacks)
     )
     result = launch(exp, main)
-    return result.run_id, keras.saving.load_model(trained, compile=False)
+    return result.run_id, load_model(trained)
+
+
+def save_model(model, uri: str) -> None:
+    """Save a keras.Model as a ``.keras`` file at a local path or an object-store URI.
+
+    Keras writes local files only: for a URI it writes one in a temporary folder, then uploads
+    it whole (:func:`keras_dl.storage.write_atomic`).
+    """
+    local = storage.local_path(uri)
+    if local is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+        model.save(local)
+        return
+    with tempfile.TemporaryDirectory(prefix="keras_dl_model_") as tmp:
+        path = os.path.join(tmp, os.path.basename(uri.rstrip("/")))
+        model.save(path)
+        with open(path, "rb") as f:
+            storage.write_atomic(uri, f.read())
+
+
+def load_model(uri: str):
+    """The keras.Model (uncompiled) of a ``.keras`` file at a local path or an object-store URI."""
+    import keras
+
+    local = storage.local_path(uri)
+    if local is not None:
+        return keras.saving.load_model(local, compile=False)
+    with tempfile.TemporaryDirectory(prefix="keras_dl_model_") as tmp:
+        path = os.path.join(tmp, os.path.basename(uri.rstrip("/")))
+        with open(path, "wb") as f:
+            f.write(storage.read_file(uri))
+        return keras.saving.load_model(path, compile=False)
 
 
 def _train_rank(exp, run_id=None, *, source: str, out: str, spec: CompileSpec, callbacks):
     """Every Horovod rank: load the source model, fit its shard; rank 0 saves the result."""
-    import keras
-
     from keras_dl.train import fit
 
-    model = keras.saving.load_model(source, compile=False)
+    model = load_model(source)
     result = fit(exp, make_recipe(model, spec, exp), callbacks=callbacks, run_id=run_id)
     if result.run_id:  # only the chief has a run id
-        result.model.save(out)
+        save_model(result.model, out)
     result.model = None
     return result

@@ -1,12 +1,14 @@
 """One ``KerasEstimator.fit`` in a fresh Python process, for the resume tests.
 
-    python -m tests.spark.fresh_fit STORE [--run-id ID] [--kill-after-epoch N]
+    python -m tests.spark.fresh_fit STORE [--run-id ID] [--kill-after-epoch N] [--set KEY=VALUE]
 
 Fits iris (features assembled into a vector, validation by an ``is_val`` column) on a local[2]
 SparkSession of its own, tracked where ``MLFLOW_TRACKING_URI`` points. With
 ``--kill-after-epoch N`` the process kills itself with SIGKILL at the end of epoch N (0-based),
-after the checkpoint of that epoch is written: nothing of keras_dl's gets to clean up. On
-success it prints one JSON line: ``{"run_id": ..., "table": ...}``.
+after the checkpoint of that epoch is written: nothing of keras_dl's gets to clean up.
+``--set`` adds an experiment override (repeatable). STORE may be an ``s3://`` URI (the AWS
+variables of the environment reach the store). On success it prints one JSON line:
+``{"run_id": ..., "table": ...}``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def main() -> None:
     parser.add_argument("--run-id")
     parser.add_argument("--kill-after-epoch", type=int)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--set", action="append", default=[], dest="sets")
     args = parser.parse_args()
 
     import keras
@@ -74,7 +77,7 @@ def main() -> None:
         store=args.store,
         run_id=args.run_id,
         callbacks=[KillAfter()] if args.kill_after_epoch is not None else None,
-        experiment=["callbacks.plots=false", "tracking.log_model=false"],
+        experiment=["callbacks.plots=false", "tracking.log_model=false", *args.sets],
     )
     model = est.fit(df)
     run = mlflow.MlflowClient().get_run(model.getRunId())
