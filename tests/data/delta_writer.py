@@ -1,7 +1,7 @@
 """Write Delta tables with deletion vectors and column mapping, as the Delta protocol specifies.
 
-deltalake 0.18 (the version pyarrow 12 allows) writes neither, so the tests write them here,
-following the protocol's "Deletion Vector Format" and "Column Mapping" sections: Parquet files
+deltalake 0.18 (the pin before pyarrow 18) wrote neither; writing them here keeps the tests
+independent of which writer features delta-rs has, following the protocol's "Deletion Vector Format" and "Column Mapping" sections: Parquet files
 with physical column names and field ids, ``deletion_vector_<uuid>.bin`` files (or inline
 bitmaps), and a commit whose ``add`` actions point at them. The real tables written by Spark and
 Databricks in ``fixtures/delta`` check the same reader against other engines.

@@ -1,6 +1,6 @@
 """A script that calls read_table exits cleanly: deltalake 0.18.2 aborted at interpreter exit
 ("terminate called without an active exception") in about 4 of 10 scripts that read through
-its to_pyarrow_table(); keras_dl reads the Delta log itself."""
+its to_pyarrow_table() (the old pin); keras_dl reads the Delta log itself, and this keeps it so."""
 
 from __future__ import annotations
 
