@@ -143,9 +143,13 @@ def make_dataset(
     preprocess_rows = options.batch_size * max(1, math.ceil(PREPROCESS_ROWS / options.batch_size))
     # Outlives each generator run (a re-made iterator, a resumed fit): it is the split's cache.
     cache = EpochCache(options.cache_max_bytes, shuffle, options.seed + options.shard)
+    raw_signature = _structure({s.name: _tensor_spec(s) for s in _all_specs(plan)}, plan)
+    # A deterministic hook on a split whose output fits the cache runs once per row: the cache
+    # keeps its output (decoded images, not their bytes) and later epochs skip it.
+    cached_hook = _cacheable_hook(preprocess, raw_signature, stats, options)
 
     def read(epoch: int):
-        return iter_epoch_arrays(
+        chunks = iter_epoch_arrays(
             snapshot,
             plan,
             stats,
@@ -155,6 +159,21 @@ def make_dataset(
             seed=options.seed + epoch if shuffle else None,
             workers=options.workers,
         )
+        if cached_hook is None:
+            return chunks
+        return cached_hook.apply(chunks, plan, preprocess_rows)
+
+    if cached_hook is None:
+
+        def structure(values: dict):
+            return _structure(values, plan)
+
+        signature = _structure(
+            {s.name: _tensor_spec(s, blocked=True) for s in _all_specs(plan)}, plan
+        )
+        in_graph = preprocess
+    else:
+        structure, signature, in_graph = cached_hook.pack, cached_hook.blocked_spec, None
 
     def generate():
         try:
@@ -165,45 +184,49 @@ def make_dataset(
 
     def _generate():
         batch = options.batch_size
-        block = preprocess_rows if preprocess is not None else batch
+        block = preprocess_rows if in_graph is not None else batch
         epoch, skip = position.epoch, position.step * batch
         limit = steps * batch if options.training else None
         while True:
-            chunks = cache.epoch(epoch, read)
-            if shuffle and options.shuffle_buffer > 0:
-                chunks = shuffle_rows(
-                    chunks, options.shuffle_buffer, [options.seed, options.shard, epoch]
-                )
-            at = 0  # rows of this epoch seen so far
-            carry: dict | None = None  # the rows of a batch that began in the previous chunk
-            for arrays in chunks:
-                n = num_rows(arrays)
-                lo, hi = max(skip - at, 0), n if limit is None else min(limit - at, n)
-                at += n
-                if hi > lo:
-                    blocks, carry = _blocks(_slice(arrays, lo, hi, n), carry, block)
-                    if blocks is not None:
-                        yield _structure(blocks, plan)
+            if cache.ready(epoch, read):  # from memory: gathered a few blocks at a time
+                buffer = options.shuffle_buffer if shuffle else 0
+                index = cache.order(epoch, buffer, [options.seed, options.shard, epoch])
+                index = index[skip : len(index) if limit is None else min(limit, len(index))]
+                pieces = _gather(cache.columns, index, _rows_per_gather(cache, block))
+            else:
+                pieces = _trim(_stream(epoch), skip, limit)
+            carry: dict | None = None  # the rows of a batch that began in the previous piece
+            for arrays in pieces:
+                blocks, carry = _blocks(arrays, carry, block)
+                if blocks is not None:
+                    yield structure(blocks)
             if carry is not None:  # evaluation's last, partial batch; a last preprocess chunk
-                yield _structure(_as_block(carry), plan)
+                yield structure(_as_block(carry))
             if not options.training:
                 return
             epoch, skip = epoch + 1, 0
+
+    def _stream(epoch: int):
+        chunks = cache.epoch(epoch, read)
+        if shuffle and options.shuffle_buffer > 0:
+            chunks = shuffle_rows(
+                chunks, options.shuffle_buffer, [options.seed, options.shard, epoch]
+            )
+        return chunks
 
     # The generator yields blocks of whole batches, (k, rows, ...) per column, and each block
     # is handed out one batch at a time by ``from_tensor_slices``, whose slices alias the block
     # (no copy). ``rebatch`` and ``unbatch`` copy every slice: on the wide table at batch 32
     # (200 columns) they ran at 0.5-0.6x of this.
-    signature = _structure({s.name: _tensor_spec(s, blocked=True) for s in _all_specs(plan)}, plan)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     # Let the (Python) generator run ahead of slicing and preprocessing, on its own thread.
     ds = ds.prefetch(2)
     ds = ds.flat_map(_slices)
-    if preprocess is not None:
+    if in_graph is not None:
         # A vectorized hook costs per call more than per row (image decoding runs a map_fn per
         # call): run it on chunks of at least PREPROCESS_ROWS rows, then cut the batches (a
         # hook may drop rows, e.g. undecodable images: rebatch, not a fixed split).
-        ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.map(in_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         ds = ds.rebatch(options.batch_size, drop_remainder=options.training)
     ds = ds.prefetch(tf.data.AUTOTUNE)
     opts = tf.data.Options()
@@ -245,6 +268,102 @@ def _steps(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> 
             "or rewrite the table with rows spread over more row groups."
         )
     return steps
+
+
+GATHER_BYTES = 8 << 20  # a cached epoch is gathered about this much at a time
+
+
+def _trim(chunks, skip: int, limit: int | None):
+    """The rows ``skip`` to ``limit`` of an epoch's chunks (a resumed epoch; whole batches)."""
+    at = 0  # rows of this epoch seen so far
+    for arrays in chunks:
+        n = num_rows(arrays)
+        lo, hi = max(skip - at, 0), n if limit is None else min(limit - at, n)
+        at += n
+        if hi > lo:
+            yield _slice(arrays, lo, hi, n)
+
+
+def _gather(columns: dict, index: np.ndarray, rows: int):
+    """``columns`` at ``index``, ``rows`` rows at a time (one copy, never the whole epoch)."""
+    for lo in range(0, len(index), rows):
+        part = index[lo : lo + rows]
+        yield {k: np.take(v, part, axis=0) for k, v in columns.items()}
+
+
+def _rows_per_gather(cache: EpochCache, block: int) -> int:
+    rows = max(len(cache.bounds) and int(cache.bounds[-1]), 1)
+    per_row = max(cache.nbytes / rows, 1.0)
+    return block * max(1, int(GATHER_BYTES / per_row) // block)
+
+
+class _CachedHook:
+    """A deterministic preprocess hook run in the generator, so the cache keeps its output.
+
+    ``apply`` runs the hook (traced once) on each chunk, ``preprocess_rows`` rows per call, and
+    returns ``{position: array}`` of its flattened outputs; ``pack`` rebuilds the hook's output
+    structure from such a dict.
+    """
+
+    def __init__(self, concrete, out_spec):
+        import tensorflow as tf
+
+        self.concrete = concrete
+        self.out_spec = out_spec
+        flat = tf.nest.flatten(out_spec)
+        self.keys = [str(i) for i in range(len(flat))]
+        self.blocked_spec = tf.nest.pack_sequence_as(
+            out_spec, [tf.TensorSpec((None, *s.shape), s.dtype) for s in flat]
+        )
+
+    def apply(self, chunks, plan: ColumnPlan, rows: int):
+        import tensorflow as tf
+
+        for arrays in chunks:
+            n = num_rows(arrays)
+            parts = []
+            for lo in range(0, n, rows):
+                args = _structure(_slice(arrays, lo, min(lo + rows, n), n), plan)
+                out = self.concrete(*args) if isinstance(args, tuple) else self.concrete(args)
+                parts.append([t.numpy() for t in tf.nest.flatten(out)])
+            if parts:
+                yield {
+                    k: parts[0][i] if len(parts) == 1 else np.concatenate([p[i] for p in parts])
+                    for i, k in enumerate(self.keys)
+                }
+
+    def pack(self, values: dict):
+        import tensorflow as tf
+
+        return tf.nest.pack_sequence_as(self.out_spec, [values[k] for k in self.keys])
+
+
+def _cacheable_hook(preprocess, signature, stats: TableStats, options: ReadOptions):
+    """A :class:`_CachedHook` when ``preprocess`` says it is deterministic (its attribute
+    ``deterministic``), its outputs have fixed shapes per row, and this shard's outputs fit
+    ``cache_max_bytes``; otherwise None (the hook runs in tf.data, every epoch)."""
+    if preprocess is None or options.cache_max_bytes <= 0:
+        return None
+    if not getattr(preprocess, "deterministic", False):
+        return None
+    import tensorflow as tf
+
+    fn = tf.function(lambda *args: preprocess(*args))
+    args = signature if isinstance(signature, tuple) else (signature,)
+    concrete = fn.get_concrete_function(*args)
+    outputs = tf.nest.flatten(concrete.structured_outputs)
+    per_row = 0
+    for t in outputs:
+        if t.dtype == tf.string or not t.shape[1:].is_fully_defined():
+            return None
+        per_row += int(np.prod(t.shape[1:], dtype=np.int64)) * t.dtype.size
+    rows = stats.shard_rows(options.shard, options.num_shards)
+    if rows * per_row > options.cache_max_bytes:
+        return None
+    out_spec = tf.nest.map_structure(
+        lambda t: tf.TensorSpec((None, *t.shape[1:]), t.dtype), concrete.structured_outputs
+    )
+    return _CachedHook(concrete, out_spec)
 
 
 def _slice(arrays: dict, lo: int, hi: int, n: int) -> dict:
