@@ -163,3 +163,34 @@ def test_a_hook_that_is_random_or_too_big_to_cache_runs_in_tf_data_every_epoch(t
         split = make_dataset(snap, plan, options, hook)
         rows = _rows(split, 3 * split.steps)
         assert int(hook.rows.numpy()) >= 2 * 1000 and rows.shape[0] == 3 * split.steps * 32
+
+
+def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_stops(
+    tmp_path, monkeypatch
+):
+    import gc
+
+    snap = _table(str(tmp_path / "t"))
+    plan = plan_columns(snap, ("f",), "label")
+    opened, closed = [], []
+    real = tfdata.iter_epoch_arrays
+
+    def tracked(*a, **k):
+        opened.append(k["seed"])
+        try:
+            yield from real(*a, **k)
+        finally:
+            closed.append(k["seed"])
+
+    monkeypatch.setattr(tfdata, "iter_epoch_arrays", tracked)
+    options = ReadOptions(32, training=True, shuffle_buffer=100)  # cache off: every epoch streams
+    split = make_dataset(snap, plan, options)
+    rows = _rows(split, 2 * split.steps + 3)
+    gc.collect()
+    # Epoch 2 was opened ahead (as epoch 1's reader ended), then every reader was stopped.
+    assert opened == [42, 43, 44] and sorted(closed) == sorted(opened)
+    epochs = rows[: 2 * split.steps * 32].reshape(2, -1)
+    assert all(len(set(e.tolist())) == split.steps * 32 for e in epochs)
+    # The same rows as reading each epoch when it starts.
+    monkeypatch.setattr(tfdata._ReadAhead, "_open", lambda self, epoch: None)
+    np.testing.assert_array_equal(_rows(make_dataset(snap, plan, options), len(rows) // 32), rows)
