@@ -3,7 +3,11 @@
 A split that fits ``data.cache_max_bytes`` is read from the table once: the first epoch streams
 from the reader and keeps each decoded chunk (one row group's ``{column: array}``, before the
 row shuffle). Later epochs replay those chunks without a reader, a Parquet decode or reader
-threads competing with the training step for the CPU.
+threads competing with the training step for the CPU: the completed epoch is held as one array
+per column, and a later epoch is a permutation of row indices (:meth:`EpochCache.order`),
+gathered a few batches at a time. When the split's preprocess hook is deterministic (decoding
+images without augmentation) and its output fits, the chunks are the hook's output, so the
+images are decoded once, not every epoch.
 
 What stays the same with the cache on:
 

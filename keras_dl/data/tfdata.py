@@ -1,10 +1,12 @@
 """Row-group batches to a ``tf.data.Dataset`` that ``model.fit`` consumes.
 
-The generator yields whole row groups (already dense); tf.data re-batches them to the per-replica
-batch with ``rebatch`` (no per-row ``unbatch``), runs the recipe's vectorized preprocessing in
-parallel and prefetches. Training data repeats forever and ``fit`` runs a fixed
-``steps_per_epoch`` computed from row counts, so every rank runs the same number of steps.
-"""
+The generator yields blocks of whole batches, ``(k, batch, ...)`` per column, cut from the
+row groups (already dense) with numpy views; ``from_tensor_slices`` hands them out a batch at
+a time without copying (``rebatch`` copied every slice). The recipe's vectorized preprocessing
+runs in parallel in tf.data, or once per row in the generator when the hook is deterministic
+and its output fits ``data.cache`` (then later epochs replay its output). Training data
+repeats forever, the next epoch's reader opening as one ends, and ``fit`` runs a fixed
+``steps_per_epoch`` computed from row counts, so every rank runs the same number of steps."""
 
 from __future__ import annotations
 
