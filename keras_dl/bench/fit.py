@@ -5,7 +5,8 @@ Keras model per table for a fixed number of steps, fed three ways with identical
 structure, same batch size):
 
 - ``keras_dl``: keras_dl's training pipeline over the Delta table (read, shuffle, decode), as a
-  run gets it: with ``data.cache=auto`` these tables fit, so the second epoch reads no table;
+  run gets it: with ``data.cache=auto`` these tables fit, so the second epoch reads no table
+  (and, the image hook being deterministic, decodes no JPEG: the cache holds decoded images);
 - ``keras_dl_stream``: the same with ``data.cache=never``: every epoch read from the table;
 - ``in_memory``: the same rows, already decoded, as in-memory tensors sliced a batch at a time.
 

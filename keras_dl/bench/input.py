@@ -123,12 +123,17 @@ def run(args) -> int:
 
 def format_targets(targets: list[dict]) -> str:
     """The targets as a plain-text table: ratio, spread, target, pass/fail."""
-    lines = [f"{'table':8s} {'batch':>5s}  {'ratio':34s} {'median':>7s}  {'spread':15s} target"]
+    lines = [
+        f"{'table':8s} {'batch':>5s}  {'ratio':34s} {'median':>7s}  {'spread':15s} target"
+        "        cpu/row ratio"
+    ]
     for t in targets:
         spread = "-".join(str(x) for x in t.get("spread", [])) or "-"
+        cpu = t.get("cpu_ratio")
         lines.append(
             f"{t['table']:8s} {str(t.get('batch', '')):>5s}  {t['ratio']:34s} {t['value']:>7}  "
-            f"{spread:15s} {t['target']!s:6s} {'pass' if t['met'] else 'FAIL'}"
+            f"{spread:15s} {t['target']!s:6s} {'pass' if t['met'] else 'FAIL':4s}  "
+            f"{'' if cpu is None else cpu}"
         )
     return "\n".join(lines)
 
@@ -148,6 +153,8 @@ def _check_targets(report: dict) -> list[dict]:
                         "spread": figures["ratio_spread"][name],
                         "target": minimum,
                         "met": value >= minimum,
+                        # The same pair's CPU per row (all threads): lower is cheaper.
+                        "cpu_ratio": figures.get("cpu_ratios", {}).get(name),
                     }
                 )
     rss = report.get("rss")

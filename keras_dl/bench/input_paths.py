@@ -43,6 +43,7 @@ def measure_tabular(path: str, batches: list[int], label: str | None, rounds: in
     row_bytes = sum(a.nbytes for a in arrays.values()) / rows
     out = {"rows": rows, "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
+        cpu: dict = {}
         samples = measure_rounds(
             rounds,
             {
@@ -58,8 +59,9 @@ def measure_tabular(path: str, batches: list[int], label: str | None, rounds: in
                     keras_dl_dataset(path, b, label, CACHE_BYTES), b, cached=True
                 ),
             },
+            cpu,
         )
-        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes)
+        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes, cpu=cpu)
     return out
 
 
@@ -76,6 +78,7 @@ def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) ->
     row_bytes = sum(len(b) for b in images) / len(images)
     out = {"rows": len(images), "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
+        cpu: dict = {}
         samples = measure_rounds(
             rounds,
             {
@@ -86,8 +89,9 @@ def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) ->
                     keras_dl_images(delta, b, CACHE_BYTES), b, cached=True
                 ),
             },
+            cpu,
         )
-        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes)
+        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes, cpu=cpu)
     return out
 
 

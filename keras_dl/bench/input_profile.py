@@ -1,7 +1,7 @@
 """Where keras_dl's input pipeline spends its time: a stage profile and a Python profile.
 
 - :func:`profile_stages`: rows/s of the pipeline cut after each stage (reader, casts, row
-  shuffle, handing arrays to tf.data, rebatching), each timed like the other figures.
+  shuffle, handing blocks of batches to tf.data, slicing them), each timed like the others.
 - :func:`profile_generator`: cProfile of the Python generator that feeds tf.data, run in this
   thread (tf.data runs it on its own threads, where a profiler in this one sees nothing).
 """
@@ -26,13 +26,13 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
 
     reader: Petastorm's batch reader alone; +convert: plus keras_dl's per-row-group casts;
     +shuffle: plus the in-memory row shuffle; +from_generator: plus handing the arrays to
-    tf.data; +rebatch: plus cutting them into batches (the whole training pipeline but the
-    final prefetch).
+    tf.data as blocks of whole batches; +slice: plus slicing the blocks into batches (the whole
+    training pipeline but the final prefetch).
     """
     import tensorflow as tf
 
     from keras_dl.data import open_table, plan_columns
-    from keras_dl.data.tfdata import _structure, _tensor_spec
+    from keras_dl.data.tfdata import _blocks, _slices, _structure, _tensor_spec
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), None)
@@ -41,17 +41,20 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
         "+convert": _python_rate(_groups(snapshot, plan)),
         "+shuffle": _python_rate(_shuffled(snapshot, plan)),
     }
-    spec = _structure({f.name: _tensor_spec(f) for f in plan.features}, plan)
+    spec = _structure({f.name: _tensor_spec(f, blocked=True) for f in plan.features}, plan)
 
     def gen():
+        carry = None
         for arrays in _shuffled(snapshot, plan):
-            yield _structure(arrays, plan)
+            blocks, carry = _blocks(arrays, carry, batch)
+            if blocks is not None:
+                yield _structure(blocks, plan)
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=spec).prefetch(2)
     group_rows = int(np.mean([r.num_rows for r in _row_groups(snapshot)]))
-    out["+from_generator"] = consume(ds, 50) * group_rows
+    out["+from_generator"] = consume(ds, 50) * group_rows  # about a row group per block
     steps = max(1, 4 * group_rows // batch)
-    out["+rebatch"] = consume(ds.rebatch(batch, drop_remainder=True), steps) * batch
+    out["+slice"] = consume(ds.flat_map(_slices), steps) * batch
     return {k: round(v) for k, v in out.items()}
 
 

@@ -15,23 +15,50 @@ from collections.abc import Callable
 
 MIN_SECONDS = 2.0  # each repeat of each figure is timed over at least this long
 MIN_ROUNDS = 3
+# CPU seconds this process spent (all threads) per wall second of the last timed window:
+# divided by the rate it returned, the CPU cost of one unit, which other people's load on a
+# shared machine moves much less than the wall time.
+_last_utilization: float | None = None
 
 
-def measure_rounds(rounds: int, paths: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+def measure_rounds(
+    rounds: int, paths: dict[str, Callable[[], float]], cpu: dict | None = None
+) -> dict[str, list[float]]:
     """Each path's rate in each of ``rounds`` interleaved rounds.
 
     Args:
         rounds: Repeats of every path.
-        paths: Name to a function that measures and returns one rate.
+        paths: Name to a function that measures and returns one rate (through
+            :func:`timed_loop` or :func:`consume`).
+        cpu: When given, filled with name to the list of its CPU microseconds per unit (all of
+            this process's threads, over the timed window), one per round.
 
     Returns:
         Name to the list of its rates, one per round, in round order.
     """
+    global _last_utilization
     out: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(rounds):
         for name, fn in paths.items():
-            out[name].append(float(fn()))
+            _last_utilization = None
+            rate = float(fn())
+            out[name].append(rate)
+            if cpu is not None and _last_utilization is not None and rate > 0:
+                cpu.setdefault(name, []).append(1e6 * _last_utilization / rate)
     return out
+
+
+def _cpu_seconds() -> float:
+    import os
+
+    t = os.times()
+    return t.user + t.system
+
+
+def _record(cpu_start: float, wall_start: float) -> None:
+    global _last_utilization
+    wall = time.perf_counter() - wall_start
+    _last_utilization = (_cpu_seconds() - cpu_start) / wall if wall > 0 else None
 
 
 def summarize(
@@ -39,6 +66,7 @@ def summarize(
     subjects: tuple[str, ...] = ("keras_dl",),
     scale: float = 1.0,
     unit: str = "rows_per_s",
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict:
     """Medians, spreads and each subject's ratio to every other path.
 
@@ -52,7 +80,9 @@ def summarize(
     Returns:
         ``rows_per_s`` (medians, or under ``unit``), ``spread`` ([min, max] per path), ``mb_per_s`` (medians),
         ``ratios`` (median of the subject over median of the baseline), ``ratio_spread``
-        ([min, max] of the per-round ratios) and ``rounds`` (every sample).
+        ([min, max] of the per-round ratios) and ``rounds`` (every sample); with ``cpu``
+        (from :func:`measure_rounds`), ``cpu_us_per_unit`` (medians), ``cpu_spread`` and
+        ``cpu_ratios`` (each subject's CPU per unit over each other path's: lower is cheaper).
     """
     medians = {n: statistics.median(v) for n, v in samples.items()}
     out = {
@@ -72,6 +102,17 @@ def summarize(
             out["ratios"][key] = round(medians[subject] / medians[name], 3)
             per_round = [a / b for a, b in zip(mine, values) if b > 0]
             out["ratio_spread"][key] = [round(min(per_round), 3), round(max(per_round), 3)]
+    if cpu:
+        cpu_medians = {n: statistics.median(v) for n, v in cpu.items()}
+        out["cpu_us_per_unit"] = {n: round(m, 2) for n, m in cpu_medians.items()}
+        out["cpu_spread"] = {n: [round(min(v), 2), round(max(v), 2)] for n, v in cpu.items()}
+        out["cpu_ratios"] = {
+            f"{subject}/{name}": round(cpu_medians[subject] / m, 3)
+            for subject in subjects
+            if subject in cpu_medians
+            for name, m in cpu_medians.items()
+            if name not in subjects and m > 0
+        }
     return out
 
 
@@ -82,10 +123,12 @@ def timed_loop(step: Callable[[], int], min_seconds: float | None = None) -> flo
     """
     seconds = MIN_SECONDS if min_seconds is None else min_seconds
     step()
-    start, done = time.perf_counter(), 0
+    cpu, start, done = _cpu_seconds(), time.perf_counter(), 0
     while done == 0 or time.perf_counter() - start < seconds:
         done += step()
-    return done / (time.perf_counter() - start)
+    rate = done / (time.perf_counter() - start)
+    _record(cpu, start)
+    return rate
 
 
 def consume(ds, steps: int, warmup: int | None = None) -> float:
@@ -116,8 +159,10 @@ def consume(ds, steps: int, warmup: int | None = None) -> float:
     it = iter(ds)
     drain(it, tf.constant(warmup or max(2, steps // 10))).numpy()
     # Whole calls until MIN_SECONDS have passed, so prefetched batches are a small share.
-    start, done = time.perf_counter(), 0
+    cpu, start, done = _cpu_seconds(), time.perf_counter(), 0
     while done == 0 or time.perf_counter() - start < MIN_SECONDS:
         drain(it, tf.constant(steps)).numpy()
         done += steps
-    return done / (time.perf_counter() - start)
+    rate = done / (time.perf_counter() - start)
+    _record(cpu, start)
+    return rate

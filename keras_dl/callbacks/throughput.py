@@ -6,8 +6,10 @@ the step's ``logs``:
 
 - ``samples_per_sec``: training samples per second over the epoch's steps (validation excluded);
 - ``step_time_ms``: mean wall time of one training step;
-- ``input_wait_fraction``: the share of step time the step waited for its batch. It needs the
-  training dataset wrapped with :meth:`Throughput.instrument`; without it it is not reported.
+- ``input_wait_fraction``: the share of step time the step waited for its batch: from the
+  step's start to the moment its batch was ready (0 when it was ready before the step began),
+  so the step's own dispatch does not count as waiting. It needs the training dataset wrapped
+  with :meth:`Throughput.instrument`; without it it is not reported.
 
 Example:
     >>> tp = Throughput(batch_size=64)                                    # doctest: +SKIP
@@ -57,10 +59,13 @@ class Throughput(keras.callbacks.Callback):
             self.on_train_batch_end = self._add_step_figures
 
     def instrument(self, dataset):
-        """Return ``dataset`` with a final stage that stamps when each batch is handed over.
+        """Return ``dataset`` with final stages that stamp when each batch was ready.
 
-        The stamp runs in the consumer (after ``prefetch``), so the time between a step's start
-        and its batch's stamp is the time that step waited for input.
+        Each batch is stamped as a one-batch ``prefetch`` takes it from ``dataset`` (as soon as
+        it is produced, or when the batch before it is handed over if it was produced earlier),
+        and the stamp travels with the batch to the consumer. The time from a step's start to
+        its batch's stamp is the time that step waited for input. (Stamping at the hand-over
+        counted the step's own dispatch as waiting: 0.18-0.20 of a 6 ms step fed from memory.)
 
         Args:
             dataset: A ``tf.data.Dataset`` (the training data).
@@ -74,12 +79,15 @@ class Throughput(keras.callbacks.Callback):
             self._ready = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_ready")
         ready = self._ready
 
-        def stamp(*batch):
-            with tf.control_dependencies([ready.assign(tf.timestamp())]):
+        def produced(*batch):
+            return tf.timestamp(), batch
+
+        def handed(stamp, batch):
+            with tf.control_dependencies([ready.assign(stamp)]):
                 out = tf.nest.map_structure(tf.identity, batch)
             return out if len(out) > 1 else out[0]
 
-        return dataset.map(stamp)
+        return dataset.map(produced).prefetch(1).map(handed)
 
     # Steps are timed from one batch *begin* to the next: no batch-end hook, which on backends
     # that dispatch batch-end callbacks asynchronously (JAX) would turn that off.

@@ -101,6 +101,12 @@ class ImagePreprocess:
             features = images
         return features if label is None else (features, label)
 
+    @property
+    def deterministic(self) -> bool:
+        """The same bytes always give the same output: no augmentation, and no skip counter
+        (which counts every read). ``make_dataset`` may then cache the decoded images."""
+        return not self.augment and self.on_bad_image == "fail"
+
     def skipped(self) -> int:
         """Rows dropped as undecodable so far (every read counts, across epochs)."""
         counter = self._state.get("skipped")

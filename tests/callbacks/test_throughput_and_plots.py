@@ -48,8 +48,10 @@ def test_figures_reach_the_logs_per_epoch_and_every_n_steps():
         shuffle=False,
         callbacks=[tp, grab],
     )
-    for key in ("samples_per_sec", "step_time_ms", "input_wait_fraction"):
+    for key in ("samples_per_sec", "step_time_ms"):
         assert len(history.history[key]) == 2 and all(v > 0 for v in history.history[key]), key
+    # From memory the batches are ready before the steps ask: the wait can be exactly 0.
+    assert len(history.history["input_wait_fraction"]) == 2
     assert [("samples_per_sec" in logs) for logs in seen] == [False, True] * 4
     # samples/s is over the epoch's wall time, so it cannot beat the pure step time.
     last = tp.epoch_stats

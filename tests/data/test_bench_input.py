@@ -36,6 +36,24 @@ def test_summary_has_medians_spreads_and_per_round_ratios():
     assert s["spread"]["keras_dl"] == [9, 13] and s["mb_per_s"]["base"] == 20.0
     assert s["ratios"] == {"keras_dl/base": 1.1}
     assert s["ratio_spread"]["keras_dl/base"] == [0.9, 1.3]
+    assert "cpu_us_per_unit" not in s  # the lambdas time nothing: no CPU figures
+
+
+def test_cpu_per_unit_comes_from_the_timed_window():
+    from keras_dl.bench import timing
+
+    def busy():
+        end = timing.time.perf_counter() + 0.001
+        while timing.time.perf_counter() < end:
+            pass
+        return 1
+
+    cpu: dict = {}
+    samples = measure_rounds(3, {"keras_dl": lambda: timing.timed_loop(busy, 0.05)}, cpu)
+    assert len(cpu["keras_dl"]) == 3
+    s = summarize({**samples, "base": [1.0] * 3}, cpu={**cpu, "base": [2000.0] * 3})
+    assert s["cpu_us_per_unit"]["keras_dl"] > 0  # no bound: other load deschedules the loop
+    assert s["cpu_ratios"]["keras_dl/base"] == round(s["cpu_us_per_unit"]["keras_dl"] / 2000, 3)
 
 
 @pytest.mark.slow
@@ -57,13 +75,15 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
             assert all(v > 0 for v in figures["mb_per_s"].values())
             ratios = {f"{s}/{p}" for s in SUBJECTS for p in paths - SUBJECTS}
             assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
+            assert set(figures["cpu_us_per_unit"]) == paths
+            assert all(v > 0 for v in figures["cpu_us_per_unit"].values())
     profile = report["wide"]["profile"]
     assert set(profile["stages"]["32"]) == {
         "reader",
         "+convert",
         "+shuffle",
         "+from_generator",
-        "+rebatch",
+        "+slice",
     }
     assert profile["generator"]["rows_per_s"] > 0 and profile["generator"]["top_own_time"]
     rss = report["rss"]

@@ -104,3 +104,89 @@ def test_cache_off_reads_the_table_every_epoch(tmp_path, monkeypatch):
     split = make_dataset(snap, plan_columns(snap, ("f",), "label"), ReadOptions(32, training=True))
     _rows(split, 3 * split.steps)
     assert len(opened) >= 3
+
+
+class _Hook:
+    """Doubles ``f`` (tiled ``width`` times) and counts the rows it processed, in-graph."""
+
+    def __init__(self, deterministic=True, width=1):
+        self.deterministic = deterministic
+        self.width = width
+        self.rows = None
+
+    def __call__(self, x, y):
+        import tensorflow as tf
+
+        if self.rows is None:
+            with tf.init_scope():
+                self.rows = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.rows.assign_add(tf.cast(tf.shape(y)[0], tf.int64))
+        x = 2 * x if self.width == 1 else tf.tile(2 * x[:, None], [1, self.width])
+        return x, y
+
+
+def test_a_deterministic_hook_runs_once_per_row_and_the_cache_keeps_its_output(
+    tmp_path, monkeypatch
+):
+    snap = _table(str(tmp_path / "t"))
+    plan = plan_columns(snap, ("f",), "label")
+    opened = []
+    real = tfdata.iter_epoch_arrays
+    monkeypatch.setattr(
+        tfdata, "iter_epoch_arrays", lambda *a, **k: opened.append(k["seed"]) or real(*a, **k)
+    )
+    options = ReadOptions(32, training=True, shuffle_buffer=100, cache_max_bytes=1 << 20)
+    hook = _Hook()
+    split = make_dataset(snap, plan, options, hook)
+    rows = _rows(split, 4 * split.steps)
+    assert len(opened) == 1 and int(hook.rows.numpy()) == 1000  # read and preprocessed once
+    # The same rows, in the same order, as the raw rows cached and the hook run every epoch.
+    plain = _rows(make_dataset(snap, plan, options), 4 * split.steps)
+    np.testing.assert_array_equal(rows, 2 * plain)
+    for epoch in rows.reshape(4, -1):
+        assert len(set(epoch.tolist())) == split.steps * 32
+    resumed = make_dataset(snap, plan, options, _Hook())
+    at = 3 * split.steps - 5
+    resumed.start_at(at)
+    np.testing.assert_array_equal(_rows(resumed, 10), rows[at * 32 :][: 10 * 32])
+
+
+def test_a_hook_that_is_random_or_too_big_to_cache_runs_in_tf_data_every_epoch(tmp_path):
+    snap = _table(str(tmp_path / "t"))
+    plan = plan_columns(snap, ("f",), "label")
+    options = ReadOptions(32, training=True, shuffle_buffer=100, cache_max_bytes=20_000)
+    for hook in (_Hook(deterministic=False), _Hook(width=10)):  # 48 bytes a row: over budget
+        split = make_dataset(snap, plan, options, hook)
+        rows = _rows(split, 3 * split.steps)
+        assert int(hook.rows.numpy()) >= 2 * 1000 and rows.shape[0] == 3 * split.steps * 32
+
+
+def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_stops(
+    tmp_path, monkeypatch
+):
+    import gc
+
+    snap = _table(str(tmp_path / "t"))
+    plan = plan_columns(snap, ("f",), "label")
+    opened, closed = [], []
+    real = tfdata.iter_epoch_arrays
+
+    def tracked(*a, **k):
+        opened.append(k["seed"])
+        try:
+            yield from real(*a, **k)
+        finally:
+            closed.append(k["seed"])
+
+    monkeypatch.setattr(tfdata, "iter_epoch_arrays", tracked)
+    options = ReadOptions(32, training=True, shuffle_buffer=100)  # cache off: every epoch streams
+    split = make_dataset(snap, plan, options)
+    rows = _rows(split, 2 * split.steps + 3)
+    gc.collect()
+    # Epoch 2 was opened ahead (as epoch 1's reader ended), then every reader was stopped.
+    assert opened == [42, 43, 44] and sorted(closed) == sorted(opened)
+    epochs = rows[: 2 * split.steps * 32].reshape(2, -1)
+    assert all(len(set(e.tolist())) == split.steps * 32 for e in epochs)
+    # The same rows as reading each epoch when it starts.
+    monkeypatch.setattr(tfdata._ReadAhead, "_open", lambda self, epoch: None)
+    np.testing.assert_array_equal(_rows(make_dataset(snap, plan, options), len(rows) // 32), rows)

@@ -125,8 +125,16 @@ def test_each_epoch_of_each_shard_reads_its_live_rows_exactly_once(
 
 
 @settings(max_examples=15, **SETTINGS)
-@given(spec=tables(), shards=st.integers(1, 3), batch=st.integers(1, 5), epochs=st.integers(1, 3))
-def test_training_and_evaluation_agree_with_steps_and_counts(spec, shards, batch, epochs, tmp_path):
+@given(
+    spec=tables(),
+    shards=st.integers(1, 3),
+    batch=st.integers(1, 5),
+    epochs=st.integers(1, 3),
+    cache=st.sampled_from([0, 1 << 20]),  # data.cache off, or on (replayed from memory)
+)
+def test_training_and_evaluation_agree_with_steps_and_counts(
+    spec, shards, batch, epochs, cache, tmp_path
+):
     path, live = materialize(spec, tmp_path)
     snap = open_table(path)
     plan = plan_columns(snap, ["id"], None)
@@ -137,13 +145,23 @@ def test_training_and_evaluation_agree_with_steps_and_counts(spec, shards, batch
     evaluated = Counter()
     for shard in range(shards):
         ev = make_dataset(
-            snap, plan, ReadOptions(batch, shard=shard, num_shards=shards, shuffle=False)
+            snap,
+            plan,
+            ReadOptions(
+                batch, shard=shard, num_shards=shards, shuffle=False, cache_max_bytes=cache
+            ),
         )
         got = np.concatenate([b.numpy() for b in ev.dataset]).tolist() if ev.steps else []
         assert len(got) == per_shard[shard] and ev.steps == -(-per_shard[shard] // batch)
+        if ev.steps:  # a second evaluation (from memory when cached): the same rows in order
+            assert np.concatenate([b.numpy() for b in ev.dataset]).tolist() == got
         evaluated.update(got)
         train = make_dataset(
-            snap, plan, ReadOptions(batch, training=True, shard=shard, num_shards=shards)
+            snap,
+            plan,
+            ReadOptions(
+                batch, training=True, shard=shard, num_shards=shards, cache_max_bytes=cache
+            ),
         )
         assert train.steps == min(per_shard) // batch
         batches = [b.numpy() for b in train.dataset.take(epochs * train.steps)]

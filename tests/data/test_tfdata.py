@@ -195,3 +195,46 @@ def test_a_shard_left_empty_by_filters_is_refused_before_training(tmp_path):
     # Every rank refuses, not only the empty one: they must agree before any step.
     with pytest.raises(DataError, match=r"shard 1 of 2 has 0 row"):
         make_splits(data, batch_size=16, rank=1, world_size=2)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 32, 300])
+def test_blocks_cut_any_chunk_sizes_into_whole_batches_in_order(batch):
+    from keras_dl.data.tfdata import _as_block, _blocks
+
+    rng = np.random.default_rng(batch)
+    sizes = rng.integers(1, 700, size=12)
+    values = np.arange(int(sizes.sum()))
+    out, carry, at = [], None, 0
+    for n in sizes:
+        chunk = {"a": values[at : at + n], "b": values[at : at + n, None] * 2}
+        at += n
+        block, carry = _blocks(chunk, carry, batch)
+        if block is not None:
+            assert block["a"].shape[1:] == (batch,) and block["b"].shape[1:] == (batch, 1)
+            out.extend(block["a"])
+    if carry is not None:
+        assert len(carry["a"]) < batch
+        out.extend(_as_block(carry)["a"])
+    assert np.array_equal(np.concatenate(out), values)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_preprocess_hook_sees_the_same_rows_in_the_same_order(tmp_path, training):
+    snap = open_table(_write(str(tmp_path / "t"), n=1000, rows_per_group=90))
+    plan = plan_columns(snap, ("f", "v"), "label")
+    options = ReadOptions(batch_size=24, training=training, shuffle_buffer=200)
+    plain = make_dataset(snap, plan, options)
+    hooked = make_dataset(snap, plan, options, lambda x, y: (x, y + 10))
+    take = plain.steps * (2 if training else 1)
+    a = [(x["f"].numpy(), y.numpy()) for x, y in plain.dataset.take(take)]
+    b = [(x["f"].numpy(), y.numpy()) for x, y in hooked.dataset.take(take)]
+    assert [len(f) for f, _ in a] == [len(f) for f, _ in b]
+    assert all(
+        np.array_equal(fa, fb) and np.array_equal(ya + 10, yb) for (fa, ya), (fb, yb) in zip(a, b)
+    )
+    sizes = [len(f) for f, _ in a]
+    if training:
+        assert set(sizes) == {24} and len(a) == 2 * (1000 // 24)
+    else:
+        assert sizes == [24] * (1000 // 24) + [1000 % 24]
+        assert sorted(np.concatenate([f for f, _ in a]).tolist()) == list(range(1000))

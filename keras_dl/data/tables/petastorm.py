@@ -4,7 +4,7 @@ snapshots.
 Users who already have Petastorm data read it as it is: the dataset's Unischema gives each
 column's dtype and shape, and Petastorm's row reader (``make_reader``) decodes the codecs
 (images, ndarrays). Rows are then stacked into dense chunks, so the rest of the data path
-(rebatch, preprocess, prefetch) is the same as for Delta and Parquet. ``make_reader`` is
+(batching, preprocess, prefetch) is the same as for Delta and Parquet. ``make_reader`` is
 row-based, so this path is slower than a plain table: for speed, re-ingest the images as
 encoded bytes and decode them in tf.data (``keras_dl.data.images``).
 """
