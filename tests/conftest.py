@@ -118,6 +118,17 @@ def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=No
 
 
 @pytest.fixture(scope="session")
+def spark():
+    """The suite's one local[2] SparkSession (keras_dl's own: loopback, no UI, Arrow on)."""
+    from keras_dl.inference_io import spark_session
+
+    session = spark_session("local[2]", "keras_dl-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """moto's standalone S3 (and DynamoDB) API server on loopback, for the whole session."""
     import socket

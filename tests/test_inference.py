@@ -12,18 +12,10 @@ from sklearn.datasets import load_digits
 from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
 from keras_dl.inference import predict
-from keras_dl.inference_io import spark_session
 from keras_dl.registry import promote
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]", app_name="keras-dl-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -41,21 +41,19 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-@pytest.mark.slow
-def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
-    # That the resumed weights equal an uninterrupted run's is checked exactly (2 ranks,
-    # preempted mid-epoch) in tests/distribute/test_exact_resume.py.
-    cmd = _command(digits_table, tmp_path, "run")
-    ckpts = tmp_path / "run" / "checkpoints"
-    log_path = tmp_path / "first.log"
+def _kill_9_once(cmd: list[str], log_path: Path, ready, what: str) -> int:
+    """Start ``cmd``, SIGKILL it a little after ``ready()`` turns true (inside a later step).
+
+    Returns:
+        The killed process's pid.
+    """
     with open(log_path, "w") as out:
         proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 240
-            # Kill once training is past its second epoch, at whatever step it is then.
-            while not any(int(p.name[5:14]) > 2 * STEPS for p in list_checkpoints(ckpts)):
+            while not ready():
                 assert proc.poll() is None, log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no checkpoint appeared"
+                assert time.monotonic() < deadline, what
                 time.sleep(0.05)
             time.sleep(0.3)  # land somewhere inside a later step
             proc.send_signal(signal.SIGKILL)
@@ -64,6 +62,22 @@ def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    return proc.pid
+
+
+@pytest.mark.slow
+def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
+    # That the resumed weights equal an uninterrupted run's is checked exactly (2 ranks,
+    # preempted mid-epoch) in tests/distribute/test_exact_resume.py.
+    cmd = _command(digits_table, tmp_path, "run")
+    ckpts = tmp_path / "run" / "checkpoints"
+    # Kill once training is past its second epoch, at whatever step it is then.
+    _kill_9_once(
+        cmd,
+        tmp_path / "first.log",
+        lambda: any(int(p.name[5:14]) > 2 * STEPS for p in list_checkpoints(ckpts)),
+        "no checkpoint appeared",
+    )
     good = list_checkpoints(ckpts)
     assert good and not (ckpts / "COMPLETE").exists()
     last = read_header(good[-1])
@@ -122,28 +136,18 @@ def test_kill_9_with_run_dir_on_s3_resumes_from_the_bucket_in_the_same_run(
         names = [o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", [])]
         return sorted(int(n[5:14]) for n in names if re.fullmatch(r"ckpt-\d{9}\.json", n))
 
-    log_path = tmp_path / "first.log"
-    with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 240
-            # Kill once a checkpoint past the first epoch counts (its manifest is written).
-            while not any(step > STEPS for step in manifests()):
-                assert proc.poll() is None, log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no checkpoint manifest appeared"
-                time.sleep(0.1)
-            time.sleep(0.3)  # land somewhere inside a later step
-            proc.send_signal(signal.SIGKILL)
-            assert proc.wait(30) == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    # Kill once a checkpoint past the first epoch counts (its manifest is written).
+    pid = _kill_9_once(
+        cmd,
+        tmp_path / "first.log",
+        lambda: any(step > STEPS for step in manifests()),
+        "no checkpoint manifest appeared",
+    )
     steps = manifests()
     last = steps[-1]
     assert last < EPOCHS * STEPS, "training ended before the kill"
     lease = client.get_object(Bucket=s3.name, Key="runs/digits/.lease.json")["Body"].read()
-    assert json.loads(lease)["pid"] == proc.pid  # the killed run could not release it
+    assert json.loads(lease)["pid"] == pid  # the killed run could not release it
     # An upload killed before its manifest: newer than the last valid checkpoint, never resumed.
     client.put_object(
         Bucket=s3.name, Key=f"runs/digits/checkpoints/ckpt-{last + 5:09d}.npz", Body=b"partial"

@@ -109,20 +109,10 @@ def spark_cluster(tmp_path_factory):
                 p.wait()
 
 
-@pytest.mark.slow
-def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
-    spark_cluster, digits_table, tmp_path
-):
-    master, env = spark_cluster
+def _run_driver(env: dict, *args: str) -> tuple[dict, str]:
+    """Run ``tests.distribute.spark_driver`` with ``args``: its RESULT and its whole output."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.distribute.spark_driver",
-            master,
-            digits_table,
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "tests.distribute.spark_driver", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -131,13 +121,21 @@ def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
+    return json.loads(line[len("RESULT ") :]), proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
+    spark_cluster, digits_table, tmp_path
+):
+    master, env = spark_cluster
+    out, logs = _run_driver(env, master, digits_table, str(tmp_path))
     exp = digits_experiment(digits_table, tmp_path, "runtime.strategy=horovod", "runtime.np=2")
     report = {"result": TrainResult(**out["report"]["result"]), "ranks": out["report"]["ranks"]}
     check_horovod_run(report, exp)
     assert report["result"].metrics["test_accuracy"] > 0.85
     # Output of the Spark tasks came back to the driver, each line prefixed by its task.
-    assert "[0]<stderr>:" in proc.stdout + proc.stderr
+    assert "[0]<stderr>:" in logs
     # Three tasks on two slots: a fast, explained refusal instead of a 600 s wait.
     assert re.search(
         r"needs 3 free Spark task slots, but .* has [12] free of [12]", out["too_many"]
@@ -160,26 +158,7 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
     ingest_sklearn_digits(table)
     run_dir = s3.uri("runs/digits")
     # Only the driver gets the object-store settings; they reach the executors with the tasks.
-    driver_env = {**env, **environment()}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.distribute.spark_driver",
-            master,
-            table,
-            str(tmp_path),
-            run_dir,
-        ],
-        cwd=REPO,
-        env=driver_env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
+    out, _ = _run_driver({**env, **environment()}, master, table, str(tmp_path), run_dir)
     exp = digits_experiment(
         table, tmp_path, "runtime.strategy=horovod", "runtime.np=2", f"runtime.run_dir={run_dir}"
     )

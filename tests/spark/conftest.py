@@ -1,34 +1,8 @@
-"""Fixtures of the Spark ML tests: one local[2] SparkSession, iris as a DataFrame, a tiny model."""
+"""Fixtures of the Spark ML tests: iris as a DataFrame (on the suite's ``spark``), a tiny model."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
-
-
-@pytest.fixture(scope="session")
-def spark(tmp_path_factory):
-    """A local[2] SparkSession on loopback, no UI (about 10 s to start)."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("keras_dl-tests-spark-ml")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 
 
 def main() -> None:
@@ -33,23 +32,13 @@ def main() -> None:
     import mlflow
     import pandas as pd
     from pyspark.ml.feature import VectorAssembler
-    from pyspark.sql import SparkSession
     from sklearn.datasets import load_iris
 
+    from keras_dl.inference_io import spark_session
     from keras_dl.spark import KerasEstimator
     from tests.spark.conftest import make_model
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("keras_dl-tests-fresh-fit")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
+    spark = spark_session("local[2]", "keras_dl-tests-fresh-fit")
     spark.sparkContext.setLogLevel("ERROR")
     data = load_iris()
     frame = pd.DataFrame(data.data, columns=["sl", "sw", "pl", "pw"])
