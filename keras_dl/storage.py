@@ -93,7 +93,7 @@ def check_bucket(fs, bucket: str, uri: str) -> None:
     """
     import pyarrow.fs as pafs
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint()
     where = f"at {endpoint}" if endpoint else "on AWS (no AWS_ENDPOINT_URL set)"
     creds = (
         "set"
@@ -139,6 +139,16 @@ def filesystem(uri: str):
         ) from None
 
 
+def s3_endpoint() -> str | None:
+    """The S3 endpoint of the environment: ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_region() -> str | None:
+    """The region of the environment: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def s3_filesystem():
     """A ``pyarrow.fs.S3FileSystem`` from the standard AWS environment variables."""
     import pyarrow.fs as pafs
@@ -151,10 +161,10 @@ def s3_filesystem():
         )
         if env.get("AWS_SESSION_TOKEN"):
             kwargs["session_token"] = env["AWS_SESSION_TOKEN"]
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    region = s3_region()
     if region:
         kwargs["region"] = region
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint()
     if endpoint:
         scheme, _, host = endpoint.partition("://")
         kwargs["endpoint_override"] = host.rstrip("/") if host else scheme
@@ -174,10 +184,10 @@ def delta_storage_options(uri: str) -> dict[str, str]:
     env = os.environ
     keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
     out = {k: env[k] for k in keys if env.get(k)}
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    region = s3_region()
     if region:
         out["AWS_REGION"] = region
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint()
     if endpoint:
         out["AWS_ENDPOINT_URL"] = endpoint
         if endpoint.startswith("http://"):
@@ -241,7 +251,7 @@ def environment() -> dict[str, str]:
     ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, so one endpoint setting serves both.
     """
     out = {k: os.environ[k] for k in (*_ENV, "MLFLOW_S3_ENDPOINT_URL") if os.environ.get(k)}
-    endpoint = out.get("AWS_ENDPOINT_URL_S3") or out.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint()
     if endpoint and "MLFLOW_S3_ENDPOINT_URL" not in out:
         out["MLFLOW_S3_ENDPOINT_URL"] = endpoint
     return out

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 
+from keras_dl import storage
 from keras_dl.errors import KerasDLError
 from keras_dl.runlock.base import Owner, RunLock, RunLockedError
 
@@ -204,12 +204,7 @@ def s3_client():
             "A run directory on S3 needs boto3 for its lease (conditional writes): "
             "pip install boto3"
         ) from None
-    env = os.environ
-    return boto3.client(
-        "s3",
-        endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
-        region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-    )
+    return boto3.client("s3", endpoint_url=storage.s3_endpoint(), region_name=storage.s3_region())
 
 
 class _Conflict(Exception):
