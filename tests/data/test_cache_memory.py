@@ -65,6 +65,16 @@ def _table(path, n=1000, rows_per_group=100):
     return open_table(path)
 
 
+def _record_reads(monkeypatch) -> list:
+    """The seed of every read of the table (one per streamed epoch), as they happen."""
+    opened = []
+    real = tfdata.iter_epoch_arrays
+    monkeypatch.setattr(
+        tfdata, "iter_epoch_arrays", lambda *a, **k: opened.append(k["seed"]) or real(*a, **k)
+    )
+    return opened
+
+
 def _rows(split, steps):
     return np.concatenate([x.numpy() for x, _ in split.dataset.take(steps)])
 
@@ -74,11 +84,7 @@ def test_cached_training_epochs_are_exact_reshuffled_and_resume_where_they_stopp
 ):
     snap = _table(str(tmp_path / "t"))
     plan = plan_columns(snap, ("f",), "label")
-    opened = []
-    real = tfdata.iter_epoch_arrays
-    monkeypatch.setattr(
-        tfdata, "iter_epoch_arrays", lambda *a, **k: opened.append(k["seed"]) or real(*a, **k)
-    )
+    opened = _record_reads(monkeypatch)
     options = ReadOptions(32, training=True, shuffle_buffer=100, cache_max_bytes=1 << 20)
     split = make_dataset(snap, plan, options)
     rows = _rows(split, 4 * split.steps)
@@ -130,11 +136,7 @@ def test_a_deterministic_hook_runs_once_per_row_and_the_cache_keeps_its_output(
 ):
     snap = _table(str(tmp_path / "t"))
     plan = plan_columns(snap, ("f",), "label")
-    opened = []
-    real = tfdata.iter_epoch_arrays
-    monkeypatch.setattr(
-        tfdata, "iter_epoch_arrays", lambda *a, **k: opened.append(k["seed"]) or real(*a, **k)
-    )
+    opened = _record_reads(monkeypatch)
     options = ReadOptions(32, training=True, shuffle_buffer=100, cache_max_bytes=1 << 20)
     hook = _Hook()
     split = make_dataset(snap, plan, options, hook)
