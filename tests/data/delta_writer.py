@@ -50,6 +50,7 @@ def write_delta(
     mapping: bool = False,
     inline: bool = False,
     partition: tuple[str, list] | None = None,
+    stats: bool = True,
 ) -> None:
     """Write version 0 of a table: ``files[i]`` is the row groups of file ``i``.
 
@@ -60,6 +61,7 @@ def write_delta(
         mapping: Column mapping in name mode: physical names ``col-<uuid>`` and field ids.
         inline: Store deletion vectors inline in the log instead of in a DV file.
         partition: ``(column, values per file)``: a string partition column.
+        stats: Write each file's ``stats.numRecords`` (readers then plan without footers).
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -117,8 +119,9 @@ def write_delta(
             "size": target.stat().st_size,
             "modificationTime": 0,
             "dataChange": True,
-            "stats": json.dumps({"numRecords": rows}),
         }
+        if stats:
+            add["stats"] = json.dumps({"numRecords": rows})
         if partition:
             add["partitionValues"] = {physical[partition[0]]: partition[1][i]}
         rows_deleted = (deleted or [[]] * len(files))[i]

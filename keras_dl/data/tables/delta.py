@@ -98,7 +98,7 @@ def open_delta(
         physical = pa.schema([_arrow_field(f, physical=True, table=storage.uri) for f in fields])
     partition_columns = tuple(meta.get("partitionColumns") or ())
     keys = {c: _physical_name(schema, physical, c) for c in partition_columns}
-    files, parts, deleted = [], [], []
+    files, parts, deleted, records = [], [], [], []
     for add in sorted(state.adds, key=lambda a: unquote(a["path"])):
         path = unquote(add["path"])
         files.append(
@@ -113,6 +113,7 @@ def open_delta(
         )
         dv = add.get("deletionVector")
         deleted.append(read_deletion_vector(dv, storage.uri, storage.read_bytes) if dv else None)
+        records.append(_num_records(add))
     return TableSnapshot(
         uri=storage.uri,
         format="delta",
@@ -123,6 +124,7 @@ def open_delta(
         partition_columns=partition_columns,
         deleted_rows=tuple(deleted),
         physical_schema=physical,
+        file_records=tuple(records),
     )
 
 
@@ -199,6 +201,18 @@ def _arrow_field(spec: dict, physical: bool, table: str) -> pa.Field:
         field_meta = {b"PARQUET:field_id": str(meta[FIELD_ID]).encode()}
     kind = delta_type(spec["type"], physical, table)
     return pa.field(name, kind, nullable=spec.get("nullable", True), metadata=field_meta)
+
+
+def _num_records(add: dict) -> int | None:
+    """``stats.numRecords`` of an ``add`` action (a JSON string in the log), or None."""
+    stats = add.get("stats")
+    if isinstance(stats, str):
+        try:
+            stats = json.loads(stats)
+        except ValueError:
+            return None
+    number = stats.get("numRecords") if isinstance(stats, dict) else None
+    return int(number) if isinstance(number, int) and number >= 0 else None
 
 
 def _physical_name(schema: pa.Schema, physical: pa.Schema | None, column: str) -> str:
