@@ -163,6 +163,10 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         options = {"loss": recipe.loss, "metrics": list(recipe.metrics)}
         if recipe.compile_options is not None:
             options.update(recipe.compile_options(data, exp))
+        if data.train.weighted and options.get("metrics"):
+            # Padding rows (equal steps on every rank) weigh 0: only weighted metrics skip them.
+            weighted = options.pop("metrics")
+            options["weighted_metrics"] = [*weighted, *(options.get("weighted_metrics") or [])]
         lr = exp.train.learning_rate
         if exp.train.lr_schedule == "cosine":
             lr = keras.optimizers.schedules.CosineDecay(lr, exp.train.epochs * data.train.steps)
@@ -181,11 +185,17 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     callbacks = [*make_callbacks(exp, world, run_id, data), *callbacks]
     prepare_fit(callbacks, model, data)  # resume: rank 0 restores the last checkpoint
     if world.is_chief:
+        stats = data.train.stats
         mlflow.log_params(
             {
-                "data.train_rows": data.train.stats.rows,
-                "data.row_groups": data.train.stats.row_groups,
+                "data.train_rows": stats.rows,
+                "data.files": stats.files,
+                **({"data.row_groups": stats.row_groups} if stats.row_groups is not None else {}),
                 "train.steps_per_epoch": data.train.steps,
+                # Every live row trains once per epoch, across all ranks; the padding on this
+                # rank (zero weights, for equal steps) is what fills its last batch.
+                "data.rows_trained_per_epoch": stats.rows,
+                "data.padded_rows_per_epoch": data.train.padded_rows,
             }
         )
     if exp.runtime.strategy == "horovod":

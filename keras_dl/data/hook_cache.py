@@ -45,10 +45,13 @@ class CachedHook:
                 out = self.concrete(*args) if isinstance(args, tuple) else self.concrete(args)
                 parts.append([t.numpy() for t in tf.nest.flatten(out)])
             if parts:
-                yield piece, {
-                    k: parts[0][i] if len(parts) == 1 else np.concatenate([p[i] for p in parts])
-                    for i, k in enumerate(self.keys)
-                }
+                yield (
+                    piece,
+                    {
+                        k: parts[0][i] if len(parts) == 1 else np.concatenate([p[i] for p in parts])
+                        for i, k in enumerate(self.keys)
+                    },
+                )
 
     def pack(self, values: dict):
         import tensorflow as tf

@@ -12,7 +12,10 @@ from tests.conftest import write_delta
 def _chunks(keep=None):
     """A fake split of 6 row groups of 10 rows, as ``(piece, arrays)``."""
     for i in range(6):
-        yield Piece(i // 3, i % 3, keep, 10), {"x": np.arange(10 * i, 10 * i + 10, dtype=np.float32)}
+        yield (
+            Piece(i // 3, i % 3, keep, 10),
+            {"x": np.arange(10 * i, 10 * i + 10, dtype=np.float32)},
+        )
 
 
 def test_a_whole_split_is_kept_per_row_group_and_any_plan_is_served_from_it():
@@ -132,7 +135,9 @@ def test_a_deterministic_hook_runs_once_per_row_and_the_cache_keeps_its_output(
     resumed = make_dataset(snap, plan, options, _Hook())
     at = 3 * split.steps - 5
     resumed.start_at(at)  # 5 steps before the end of epoch 2: 4 whole batches and one of 8
-    np.testing.assert_array_equal(_rows(resumed, 10), rows[3000 - 4 * 32 - 8 :][: 4 * 32 + 8 + 5 * 32])
+    np.testing.assert_array_equal(
+        _rows(resumed, 10), rows[3000 - 4 * 32 - 8 :][: 4 * 32 + 8 + 5 * 32]
+    )
 
 
 def test_a_hook_that_is_random_or_too_big_to_cache_runs_in_tf_data_every_epoch(tmp_path):

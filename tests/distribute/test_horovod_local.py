@@ -85,3 +85,32 @@ def test_unpicklable_function_is_a_clear_error():
 def test_np_zero_is_a_clear_error():
     with pytest.raises(DistributedError, match=r"np=0\) runs nothing: use np=-N .* or np=N"):
         HorovodRunner(np=0)
+
+
+@pytest.mark.slow
+def test_two_ranks_train_every_row_of_a_one_row_group_table_once_per_epoch(digits_exp, tmp_path):
+    """A table written in one row group (pandas' and deltalake's default shape for a small
+    table) trains on 2 ranks: each epoch, every row once, on exactly one rank."""
+    from keras_dl.data import read_table
+    from tests.conftest import write_delta
+    from tests.distribute.workers import train_counting_rows
+
+    exp = digits_exp("runtime.strategy=horovod", "runtime.np=-2", "train.epochs=2")
+    rows = read_table(exp.data.table)
+    one = write_delta(str(tmp_path / "one"), rows, rows_per_group=rows.num_rows)
+    exp = digits_exp(
+        f"data.table={one}",
+        "data.split_column=split",
+        "runtime.strategy=horovod",
+        "runtime.np=-2",
+        "train.epochs=2",
+        "train.batch_size=128",  # 1257 train rows: 629 and 628 per rank, 10 steps of 64
+        "tracking.log_model=false",
+    )
+    ranks = launch(exp, main=train_counting_rows)
+    train_rows = 1257
+    for epoch in range(2):
+        seen = [r["rows"][epoch] for r in ranks]
+        assert sum(seen) == train_rows and max(seen) - min(seen) <= 1, seen
+        # The logged value is the ranks' mean (MetricAverage): the padding counts nowhere.
+        assert ranks[0]["logged"][epoch] == pytest.approx(train_rows / 2)
