@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
     bsub = b.add_subparsers(dest="bench")
-    for name in ("input", "fit", "distributed", "callbacks", "predict"):
+    for name in ("input", "fit", "distributed", "callbacks", "predict", "plan"):
         _add_module_command(bsub, name, f"keras_dl.bench.{name}")
 
     _add_module_command(sub, "predict", "keras_dl.inference")

@@ -185,7 +185,7 @@ def test_every_training_epoch_trains_every_row_once_with_equal_steps(
     iterators = [iter(s.dataset) for s in splits]
     for epoch in range(epochs):
         trained = Counter()
-        for split, it in zip(splits, iterators):
+        for it in iterators:
             for _ in range(steps):
                 element = next(it)
                 ids = element[0].numpy()
