@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
     bsub = b.add_subparsers(dest="bench")
-    for name in ("input", "fit", "distributed", "callbacks", "predict"):
+    for name in ("input", "fit", "distributed", "callbacks", "predict", "tabular"):
         _add_module_command(bsub, name, f"keras_dl.bench.{name}")
 
     _add_module_command(sub, "predict", "keras_dl.inference")
@@ -159,7 +159,8 @@ def _cmd_recipes(args) -> int:
         d = r.defaults
         print(f"{name:10s} {r.description}")
         print(
-            f"{'':10s} defaults: epochs={d.train.epochs} batch_size={d.train.batch_size} "
+            f"{'':10s} defaults: epochs={_auto(d.train.epochs)} "
+            f"batch_size={_auto(d.train.batch_size)} "
             f"learning_rate={d.train.learning_rate} optimizer={d.train.optimizer} "
             f"table={d.data.table or '-'}"
         )
@@ -169,6 +170,11 @@ def _cmd_recipes(args) -> int:
             model = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(d.model).items())
             print(f"{'':10s} model: {model}")
     return 0
+
+
+def _auto(value) -> str:
+    """A setting the recipe chooses from the table (null in its defaults) reads "auto"."""
+    return "auto" if value is None else str(value)
 
 
 def _cmd_ingest_digits(args) -> int:
