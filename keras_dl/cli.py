@@ -67,8 +67,12 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
     bsub = b.add_subparsers(dest="bench")
-    for name in ("input", "fit", "distributed", "callbacks", "predict", "tabular"):
+    for name in ("input", "fit", "distributed", "callbacks", "predict"):
         _add_module_command(bsub, name, f"keras_dl.bench.{name}")
+    # It trains a recipe: the recipe's settings come as in `train` (--config, --set).
+    _add_module_command(
+        bsub, "tabular", "keras_dl.bench.tabular", lambda p, **_: _add_config_args(p)
+    )
 
     _add_module_command(sub, "predict", "keras_dl.inference")
     _add_module_command(sub, "promote", "keras_dl.registry")

@@ -13,8 +13,10 @@ from tests.conftest import run_cli
 
 @pytest.mark.slow
 def test_bench_tabular_prints_one_row_per_dataset_with_real_scores(tmp_path):
-    out = tmp_path / "tabular.json"
-    args = ("--datasets", "iris", "--seeds", "2", "--set", "train.epochs=3", "--out", str(out))
+    out, cfg = tmp_path / "tabular.json", tmp_path / "recipe.yaml"
+    cfg.write_text("train:\n  epochs: 9\n")  # the recipe's settings, as `keras-dl train` takes them
+    args = ("--datasets", "iris", "--seeds", "2", "--config", str(cfg), "--set", "train.epochs=3")
+    args += ("--out", str(out))
     done = run_cli("bench", "tabular", *args, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
@@ -23,13 +25,13 @@ def test_bench_tabular_prints_one_row_per_dataset_with_real_scores(tmp_path):
     row = lines[header + 1]
     assert row.startswith("iris ") and lines[header + 2].startswith("keras_dl: ")
     cells = [c.strip() for c in row.split("  ") if c.strip()]
-    # One cell per column; scores carry [min-max] spreads of the two seeds.
+    # One cell per column; scores carry [min, max] spreads of the two seeds.
     assert len(cells) == len(COLUMNS), cells
     values = dict(zip(COLUMNS, cells))
     assert values["rows tr/va/te"] == "90/30/30" and values["metric"] == "accuracy"
     assert values["result"] in ("PASS", "MISS") and values["target"] == ">= -0.02"
-    assert values["batch"] == "8" and values["epochs"] == "3/3"  # chosen batch, set epochs
-    assert "[" in values["keras_dl"] and "-" in values["keras_dl"]
+    assert values["batch"] == "8" and values["epochs"] == "3/3"  # chosen batch; --set wins
+    assert values["keras_dl"].endswith("]") and ", " in values["keras_dl"]
 
     report = json.loads(out.read_text())
     (iris,) = report["datasets"]
