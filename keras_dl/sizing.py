@@ -18,7 +18,7 @@ it is written to ``config.yaml`` and logged as MLflow params like any setting.
 
 Example:
     >>> choose_sizes(150, validation=True)
-    Sizing(rows=150, batch_size=8, epochs=160, patience=16, restore_best_weights=True)
+    Sizing(rows=150, batch_size=8, epochs=158, patience=15, restore_best_weights=True)
 """
 
 from __future__ import annotations
