@@ -69,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="bench")
     for name in ("input", "fit", "distributed", "callbacks", "predict", "plan"):
         _add_module_command(bsub, name, f"keras_dl.bench.{name}")
+    # It trains a recipe: the recipe's settings come as in `train` (--config, --set).
+    _add_module_command(
+        bsub, "tabular", "keras_dl.bench.tabular", lambda p, **_: _add_config_args(p)
+    )
 
     _add_module_command(sub, "predict", "keras_dl.inference")
     _add_module_command(sub, "promote", "keras_dl.registry")
@@ -159,7 +163,8 @@ def _cmd_recipes(args) -> int:
         d = r.defaults
         print(f"{name:10s} {r.description}")
         print(
-            f"{'':10s} defaults: epochs={d.train.epochs} batch_size={d.train.batch_size} "
+            f"{'':10s} defaults: epochs={_auto(d.train.epochs)} "
+            f"batch_size={_auto(d.train.batch_size)} "
             f"learning_rate={d.train.learning_rate} optimizer={d.train.optimizer} "
             f"table={d.data.table or '-'}"
         )
@@ -169,6 +174,11 @@ def _cmd_recipes(args) -> int:
             model = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(d.model).items())
             print(f"{'':10s} model: {model}")
     return 0
+
+
+def _auto(value) -> str:
+    """A setting the recipe chooses from the table (null in its defaults) reads "auto"."""
+    return "auto" if value is None else str(value)
 
 
 def _cmd_ingest_digits(args) -> int:

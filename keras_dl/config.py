@@ -106,6 +106,10 @@ class TrainConfig:
     Args:
         epochs: Passes over the training split. Defaults to 10.
         batch_size: Global batch size (all replicas together). Defaults to 32.
+
+    ``epochs`` and ``batch_size`` may be null (None) only in a recipe whose own default is null:
+    that recipe chooses them from the training table before training (see
+    :func:`keras_dl.recipe.configure`; the tabular recipe does). Elsewhere null is refused.
         learning_rate: Base learning rate, before any world-size scaling. Defaults to 1e-3.
         optimizer: A Keras optimizer name ("adam", "sgd", "rmsprop", "adamw"). Defaults to "adam".
         lr_schedule: "constant" or "cosine" (decay to 0 over all epochs). Defaults to "constant".
@@ -114,8 +118,8 @@ class TrainConfig:
         verbose: Keras ``fit`` verbosity on the chief (0, 1 or 2). Defaults to 2.
     """
 
-    epochs: int = 10
-    batch_size: int = 32
+    epochs: int | None = 10
+    batch_size: int | None = 32
     learning_rate: float = 1e-3
     optimizer: str = "adam"
     lr_schedule: str = "constant"
@@ -283,7 +287,9 @@ def resolve(
         exp = apply_mapping(exp, read_yaml(config_file), origin=str(config_file))
     for item in sets:
         exp = apply_mapping(exp, parse_set(item), origin=f"--set {item}")
-    return validate(exp)
+    exp = validate(exp)
+    _check_chosen_by_recipe(defaults, exp)
+    return exp
 
 
 def read_yaml(path: str | os.PathLike) -> dict:
@@ -564,6 +570,23 @@ _AT_LEAST_ZERO = (
     "callbacks.log_every_n_steps",
     "callbacks.patience",
 )
+
+
+# Settings a recipe may leave null in its defaults, to choose them from the table itself.
+CHOSEN_BY_RECIPE = ("train.epochs", "train.batch_size")
+
+
+def _check_chosen_by_recipe(defaults: Experiment, exp: Experiment) -> None:
+    """Null is for a recipe that chooses the value (its default is null); elsewhere refuse it."""
+    for key in CHOSEN_BY_RECIPE:
+        section, name = key.split(".")
+        default = getattr(getattr(defaults, section), name)
+        if getattr(getattr(exp, section), name) is None and default is not None:
+            raise ConfigError(
+                f"Config key {key!r} got 'null', but it must be an integer: recipe "
+                f"{exp.recipe or '(none)'!r} does not choose it from the table. Set a number, "
+                f"for example --set {key}={default}."
+            )
 
 
 def _check_finite(exp: Experiment) -> None:

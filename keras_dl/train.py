@@ -20,7 +20,7 @@ from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
-from keras_dl.recipe import Recipe, load_recipe
+from keras_dl.recipe import Recipe, configure, load_recipe
 from keras_dl.runlock import held_by_launcher, open_run_lock
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ def fit(
 
         init()  # every rank joins the Horovod world before it shards data by rank
     recipe = recipe or load_recipe(exp.recipe)
+    exp = configure(exp, recipe)  # e.g. the tabular recipe's batch size from the row count
     if recipe.prepare is not None:
         recipe = recipe.prepare(exp)  # table-dependent parts, e.g. a string label's classes
     world = current_world()

@@ -188,6 +188,12 @@ def launch(exp, main: Callable | None = None) -> Any:
     from keras_dl.distribute.horovod import import_horovod
 
     import_horovod()  # fail before creating a run that could never start
+    if exp.train.batch_size is None or exp.train.epochs is None:
+        from keras_dl.recipe import configure, load_recipe
+
+        # Settings the recipe chooses from the table (tabular: batch size, epochs), chosen once
+        # here, so the run's params and config.yaml hold them and every rank gets the same.
+        exp = configure(exp, load_recipe(exp.recipe))
     runner = HorovodRunner(
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,
