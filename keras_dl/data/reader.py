@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from keras_dl.data import reader_lifecycle
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.rows import TableStats, load_row_group, one_array
 from keras_dl.data.snapshot import TableSnapshot
@@ -59,10 +60,13 @@ def iter_epoch(
     expected = stats.shard_rows(shard, num_shards)
     if expected == 0:
         return  # nothing live in this shard (or more shards than row groups): nothing to read
+    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
     reader = open_reader(snapshot, columns, shard, num_shards, shuffle, seed, workers)
+    reader_lifecycle.track(reader)  # lifecycle: stopped and joined at exit
     read = 0
     try:
         while True:
+            reader_lifecycle.check_open()  # lifecycle: at exit, stop between row groups
             try:
                 table = next(reader)
             except StopIteration:
@@ -230,6 +234,7 @@ def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed
     petastorm_compat.install()  # Petastorm's own metadata unpickling is patched too
     expected = stats.shard_rows(shard, num_shards)
     # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
+    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
     with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
         warnings.simplefilter("ignore")
         reader = make_reader(
@@ -244,10 +249,12 @@ def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed
             cur_shard=shard if num_shards > 1 else None,
             shard_count=num_shards if num_shards > 1 else None,
         )
+    reader_lifecycle.track(reader)  # lifecycle: stopped at exit
     read = 0
     try:
         rows = []
         for row in reader:
+            reader_lifecycle.check_open()  # lifecycle: at exit, stop between rows
             rows.append(row)
             if len(rows) == CHUNK_ROWS:
                 read += len(rows)
@@ -256,7 +263,7 @@ def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed
         if rows:
             read += len(rows)
             yield _stack(rows, plan)
-    except DataError:
+    except (DataError, reader_lifecycle.ReadersClosed):  # lifecycle: not a read error
         raise
     except Exception as exc:
         raise DataError(f"Reading Petastorm dataset {snapshot.uri!r} failed: {exc}") from exc
