@@ -131,6 +131,8 @@ _running = _Running()
 
 def _stop_at_exit() -> None:
     _exiting.set()
+    if _started == 0 and not _readers:
+        return  # this process never read through a generator: nothing to wait for
     deadline = time.monotonic() + EXIT_WAIT_SECONDS
     while time.monotonic() < deadline:
         with _lock:
