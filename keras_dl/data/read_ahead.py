@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from keras_dl.data import reader_lifecycle
+
 
 class ReadAhead:
     """``read(epoch)``, where the end of one epoch's read starts opening the next epoch's.
@@ -53,6 +55,7 @@ class ReadAhead:
             except BaseException as exc:  # re-raised by the read that takes it
                 box["error"] = exc
 
+        start = reader_lifecycle.run_tracked(start)  # lifecycle: the exit hook waits for it
         thread = threading.Thread(target=start, name=f"keras_dl-read-epoch-{epoch}", daemon=True)
         thread.start()
         with self.lock:

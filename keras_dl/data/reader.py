@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from keras_dl.data import reader_lifecycle
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.rows import (
     TableStats,
@@ -109,10 +110,13 @@ def read_pieces(
     if not pieces:
         return
     expected = sum(p.rows for p in pieces)
+    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
     reader = open_reader(snapshot, columns, pieces, workers)
+    reader_lifecycle.track(reader)  # lifecycle: stopped and joined at exit
     read = 0
     try:
         for piece in pieces:
+            reader_lifecycle.check_open()  # lifecycle: at exit, stop between row groups
             try:
                 table = next(reader)
             except StopIteration:
@@ -314,6 +318,7 @@ def iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed,
     keep = keep_mask(runs[0][1], stats.rows) if runs else np.zeros(stats.rows, bool)
     expected = int(keep.sum())
     # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
+    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
     with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
         warnings.simplefilter("ignore")
         reader = make_reader(
@@ -326,10 +331,12 @@ def iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed,
             shuffle_row_groups=shuffle,
             seed=seed if shuffle else None,
         )
+    reader_lifecycle.track(reader)  # lifecycle: stopped at exit
     read = position = 0
     try:
         rows = []
         for row in reader:
+            reader_lifecycle.check_open()  # lifecycle: at exit, stop between rows
             if position < len(keep) and keep[position]:
                 rows.append(row)
             position += 1
@@ -340,7 +347,7 @@ def iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed,
         if rows:
             read += len(rows)
             yield _stack(rows, plan)
-    except DataError:
+    except (DataError, reader_lifecycle.ReadersClosed):  # lifecycle: not a read error
         raise
     except Exception as exc:
         raise DataError(f"Reading Petastorm dataset {snapshot.uri!r} failed: {exc}") from exc

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from keras_dl.data import reader_lifecycle
 from keras_dl.data.blocks import (
     as_block,
     cut_blocks,
@@ -163,7 +164,9 @@ def make_dataset(
     import tensorflow as tf
 
     stream = EpochStream(snapshot, plan, options, preprocess)
-    ds = tf.data.Dataset.from_generator(stream.generate, output_signature=stream.signature)
+    # lifecycle: the generator ends at its next step when the interpreter exits.
+    generate = reader_lifecycle.guard_generator(stream.generate)
+    ds = tf.data.Dataset.from_generator(generate, output_signature=stream.signature)
     # Let the (Python) generator run ahead of slicing and preprocessing, on its own thread.
     # Each block's batches are handed out by ``from_tensor_slices``, whose slices alias the
     # block (no copy); ``rebatch`` and ``unbatch`` copy every slice.

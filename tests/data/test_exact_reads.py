@@ -261,7 +261,7 @@ def test_deleted_rows_are_gone_with_special_partition_values(tmp_path, inline, m
         [pa.table({"id": np.arange(10, 14), "x": np.ones(4)})],
         [pa.table({"id": np.arange(14, 16), "x": np.ones(2)})],
     ]
-    values = ["a b%c", "é=1/x", ""]  # a space, %, a non-ASCII letter, =, / and a null
+    values = ["a b%c", "é=1/x", None]  # a space, %, a non-ASCII letter, =, / and a null
     path = str(tmp_path / "t")
     write_delta(
         path,

@@ -9,7 +9,7 @@ protocol requires of a reader:
   ``timestamp`` is UTC, ``timestamp_ntz`` has no zone.
 - **Column mapping** (``name`` and ``id`` modes): the physical names (and field ids) inside the
   Parquet files are kept beside the logical schema; partition values are keyed by physical name.
-- **Partition values** from the log, typed by the schema; an empty or missing value is a null.
+- **Partition values** from the log, typed by the schema as delta-kernel types them.
 - **Deletion vectors**: each live file's deleted rows, decoded and checked.
 """
 
@@ -21,10 +21,10 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from keras_dl.data.filters import to_type
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables.deletion_vectors import read_deletion_vector
 from keras_dl.data.tables.delta_log import LOG, replay
+from keras_dl.data.tables.partition_values import BadValue, parse_partition_text
 from keras_dl.errors import DataError
 from keras_dl.storage import Storage
 
@@ -149,20 +149,22 @@ def check_protocol(protocol: dict, table: str) -> None:
 
 
 def parse_partition_value(value: str | None, kind: pa.DataType, column: str, table: str) -> Any:
-    """A partition value from the log, typed as ``kind``; empty or missing is None (null).
+    """A partition value from the log, typed as ``kind``; missing is None (null).
 
-    Follows the protocol's "Partition Value Serialization": numbers as text, dates as
-    ``YYYY-MM-DD``, timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (the writer's zone, UTC for
-    Spark) or ISO 8601 in UTC, booleans as ``true``/``false``, binary as escaped characters.
+    Read as delta-kernel reads it (:mod:`.partition_values`): numbers as text, dates as
+    ``YYYY-MM-DD``, timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (UTC) or RFC 3339,
+    booleans as ``true``/``false``, binary as the UTF-8 bytes of the text; an empty text is
+    a null, or the empty value of a string or binary column.
     """
-    if value is None or value == "":
-        return None  # "An empty string for any type translates to a null partition value"
+    if value is None:
+        return None
     try:
-        return to_type(value, kind, column)
-    except DataError:
+        return parse_partition_text(value, kind)
+    except BadValue:
         raise DataError(
             f"Delta table {table!r} has the partition value {value!r} for column {column!r}, "
-            f"which is not a {kind} value. The log is damaged or its writer does not conform."
+            f"which is not a {kind} value as the Delta protocol serializes them (delta-kernel "
+            "refuses it too). The log is damaged or its writer does not conform."
         ) from None
 
 
