@@ -228,6 +228,29 @@ def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(sma
     assert "does not beat predicting the training mean" in off.not_registered
 
 
+@pytest.mark.slow
+def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_table, tmp_path):
+    from keras_dl.distribute.runner import launch
+    from keras_dl.errors import DistributedError
+
+    sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
+    sets += ["train.learning_rate=0.25", "train.epochs=20"]
+    sets += ["runtime.strategy=horovod", "runtime.np=-2", "runtime.stall_timeout=60"]
+    exp = resolve(load_recipe("tabular").defaults, sets=[*_sets(small_table, tmp_path), *sets])
+    # Both ranks stop after the same epoch and fail alike; a rank left training alone would
+    # wait in the next allreduce until the stall timeout named it instead.
+    with pytest.raises(
+        (DivergenceError, DistributedError), match=r"DivergenceError: Training diverged: loss grew"
+    ):
+        launch(exp)
+    (run,) = runs_in(exp.tracking.uri)
+    assert run.info.status == "FAILED"
+    assert "Training diverged: loss grew" in run.data.tags["keras_dl.failure"]
+    epochs = mlflow.MlflowClient(exp.tracking.uri).get_metric_history(run.info.run_id, "loss")
+    assert 2 <= len(epochs) < 20
+    assert _versions(exp.tracking.uri) == []
+
+
 def test_early_stopping_stops_at_the_epoch_whose_loss_grew():
     import keras
 
