@@ -116,8 +116,8 @@ def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
             have = ", ".join(sorted(scores)) or "none (no test or validation split)"
             raise ConfigError(
                 f"registry.min_metric={reg.min_metric!r} names {name!r}, which this run does not "
-                f"have. Its evaluation metrics: {have}. Rerun the same command with one of "
-                "them: it trains nothing."
+                f"have. Its evaluation metrics: {have}. Set it to one of them and run again: "
+                "the trained model is kept, nothing trains again."
             )
         ok = _OPS[op](scores[name], floor)
         check(ok, f"{name}={scores[name]:.4g} {'meets' if ok else 'fails'} {name}{op}{floor:g}")

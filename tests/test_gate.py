@@ -114,6 +114,7 @@ def test_a_model_no_better_than_the_majority_class_is_not_registered(small_table
     assert _versions(uri) == []
 
 
+@pytest.mark.slow
 def test_a_floor_holds_a_good_model_back_until_it_is_met(small_table, tmp_path):
     sets = ["data.label=rare", "data.features=x1,x2", "train.epochs=20"]
     sets += ["train.learning_rate=0.01"]
@@ -141,6 +142,17 @@ def test_a_floor_holds_a_good_model_back_until_it_is_met(small_table, tmp_path):
     version = mlflow.MlflowClient(uri).get_model_version("tabular", "1")
     assert version.tags["keras_dl.gate"] == gate
     assert (tmp_path / "run" / "checkpoints" / "COMPLETE").exists()
+
+
+@pytest.mark.slow
+def test_without_a_test_split_the_validation_split_decides(small_table, tmp_path):
+    sets = ["data.label=rare", "data.features=x1,x2", "data.test_split=", "train.epochs=20"]
+    sets += ["train.learning_rate=0.01", "registry.min_metric=val_accuracy>=0.9"]
+    result, uri = train_tabular(small_table, tmp_path, *sets)
+    assert result.registered_version == 1 and result.metrics == {}
+    gate = mlflow.MlflowClient(uri).get_run(result.run_id).data.tags["keras_dl.gate"]
+    assert "meets val_accuracy>=0.9" in gate
+    assert "beats the training majority class 'a'" in gate and "same 100 rows" in gate
 
 
 @pytest.mark.slow
@@ -203,6 +215,7 @@ def test_regression_must_beat_predicting_the_training_mean(small_table, tmp_path
     assert _versions(uri) == []
 
 
+@pytest.mark.slow
 def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(small_table, tmp_path):
     # A linear model under SGD past its stable step size: the loss grows every step.
     sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
