@@ -1,7 +1,8 @@
 """``keras-dl``: train, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
 
 Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
-with their ``exit_code``: 2, or 3 when training diverged; nothing else is swallowed.
+with their ``exit_code``: 2, 3 when training diverged, 4 when the model did not earn
+registration, 75 when preempted; nothing else is swallowed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from keras_dl.errors import KerasDLError
+from keras_dl.errors import KerasDLError, NotRegistered
 
 EXIT_USER_ERROR = 2
 
@@ -30,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args) or 0
     except KerasDLError as exc:
         print(f"error: {textwrap.fill(str(exc), 100)}", file=sys.stderr)
-        return exc.exit_code  # 2, or 3 for a diverged training
+        return exc.exit_code  # 2; 3 diverged; 4 not registered; 75 preempted
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -152,6 +153,14 @@ def _cmd_train(args) -> int:
             name = exp.tracking.registered_model
             print(f"registered model: models:/{name}/{result.registered_version}")
         print(f"MLflow UI: {tracking.ui_command(exp.tracking.uri)}")
+    if result.not_registered:
+        raise NotRegistered(
+            f"The model was {result.not_registered}. Run {result.run_id} ended FINISHED with "
+            f"this as its {tracking.NOT_REGISTERED_TAG} tag, and its model is logged. Train a "
+            "better one (other train.* settings; --set runtime.resume=false starts over), or "
+            "change registry.min_metric or registry.must_beat and run the same command again: "
+            "it trains nothing and decides again."
+        )
     return 0
 
 

@@ -179,6 +179,8 @@ def end_run(
 
 
 FAILURE_TAG = "keras_dl.failure"
+NOT_REGISTERED_TAG = "keras_dl.not_registered"  # why a FINISHED run's model was not registered
+GATE_TAG = "keras_dl.gate"  # what the registry gate checked, passed or not
 PREEMPTED_TAG = "preempted"  # the signal that stopped a run marked KILLED
 
 
@@ -220,7 +222,7 @@ def log_keras_model(
 
     register = registered_model if registered_model and registered_model != "none" else None
     if is_frame_input(sample_input):
-        info = log_frame_model(model, sample_input, register)
+        info = log_frame_model(model, sample_input)
     else:
         prediction = model.predict(sample_input, verbose=0)
         signature = make_signature(sample_input, prediction)
@@ -228,17 +230,33 @@ def log_keras_model(
             model,
             name="model",
             signature=signature,
-            registered_model_name=register,
             pip_requirements=model_requirements(),
         )
-    version = getattr(info, "registered_model_version", None)
-    if register and version is not None:
-        client = mlflow.MlflowClient()
-        for key, value in {**dict(tags), **git_tags()}.items():
-            client.set_model_version_tag(register, str(version), key, str(value))
-        if description:
-            client.update_model_version(register, str(version), description=description)
-    return info.model_uri, None if version is None else int(version)
+    if register is None:
+        return info.model_uri, None
+    return info.model_uri, register_model(info.model_uri, register, tags, description)
+
+
+def register_model(
+    model_uri: str, name: str, tags: Mapping[str, str] = (), description: str | None = None
+) -> int:
+    """Register a logged model as a new version of ``name``; return the version.
+
+    Args:
+        model_uri: The logged model (``models:/m-...`` or ``runs:/RUN/model``).
+        name: The registered model's name.
+        tags: Tags set on the version (lineage); the git commit is added. Defaults to none.
+        description: The version's description. Defaults to None.
+    """
+    import mlflow
+
+    version = mlflow.register_model(model_uri, name).version
+    client = mlflow.MlflowClient()
+    for key, value in {**dict(tags), **git_tags()}.items():
+        client.set_model_version_tag(name, str(version), key, str(value))
+    if description:
+        client.update_model_version(name, str(version), description=description)
+    return int(version)
 
 
 def describe_version(exp: Experiment, lineage: Mapping[str, str], metrics: Mapping) -> str:

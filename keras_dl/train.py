@@ -28,12 +28,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainResult:
-    """What a training run produced (on non-chief ranks only ``metrics`` is filled)."""
+    """What a training run produced (on non-chief ranks only ``metrics`` is filled).
+
+    ``not_registered`` is why the model was not registered when :mod:`keras_dl.gate` refused
+    it (the run still ended FINISHED); None when it was registered or registration was off.
+    """
 
     run_id: str | None
     metrics: dict[str, float] = field(default_factory=dict)
     model_uri: str | None = None
     registered_version: int | None = None
+    not_registered: str | None = None
     history: dict[str, list[float]] = field(default_factory=dict)
     model: Any = None
 
@@ -61,11 +66,13 @@ def fit(
             launcher holds it (:func:`~keras_dl.distribute.runner.launch` does).
 
     Returns:
-        The run id, test metrics, model URI and registered version.
+        The run id, test metrics, model URI and registered version, or why the model was not
+        registered (``not_registered``; the CLI then exits 4).
 
     Raises:
         RunLockedError: Another training holds ``runtime.run_dir``.
-        DivergenceError: A loss, metric or weight became NaN or infinite.
+        DivergenceError: A loss, metric or weight became NaN or infinite, or the training loss
+            grew past ``callbacks.divergence_factor`` times the first epoch's.
     """
 
     if exp.runtime.strategy == "horovod":
@@ -220,14 +227,20 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
                 cb.flush()  # the steps and epochs before the error still reach the run
         raise
     # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
-    check_finite(model, history.history, learning_rate=exp.train.learning_rate)
+    check_finite(
+        model,
+        history.history,
+        learning_rate=exp.train.learning_rate,
+        factor=exp.callbacks.divergence_factor,
+    )
     checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
-    metrics, model_uri, version = finish(exp, model, data, world, run_id, checkpoint)
+    metrics, model_uri, version, refused = finish(exp, model, data, world, run_id, checkpoint)
     return TrainResult(
         run_id=run_id,
         metrics=metrics,
         model_uri=model_uri,
         registered_version=version,
+        not_registered=refused,
         history=dict(history.history),
         model=model,
     )
