@@ -15,7 +15,7 @@ from typing import Any
 
 from keras_dl import storage
 from keras_dl.config import Experiment, to_dict, to_flat_dict
-from keras_dl.errors import ConfigError
+from keras_dl.errors import ConfigError, DivergenceError
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,12 @@ def end_run(
         return
     if reason is not None or tags:
         try:
-            extra = {FAILURE_TAG: failure_text(reason)} if reason is not None else {}
+            extra = {}
+            if isinstance(reason, DivergenceError):
+                # A kind to filter on (tags.`keras_dl.failure` = 'diverged'), the text beside it.
+                extra = {FAILURE_TAG: "diverged", FAILURE_REASON_TAG: failure_text(reason)}
+            elif reason is not None:
+                extra = {FAILURE_TAG: failure_text(reason)}
             mlflow.set_tags({**(tags or {}), **extra})
         except Exception as exc:  # the status below matters more than the tag
             log.warning("Could not tag the run with its failure (%s).", exc)
@@ -179,6 +184,7 @@ def end_run(
 
 
 FAILURE_TAG = "keras_dl.failure"
+FAILURE_REASON_TAG = "keras_dl.failure_reason"  # the message, where the failure tag is a kind
 NOT_REGISTERED_TAG = "keras_dl.not_registered"  # why a FINISHED run's model was not registered
 GATE_TAG = "keras_dl.gate"  # what the registry gate checked, passed or not
 PREEMPTED_TAG = "preempted"  # the signal that stopped a run marked KILLED
