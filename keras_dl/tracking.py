@@ -171,12 +171,7 @@ def end_run(
         return
     if reason is not None or tags:
         try:
-            extra = {}
-            if isinstance(reason, DivergenceError):
-                # A kind to filter on (tags.`keras_dl.failure` = 'diverged'), the text beside it.
-                extra = {FAILURE_TAG: "diverged", FAILURE_REASON_TAG: failure_text(reason)}
-            elif reason is not None:
-                extra = {FAILURE_TAG: failure_text(reason)}
+            extra = failure_tags(reason) if reason is not None else {}
             mlflow.set_tags({**(tags or {}), **extra})
         except Exception as exc:  # the status below matters more than the tag
             log.warning("Could not tag the run with its failure (%s).", exc)
@@ -188,6 +183,15 @@ FAILURE_REASON_TAG = "keras_dl.failure_reason"  # the message, where the failure
 NOT_REGISTERED_TAG = "keras_dl.not_registered"  # why a FINISHED run's model was not registered
 GATE_TAG = "keras_dl.gate"  # what the registry gate checked, passed or not
 PREEMPTED_TAG = "preempted"  # the signal that stopped a run marked KILLED
+
+
+def failure_tags(reason: BaseException | str) -> dict[str, str]:
+    """The tags of a run that failed for ``reason``: ``keras_dl.failure`` is the cause as
+    ``Type: message``, or ``diverged`` (a kind to filter on, with the message in
+    ``keras_dl.failure_reason``) when training diverged."""
+    if isinstance(reason, DivergenceError):
+        return {FAILURE_TAG: "diverged", FAILURE_REASON_TAG: failure_text(reason)}
+    return {FAILURE_TAG: failure_text(reason)}
 
 
 def failure_text(reason: BaseException | str) -> str:

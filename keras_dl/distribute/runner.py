@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keras_dl import storage
+from keras_dl import storage, tracking
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
 from keras_dl.distribute.mainguard import check_main_guard
@@ -225,7 +225,7 @@ def launch(exp, main: Callable | None = None) -> Any:
             _end_run(exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name})
             raise
         except BaseException as exc:
-            _end_run(exp.tracking.uri, run_id, "FAILED", {"keras_dl.failure": str(exc)[:5000]})
+            _end_run(exp.tracking.uri, run_id, "FAILED", tracking.failure_tags(exc))
             raise
     finally:
         lock.release()
