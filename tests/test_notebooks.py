@@ -73,7 +73,7 @@ def test_01_explore_data(tmp_path, monkeypatch):
 def test_02_build_modules(tmp_path, monkeypatch):
     nb = _execute("02_build_modules", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2")
     text = _text(nb)
-    assert "Total params" in text and "steps/epoch 39" in text
+    assert "Total params" in text and "steps/epoch 40" in text
     assert "samples_per_sec" in text or "steps_per_sec" in text
     assert "test: {" in text
 
