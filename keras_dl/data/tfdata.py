@@ -246,6 +246,10 @@ class EpochStream:
             self.pack, self.in_graph = self.hook.pack, None
             self.signature = self.hook.signature(self.weighted)
         self.block_rows = self.hook_rows if self.in_graph is not None else batch
+        if table:
+            # Open (and check) the footers of the files this shard reads first, so a missing
+            # column or a null is refused now, by file, not inside tf.data.
+            self.pieces(0)
         # Training streams epoch after epoch: the next epoch's reader opens as this one's ends.
         self.reads = ReadAhead(self._read, ahead=lambda: options.training and self.cache.disabled)
 
