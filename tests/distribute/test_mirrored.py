@@ -54,18 +54,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.mark.slow
 def test_two_logical_devices_match_one_device(digits_table, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, digits_table, str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
+    out = _run(SCRIPT, digits_table, tmp_path)
     assert out["none"]["replicas"] == 1 and out["mirrored"]["replicas"] == 2
     one, two = out["none"]["loss"], out["mirrored"]["loss"]
     # Same data order, same global batch of 64 (32 per replica), averaged gradients: the losses
@@ -103,9 +92,16 @@ print("RESULT " + json.dumps({"rows": result.history["rows_seen"],
 
 @pytest.mark.slow
 def test_two_replicas_train_every_row_of_a_one_row_group_table(digits_table, tmp_path):
+    out = _run(ONE_GROUP, digits_table, tmp_path)
+    # 1257 train rows: 19 batches of 64 and a last one of 41, split over the two replicas.
+    assert out["replicas"] == 2 and out["rows"] == [1257.0, 1257.0]
+
+
+def _run(script: str, table: str, tmp_path) -> dict:
+    """Run ``script`` in a fresh interpreter (logical devices must be set before TF starts)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
-        [sys.executable, "-c", ONE_GROUP, digits_table, str(tmp_path)],
+        [sys.executable, "-c", script, table, str(tmp_path)],
         env=env,
         capture_output=True,
         text=True,
@@ -114,6 +110,4 @@ def test_two_replicas_train_every_row_of_a_one_row_group_table(digits_table, tmp
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT ") :])
-    # 1257 train rows: 19 batches of 64 and a last one of 41, split over the two replicas.
-    assert out["replicas"] == 2 and out["rows"] == [1257.0, 1257.0]
+    return json.loads(line[len("RESULT ") :])
