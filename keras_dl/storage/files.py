@@ -1,0 +1,92 @@
+"""Whole files by URI (a local path or an object-store URI): atomic writes, reads, listings."""
+
+from __future__ import annotations
+
+import os
+
+from keras_dl.storage.filesystems import filesystem, local_path, open_storage
+
+
+def write_atomic(uri: str, data: bytes) -> None:
+    """Write a whole file so that a reader sees either nothing or all of it.
+
+    Local disks: a temporary file in the same folder, fsynced, renamed over the target, and the
+    folder fsynced. Object stores: one PUT, which the store makes visible whole or not at all
+    (there is no rename to lean on, and none is needed).
+    """
+    local = local_path(uri)
+    if local is not None:
+        folder = os.path.dirname(os.path.abspath(local))
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{local}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, local)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        fsync_dir(folder)
+        return
+    fs, path = filesystem(uri)
+    with fs.open_output_stream(path) as f:
+        f.write(data)
+
+
+def read_file(uri: str) -> bytes:
+    """A whole file's bytes (local path or URI)."""
+    local = local_path(uri)
+    if local is not None:
+        with open(local, "rb") as f:
+            return f.read()
+    fs, path = filesystem(uri)
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def list_files(uri: str) -> dict[str, int]:
+    """``{name: size}`` of the files directly in a folder (empty when it does not exist)."""
+    storage = open_storage(uri)
+    import pyarrow.fs as pafs
+
+    selector = pafs.FileSelector(storage.root, allow_not_found=True)
+    return {
+        i.base_name: i.size
+        for i in storage.fs.get_file_info(selector)
+        if i.type == pafs.FileType.File
+    }
+
+
+def remove(uri: str) -> None:
+    """Delete a file if it exists."""
+    local = local_path(uri)
+    if local is not None:
+        if os.path.exists(local):
+            os.remove(local)
+        return
+    fs, path = filesystem(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def join(uri: str, *names: str) -> str:
+    """``uri/name/...`` for a local path or a URI."""
+    if local_path(uri) is not None and "://" not in uri:
+        return os.path.join(uri, *names)
+    return "/".join([uri.rstrip("/"), *names])
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename or a new file in ``folder`` durable (a no-op where folders can't be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,90 @@
+"""One Store interface over a local folder and an S3 prefix (moto's real server on loopback):
+the same calls give the same files, writes are whole, and a missing file is named the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keras_dl.storage import LocalStore, ObjectStore, open_store
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    if request.param == "local":
+        return open_store(tmp_path / "run")
+    s3 = request.getfixturevalue("s3")
+    return open_store(s3.uri(f"run-{os.urandom(4).hex()}"))
+
+
+def test_open_store_picks_the_implementation_from_the_uri(tmp_path):
+    assert isinstance(open_store(tmp_path), LocalStore)
+    assert isinstance(open_store(f"file://{tmp_path}"), LocalStore)
+    assert open_store(f"file://{tmp_path}") == open_store(str(tmp_path))
+    assert isinstance(open_store("s3://bucket/prefix/"), ObjectStore)
+    assert open_store("s3://bucket/prefix/").uri == "s3://bucket/prefix"
+
+
+def test_write_read_list_exists_and_remove_behave_the_same(store):
+    assert store.list() == {}
+    assert not store.exists("run.json")
+    with pytest.raises(FileNotFoundError):
+        store.read("run.json")
+    assert store.read_json("run.json", default={}) == {}
+    store.write_json("run.json", {"run_id": "abc"})
+    store.write_text("config.yaml", "a: 1\n")
+    assert store.read_json("run.json") == {"run_id": "abc"}
+    assert store.read_text("config.yaml") == "a: 1\n"
+    assert store.exists("run.json")
+    assert store.list() == {"run.json": 17, "config.yaml": 5}
+    store.write("run.json", b"{}")  # overwrite in place
+    assert store.read("run.json") == b"{}"
+    store.remove("run.json")
+    store.remove("run.json")  # removing a missing file is not an error
+    assert list(store.list()) == ["config.yaml"]
+
+
+def test_children_are_folders_of_the_same_kind(store):
+    child = store.child("checkpoints")
+    assert type(child) is type(store)
+    child.write("COMPLETE", b"7")
+    assert store.list() == {}  # only the files directly in a folder are listed
+    assert child.list() == {"COMPLETE": 1}
+    assert child.path("COMPLETE").startswith(store.uri)
+
+
+def test_upload_copies_a_local_file_whole_and_reports_its_size_and_digest(store, tmp_path):
+    data = os.urandom(3 << 20)
+    local = tmp_path / "ckpt.npz"
+    local.write_bytes(data)
+    size, digest = store.upload(local, "ckpt-000000001.npz")
+    assert (size, digest) == (len(data), hashlib.sha256(data).hexdigest())
+    assert store.read("ckpt-000000001.npz") == data
+    assert list(store.list()) == ["ckpt-000000001.npz"]  # no temporary file is left behind
+
+
+def test_a_local_write_leaves_no_temporary_file(tmp_path):
+    store = open_store(tmp_path / "run")
+    for i in range(3):
+        store.write("run.json", str(i).encode())
+    assert os.listdir(tmp_path / "run") == ["run.json"]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_.-]{0,11}", fullmatch=True), st.binary(max_size=64), max_size=6
+    )
+)
+def test_a_local_folder_lists_exactly_what_was_written(tmp_path, files):
+    store = open_store(tmp_path / os.urandom(4).hex())
+    for name, data in files.items():
+        store.write(name, data)
+    assert store.list() == {name: len(data) for name, data in files.items()}
+    assert all(store.read(name) == data for name, data in files.items())
