@@ -140,7 +140,7 @@ def _cmd_train(args) -> int:
     from keras_dl.train import fit
 
     if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
-        from keras_dl.distribute.runner import launch
+        from keras_dl.launch import launch
 
         result = launch(exp)  # HorovodRunner semantics: np < 0 local processes, np > 0 Spark tasks
     else:

@@ -11,20 +11,16 @@ Only the chief writes; every rank evaluates its own test shard (no collective is
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from pathlib import Path
 
-from keras_dl import gate, storage, tracking
-from keras_dl.callbacks import remote_checkpoints as remote
-from keras_dl.callbacks.checkpoint import FINISHING, Checkpoint, mark_complete
+from keras_dl import gate, tracking
+from keras_dl.callbacks.checkpoint import Checkpoint, mark_complete
 from keras_dl.divergence import check_finite
 
 log = logging.getLogger(__name__)
 
 
-def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
+def finish(run, model, data, checkpoint: Checkpoint):
     """Evaluate on the test split, log the model, register it if it earned it, mark complete.
 
     The model is registered only when :func:`keras_dl.gate.decide` passes it. When the gate
@@ -33,11 +29,10 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
     settings) trains nothing and decides again on the same logged model.
 
     Args:
-        exp: The resolved experiment.
+        run: The :class:`~keras_dl.run.Run` (its experiment, its world: only the chief logs
+            and writes; its MLflow run, active on the chief; its folder, for FINISHING.json).
         model: The trained Keras model.
         data: The :class:`~keras_dl.data.splits.DataSplits` trained on.
-        world: This process's world (only the chief logs and writes).
-        run_id: The MLflow run (active on the chief).
         checkpoint: The run's :class:`Checkpoint`; its final state is saved first.
 
     Returns:
@@ -50,11 +45,11 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
     """
     import mlflow
 
-    directory = checkpoint.directory
-    chief = world.is_chief
+    exp, run_id, folder = run.exp, run.run_id, run.folder
+    chief = run.world.is_chief
     if chief:
         checkpoint.save_final()  # a rerun after a failure below restores this and trains nothing
-    done = read_finishing(directory) if chief else {}
+    done = folder.finishing() if chief else {}
     metrics = done.get("test_metrics")
     if metrics is None:
         metrics = {}
@@ -71,53 +66,27 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
         if chief:
             if metrics:
                 mlflow.log_metrics(metrics)
-            record_finishing(directory, test_metrics=metrics)
+            folder.record_finishing(test_metrics=metrics)
     if not chief:
         return metrics, None, None, None
     model_uri, version = done.get("model_uri"), done.get("registered_version")
     if exp.tracking.log_model and model_uri is None:
         model_uri, _ = tracking.log_keras_model(model, _sample_input(data), None)
-        record_finishing(directory, model_uri=model_uri)
+        folder.record_finishing(model_uri=model_uri)
     name, refused = exp.tracking.registered_model, None
     if model_uri is not None and version is None and name and name != "none":
         version, refused = _register(exp, model, data, metrics, run_id, model_uri)
         if version is not None:
-            record_finishing(directory, registered_version=version)
+            folder.record_finishing(registered_version=version)
     alias = exp.registry.set_alias
     if version is not None and alias and done.get("alias") != alias:
         mlflow.MlflowClient().set_registered_model_alias(name, alias, str(version))
-        record_finishing(directory, alias=alias)
+        folder.record_finishing(alias=alias)
     if refused is not None:
         return metrics, model_uri, None, refused  # not COMPLETE: a rerun decides again
-    mark_complete(directory, checkpoint.global_step)
-    if remote.is_remote(directory):
-        storage.remove(storage.join(str(directory), FINISHING))  # served its purpose
-    else:
-        (Path(directory) / FINISHING).unlink(missing_ok=True)  # served its purpose
+    mark_complete(checkpoint.directory, checkpoint.global_step)
+    folder.clear_finishing()  # served its purpose
     return metrics, model_uri, version, None
-
-
-def read_finishing(directory: str | os.PathLike) -> dict:
-    """The finishing steps recorded so far in ``directory`` ({} when none)."""
-    try:
-        if remote.is_remote(directory):
-            return json.loads(storage.read_file(storage.join(str(directory), FINISHING)))
-        return json.loads((Path(directory) / FINISHING).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def record_finishing(directory: str | os.PathLike, **values) -> None:
-    """Add ``values`` to ``directory/FINISHING.json`` (atomically)."""
-    if remote.is_remote(directory):
-        data = json.dumps({**read_finishing(directory), **values}).encode()
-        storage.write_atomic(storage.join(str(directory), FINISHING), data)
-        return
-    path = Path(directory) / FINISHING
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FINISHING}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({**read_finishing(directory), **values}))
-    os.replace(tmp, path)
 
 
 def _register(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:

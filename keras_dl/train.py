@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from keras_dl import tracking
-from keras_dl.callbacks.preemption import Preempted
 from keras_dl.config import Experiment
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.distribute.strategy import make_strategy
@@ -21,7 +19,7 @@ from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, configure, load_recipe
-from keras_dl.runlock import held_by_launcher, open_run_lock
+from keras_dl.run import Run, open_run
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +51,7 @@ def fit(
     """Train ``exp``'s recipe on its table and track everything in MLflow.
 
     With ``runtime.strategy=horovod`` every rank calls this (under ``horovodrun`` or
-    :class:`~keras_dl.distribute.runner.HorovodRunner`); it joins the Horovod world first.
+    :class:`~keras_dl.launch.HorovodRunner`); it joins the Horovod world first.
 
     Args:
         exp: A resolved experiment (see :func:`keras_dl.config.resolve`).
@@ -63,7 +61,7 @@ def fit(
             FAILED if rank 0 dies). Defaults to None (a new run).
         lock_run_dir: Take ``runtime.run_dir``'s lock on the chief for the whole run (see
             :mod:`keras_dl.runlock`). Defaults to None: yes, unless this is a rank whose
-            launcher holds it (:func:`~keras_dl.distribute.runner.launch` does).
+            launcher holds it (:func:`~keras_dl.launch.launch` does).
 
     Returns:
         The run id, test metrics, model URI and registered version, or why the model was not
@@ -89,26 +87,16 @@ def fit(
             f"train.batch_size={exp.train.batch_size} is the global batch and must divide evenly "
             f"over {world.size} processes. Use a multiple of {world.size}."
         )
-    if lock_run_dir is None:
-        lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
-    lock = (
-        open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
-        if world.is_chief and lock_run_dir
-        else None
-    )
-    if lock is not None:
-        lock.acquire()  # before anything is written: a second run in this run_dir stops here
-    try:
-        return _run(exp, recipe, world, run_id, callbacks, lock)
-    finally:
-        if lock is not None:
-            lock.release()
+    with open_run(exp, world, run_id, lock_run_dir) as run:
+        return _run(run, recipe, callbacks)
 
 
-def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
-    """Read the data, start (or continue) the MLflow run, train, and end the run."""
+def _run(run: Run, recipe, callbacks) -> TrainResult:
+    """Read the data, start (or continue) the MLflow run, and train. The run ends as the
+    ``with open_run`` block around this exits: FINISHED, or FAILED / KILLED with the cause."""
     import keras
 
+    exp, world = run.exp, run.world
     keras.utils.set_random_seed(exp.train.seed)
     if exp.train.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
@@ -122,49 +110,21 @@ def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
         preprocess=recipe.preprocess,
         preprocess_train=recipe.preprocess_train,
     )
-    attach, run_id = run_id, None
-    if world.is_chief:
-        from keras_dl.callbacks.defaults import record_config, record_run_id, resume_run_id
-
-        record_config(exp)
-
-        tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
-        # Re-running with the same runtime.run_dir continues the interrupted run (issue 5).
-        attach = attach or resume_run_id(exp)
-        run_id = tracking.start_run(exp, tags=data.snapshot.lineage, run_id=attach)
-        record_run_id(exp, run_id)
-        if lock is not None:
-            lock.update(run_id)  # a second run's error names it
-    try:
-        try:
-            result = _fit(exp, recipe, data, strategy, world, run_id, list(callbacks))
-        except Exception:
-            for split in (data.train, data.validation, data.test):
-                if split is not None:
-                    split.raise_error()  # the reader's own error, not TF's wrapper of it
-            raise
-    except Preempted as exc:
-        if world.is_chief:  # KILLED, not FAILED: nothing is wrong, rerunning resumes it
-            tracking.end_run("KILLED", reason=exc, tags={tracking.PREEMPTED_TAG: exc.signal_name})
-        raise
-    except BaseException as exc:
-        if world.is_chief:
-            tracking.end_run("FAILED", reason=exc)
-        raise
-    if world.is_chief:
-        tracking.end_run("FINISHED")
-    return result
+    run.start(tags=data.snapshot.lineage)  # on the chief; a no-op on other ranks
+    return _fit(run, recipe, data, strategy, list(callbacks))
 
 
-def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> TrainResult:
+def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult:
     import keras
     import mlflow
 
     from keras_dl.callbacks.checkpoint import Checkpoint
-    from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
     from keras_dl.callbacks.mlflow_logger import MLflowLogger
     from keras_dl.distribute.lr import scale_learning_rate
     from keras_dl.finish import finish
+    from keras_dl.run import make_callbacks, prepare_fit
+
+    exp, world, run_id = run.exp, run.world, run.run_id
 
     with strategy.scope():
         model = recipe.build_model(data, exp)
@@ -190,7 +150,7 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
             optimizer, more = _horovod_optimizer(optimizer, exp)
             options.update(more)
         model.compile(optimizer=optimizer, **options)
-    callbacks = [*make_callbacks(exp, world, run_id, data), *callbacks]
+    callbacks = [*make_callbacks(run, data), *callbacks]
     prepare_fit(callbacks, model, data)  # resume: rank 0 restores the last checkpoint
     if world.is_chief:
         stats = data.train.stats
@@ -207,8 +167,8 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
             }
         )
     if exp.runtime.strategy == "horovod":
-        from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
-        from keras_dl.distribute.stall import StallWatchdog
+        from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
+        from keras_dl.callbacks.stall import StallWatchdog
 
         # The watchdog first, so it times every collective below; averaged metrics next, so
         # MLflow, early stopping and checkpoints agree on every rank; the broadcast last, so it
@@ -234,7 +194,7 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         factor=exp.callbacks.divergence_factor,
     )
     checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
-    metrics, model_uri, version, refused = finish(exp, model, data, world, run_id, checkpoint)
+    metrics, model_uri, version, refused = finish(run, model, data, checkpoint)
     return TrainResult(
         run_id=run_id,
         metrics=metrics,

@@ -201,7 +201,7 @@ results["MirroredStrategy (2)"] = (fit(experiment("mirrored"), recipe), time.per
         ),
         """\
 if HOROVOD:
-    from keras_dl.distribute.runner import launch
+    from keras_dl.launch import launch
 
     start = time.perf_counter()
     results["Horovod np=-2"] = (launch(experiment("horovod", "runtime.np=-2")),

@@ -50,7 +50,7 @@ def test_predict_refuses_a_batch_size_below_one(tmp_path):
 
 
 _UNGUARDED = """
-from keras_dl.distribute.runner import HorovodRunner
+from keras_dl.launch import HorovodRunner
 
 
 def main():

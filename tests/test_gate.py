@@ -244,8 +244,8 @@ def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(sma
 
 @pytest.mark.slow
 def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_table, tmp_path):
-    from keras_dl.distribute.runner import launch
     from keras_dl.errors import DistributedError
+    from keras_dl.launch import launch
 
     sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
     sets += ["train.learning_rate=0.25", "train.epochs=20"]

@@ -44,13 +44,11 @@ def measure(args, tmp: str) -> dict:
     """Alternate baseline and default-callback fits; return the report."""
     import keras
 
-    from keras_dl import tracking
     from keras_dl.callbacks.checkpoint import save_checkpoint
-    from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
     from keras_dl.config import resolve
     from keras_dl.data.splits import make_splits
-    from keras_dl.distribute.world import current_world
     from keras_dl.recipe import load_recipe
+    from keras_dl.run import make_callbacks, open_run, prepare_fit
     from keras_dl.train import make_optimizer
 
     table = args.table or _ingest(tmp)
@@ -81,9 +79,9 @@ def measure(args, tmp: str) -> dict:
     # Sized with margin: a loaded host can make the measured epochs faster than this probe.
     steps = max(100, round(args.epoch_seconds / (timer.seconds[-1] / 500)))
 
-    run_id = tracking.start_run(exp, tags={"bench": "callbacks"})
-    try:
-        callbacks = make_callbacks(exp, current_world(), run_id, data)
+    with open_run(exp) as run:  # the run_dir lock, the MLflow run; ends FINISHED
+        run.start(tags={"bench": "callbacks"})
+        callbacks = make_callbacks(run, data)
         prepare_fit(callbacks, model, data)  # instruments data.train.dataset for Throughput
         cb_ds = data.train.dataset
         model.fit(
@@ -112,8 +110,6 @@ def measure(args, tmp: str) -> dict:
             t0 = time.perf_counter()
             save_checkpoint(f"{tmp}/probe/ckpt-{i:09d}.npz", model, {"probe": i})
             saves.append(time.perf_counter() - t0)
-    finally:
-        tracking.end_run("FINISHED")
 
     base, with_cb = statistics.median(times["baseline"]), statistics.median(times["callbacks"])
     overhead = 100 * (with_cb / base - 1)

@@ -46,7 +46,7 @@ def run(args) -> int:
     if getattr(args, "worker", None):
         print("RESULT " + json.dumps(_measure_fit(args, args.worker)), flush=True)
         return 0
-    from keras_dl.distribute.runner import HorovodRunner
+    from keras_dl.launch import HorovodRunner
 
     load_before = round(os.getloadavg()[0], 2)  # other work on the host skews every figure
     options = {k: getattr(args, k) for k in ("width", "batch", "steps", "warmup")}
@@ -116,8 +116,8 @@ def _measure_fit(args, mode: str, hvd=None) -> dict:
     """Steps of ``model.fit`` on in-memory data; the median step time after warmup."""
     import keras
 
+    from keras_dl.callbacks.horovod import BroadcastState
     from keras_dl.distribute import horovod as khvd
-    from keras_dl.distribute.callbacks import BroadcastState
 
     keras.utils.set_random_seed(0)
     replicas, callbacks = 1, []

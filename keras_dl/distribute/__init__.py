@@ -1,7 +1,7 @@
 """Strategies and the world context (rank, size, chief) for one device, MirroredStrategy and
-Horovod; Horovod for Keras 3 (:mod:`.horovod`, :mod:`.callbacks`) and :class:`HorovodRunner`."""
+Horovod, and Horovod for Keras 3 (:mod:`.horovod`). The Keras callbacks for Horovod are in
+:mod:`keras_dl.callbacks.horovod`; launching on ranks is :mod:`keras_dl.launch`."""
 
-from keras_dl.distribute.runner import HorovodRunner, launch
 from keras_dl.distribute.world import World, current_world
 
-__all__ = ["HorovodRunner", "World", "current_world", "launch"]
+__all__ = ["World", "current_world"]

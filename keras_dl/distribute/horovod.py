@@ -8,14 +8,14 @@ so the Keras 3 integration is built here on those two:
 * :func:`distributed_optimizer` wraps any Keras optimizer so that every rank applies the
   *average* of all ranks' gradients (one grouped allreduce per step, optionally fp16 on the wire).
 * :func:`broadcast_variables` copies rank 0's values into every rank's variables.
-* The callbacks in :mod:`keras_dl.distribute.callbacks` broadcast the initial (or resumed) state
+* The callbacks in :mod:`keras_dl.callbacks.horovod` broadcast the initial (or resumed) state
   and average the epoch metrics across ranks.
 
-Use it in your own ``model.fit`` under ``horovodrun`` or :class:`~keras_dl.distribute.HorovodRunner`::
+Use it in your own ``model.fit`` under ``horovodrun`` or :class:`~keras_dl.launch.HorovodRunner`::
 
     import keras
     from keras_dl.distribute import horovod as khvd
-    from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
+    from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
 
     hvd = khvd.init()                                  # every rank: join the Horovod world
     model = make_model()

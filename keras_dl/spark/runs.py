@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import uuid
 
 from keras_dl import storage
 from keras_dl.errors import ConfigError
+from keras_dl.run import RunFolder
 
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -100,10 +100,7 @@ def recorded_run(exp) -> str | None:
 
 
 def _recorded(folder: str) -> str | None:
-    try:
-        return json.loads(storage.read_file(storage.join(folder, "run.json")))["run_id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return RunFolder(folder).recorded_run_id()
 
 
 def _with_run_dir(exp, path: str):

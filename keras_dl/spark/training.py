@@ -4,7 +4,7 @@ There is no second training loop: :func:`train` builds a :class:`~keras_dl.recip
 whose ``build_model`` clones the estimator's model (with its weights) and whose loss, metrics
 and optimizer come from the Params, then calls :func:`keras_dl.train.fit` in this process or,
 with ``num_proc`` asking for Horovod, on every rank through
-:func:`keras_dl.distribute.runner.launch`. Everything is passed as serialized Keras configs, so
+:func:`keras_dl.launch.launch`. Everything is passed as serialized Keras configs, so
 it pickles to the ranks.
 """
 
@@ -117,20 +117,17 @@ def train(exp, model, spec: CompileSpec, callbacks=(), run_id: str | None = None
         return result.run_id, result.model
     import functools
 
-    from keras_dl.callbacks.defaults import record_run_id
-    from keras_dl.distribute.runner import launch
+    from keras_dl.launch import launch
 
     # The hand-off files live in run_dir, which every rank can reach (a shared folder, or the
     # object store): a Spark task on another machine has no view of this driver's temp folder.
     source = storage.join(exp.runtime.run_dir, "source_model.keras")
     trained = storage.join(exp.runtime.run_dir, "trained_model.keras")
     save_model(model, source)  # the ranks load it: a file pickles, a live model may not
-    if run_id:
-        record_run_id(exp, run_id)  # launch continues the run recorded in run_dir
     main = functools.partial(
         _train_rank, source=source, out=trained, spec=spec, callbacks=list(callbacks)
     )
-    result = launch(exp, main)
+    result = launch(exp, main, run_id=run_id)  # continues run_id, when given
     return result.run_id, load_model(trained)
 
 

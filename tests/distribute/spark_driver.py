@@ -21,7 +21,7 @@ from pathlib import Path
 def main(master: str, table: str, tmp: str, run_dir: str = "") -> None:
     from pyspark.sql import SparkSession
 
-    from keras_dl.distribute.runner import launch
+    from keras_dl.launch import launch
     from tests.distribute.conftest import digits_experiment
     from tests.distribute.workers import train_and_report
 
@@ -51,8 +51,8 @@ def main(master: str, table: str, tmp: str, run_dir: str = "") -> None:
 
 
 def _too_many(spark, master: str, table: str, tmp: str, out: dict) -> None:
-    from keras_dl.distribute.runner import launch
     from keras_dl.errors import DistributedError
+    from keras_dl.launch import launch
     from tests.distribute.conftest import digits_experiment
 
     too_many = digits_experiment(

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 import pytest
 
-from keras_dl.distribute.runner import launch
+from keras_dl.launch import launch
 from tests.conftest import runs_in
 from tests.distribute.conftest import digits_experiment
 from tests.distribute.workers import train_for_weights

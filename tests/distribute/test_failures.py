@@ -11,8 +11,8 @@ import time
 import mlflow
 import pytest
 
-from keras_dl.distribute.runner import launch
 from keras_dl.errors import DistributedError
+from keras_dl.launch import launch
 from tests.conftest import REPO, runs_in
 from tests.distribute.conftest import digits_experiment
 from tests.distribute.workers import train_with_fault

@@ -9,8 +9,8 @@ import keras
 import mlflow
 import pytest
 
-from keras_dl.distribute.runner import HorovodRunner, launch
 from keras_dl.errors import DistributedError
+from keras_dl.launch import HorovodRunner, launch
 from keras_dl.train import fit
 from tests.distribute.checks import check_horovod_run
 from tests.distribute.workers import train_and_report

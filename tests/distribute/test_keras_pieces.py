@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from keras_dl.distribute.lr import WarmupScaled, scale_learning_rate
-from keras_dl.distribute.runner import HorovodRunner
+from keras_dl.launch import HorovodRunner
 from tests.distribute.workers import own_model_fit
 
 

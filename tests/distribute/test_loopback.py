@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 from keras_dl.distribute.loopback import spark_conf
-from keras_dl.distribute.runner import HorovodRunner
 from keras_dl.errors import DistributedError
+from keras_dl.launch import HorovodRunner
 
 
 def is_loopback(ip: str) -> bool:

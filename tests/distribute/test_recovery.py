@@ -9,8 +9,8 @@ import pytest
 
 from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from keras_dl.distribute.recovery import restartable
-from keras_dl.distribute.runner import launch
 from keras_dl.errors import DistributedError, Preempted
+from keras_dl.launch import launch
 from tests.conftest import runs_in
 from tests.distribute.workers import train_with_fault
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from keras_dl.distribute.runner import HorovodRunner
-from keras_dl.distribute.stall import StallError, StallWatchdog
+from keras_dl.callbacks.stall import StallError, StallWatchdog
 from keras_dl.errors import DistributedError
+from keras_dl.launch import HorovodRunner
 from tests.distribute.workers import fit_with_a_stalled_rank
 
 

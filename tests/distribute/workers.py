@@ -100,8 +100,8 @@ def own_model_fit(seed_by_rank=True, fp16=False, warmup_steps=0):
 
     import numpy as np
 
+    from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
     from keras_dl.distribute import horovod as khvd
-    from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
     from keras_dl.distribute.lr import scale_learning_rate
 
     hvd = khvd.init()
@@ -152,9 +152,9 @@ def fit_with_a_stalled_rank(timeout: float):
     """A tiny model.fit on every rank; rank 1 stalls after step 2 for 600 s."""
     import numpy as np
 
+    from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
+    from keras_dl.callbacks.stall import StallWatchdog
     from keras_dl.distribute import horovod as khvd
-    from keras_dl.distribute.callbacks import BroadcastState, MetricAverage
-    from keras_dl.distribute.stall import StallWatchdog
 
     khvd.init()
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])

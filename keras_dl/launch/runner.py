@@ -14,15 +14,12 @@ Example:
     >>> HorovodRunner(np=-2).run(main, lr=0.1)          # doctest: +SKIP
     (0, 0.1)
 
-:func:`launch` is what ``keras-dl train ... --set runtime.strategy=horovod --set runtime.np=N``
-runs: ``keras_dl.train.fit`` on every rank, with the MLflow run created (and, on failure,
-ended FAILED) by this driver process.
+:func:`keras_dl.launch.job.launch` runs ``keras_dl.train.fit`` on the ranks with this class.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 import tempfile
@@ -30,14 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keras_dl import storage, tracking
+from keras_dl import storage
 from keras_dl.distribute.failures import explain_failure, report_failure
-from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
+from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
-from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
-from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key, open_run_lock
 
 
 class HorovodRunner:
@@ -51,7 +46,7 @@ class HorovodRunner:
         stall_timeout: Seconds a rank may wait in a collective (a training step's gradient
             allreduce, the start-of-training broadcast, an epoch's metric average) before the
             job ends, naming that rank and the collective; used by
-            :class:`~keras_dl.distribute.stall.StallWatchdog` in ``main``'s ``fit``.
+            :class:`~keras_dl.callbacks.stall.StallWatchdog` in ``main``'s ``fit``.
             Defaults to 120.
         bind_address: Address Horovod's servers in this process listen on. With ``np < 0``
             it must be loopback or "0.0.0.0"; with ``np > 0`` (Spark executors must reach the
@@ -99,7 +94,7 @@ class HorovodRunner:
 
         import_horovod()  # a clear error here rather than in every rank
         env = _rank_env(self.env)
-        # The ranks' StallWatchdog reads it (keras_dl.distribute.stall).
+        # The ranks' StallWatchdog reads it (keras_dl.callbacks.stall).
         env.setdefault("KERAS_DL_STALL_TIMEOUT", str(self.stall_timeout))
         with tempfile.TemporaryDirectory(prefix="keras_dl_hvd_") as logs:
             try:
@@ -160,119 +155,6 @@ class HorovodRunner:
         finally:
             out.close()
             err.close()
-
-
-def launch(exp, main: Callable | None = None) -> Any:
-    """Train ``exp`` on ``runtime.np`` Horovod ranks; return rank 0's result.
-
-    The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
-    attaches to it and ends it; a relaunch after a failure continues the same run from the last
-    checkpoint in ``runtime.run_dir``. A rank that dies or is preempted relaunches the job from
-    the newest checkpoint, up to ``runtime.max_restarts`` times (see
-    :mod:`keras_dl.distribute.recovery`). Otherwise, if the job fails (a rank raised, did not
-    start, or the restarts are used up), the driver ends the run FAILED and raises; if the job
-    was preempted (SIGTERM/SIGINT, to the driver or its ranks), it ends it KILLED with a
-    ``preempted`` tag and raises :class:`~keras_dl.errors.Preempted`. With ``np > 0`` and no
-    active SparkSession, one is started (and stopped after) on the master from ``MASTER`` or
-    ``spark-defaults.conf``.
-
-    Args:
-        exp: A resolved experiment with ``runtime.strategy="horovod"`` and ``runtime.np != 0``.
-        main: ``fn(exp, run_id)`` run on every rank. Defaults to :func:`train_rank`.
-
-    Returns:
-        What ``main`` returned on rank 0 (a :class:`~keras_dl.train.TrainResult` by default).
-    """
-    if exp.runtime.strategy != "horovod":
-        exp = dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, strategy="horovod"))
-    from keras_dl.distribute.horovod import import_horovod
-
-    import_horovod()  # fail before creating a run that could never start
-    if exp.train.batch_size is None or exp.train.epochs is None:
-        from keras_dl.recipe import configure, load_recipe
-
-        # Settings the recipe chooses from the table (tabular: batch size, epochs), chosen once
-        # here, so the run's params and config.yaml hold them and every rank gets the same.
-        exp = configure(exp, load_recipe(exp.recipe))
-    runner = HorovodRunner(
-        exp.runtime.np,
-        start_timeout=exp.runtime.start_timeout,
-        stall_timeout=exp.runtime.stall_timeout,
-        bind_address=exp.runtime.bind_address,
-        # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
-        env={HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)},
-    )
-    spark = None
-    # The driver holds runtime.run_dir's lock for the whole job (ranks come and go).
-    lock = open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
-    lock.acquire()
-    try:
-        spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
-        from keras_dl.callbacks.defaults import record_config, resume_run_id
-
-        tracking.check_reachable(exp.tracking.uri)  # before asking for a run to resume
-        # An interrupted job with a checkpoint in runtime.run_dir continues its own run.
-        run_id = resume_run_id(exp)
-        if run_id is None:
-            record_config(exp)
-            run_id = tracking.create_run(exp, {"keras_dl.np": str(exp.runtime.np)})
-        lock.update(run_id)
-        try:
-            return run_with_recovery(
-                lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
-                exp.runtime.max_restarts,
-                lambda count, cause: _log_restart(exp, run_id, count, cause),
-            )
-        except Preempted as exc:  # KILLED, not FAILED: rerunning the command resumes it
-            tracking.terminate_run(
-                exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name}
-            )
-            raise
-        except BaseException as exc:
-            tracking.terminate_run(exp.tracking.uri, run_id, "FAILED", tracking.failure_tags(exc))
-            raise
-    finally:
-        lock.release()
-        if spark is not None:
-            spark.stop()
-
-
-def _start_spark(runtime):
-    """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
-
-    Its master comes from Spark's own configuration: the ``MASTER`` environment variable or
-    ``spark-defaults.conf``, else ``local[*]``. On a local master its driver listens on
-    ``runtime.bind_address``; its web UI runs only with ``runtime.spark_ui``.
-    """
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    if SparkContext._active_spark_context is not None:
-        return None
-    # Spark's Python workers otherwise run `python3` from PATH, which may lack Horovod.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("keras_dl-horovod")
-    for key, value in spark_conf(
-        None, bind_address=runtime.bind_address, ui=runtime.spark_ui
-    ).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
-def train_rank(exp, run_id: str | None = None):
-    """What every rank runs under :func:`launch`: ``fit`` on its shard of the data.
-
-    The Keras model itself stays on the rank (load it from ``result.model_uri``).
-    """
-    import warnings
-
-    from keras_dl.train import fit
-
-    # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
-    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
-    result = fit(exp, run_id=run_id)
-    result.model = None
-    return result
 
 
 # -- private helpers ---------------------------------------------------------------------------
@@ -337,20 +219,6 @@ def _environ(values: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
-    """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
-    import mlflow
-
-    print(
-        f"Restart {count}/{exp.runtime.max_restarts} of the Horovod job from the newest "
-        f"checkpoint in {exp.runtime.run_dir}, in MLflow run {run_id}. Cause: {cause}",
-        flush=True,
-    )
-    client = mlflow.MlflowClient(exp.tracking.uri)
-    client.log_metric(run_id, "keras_dl.restarts", count, step=count)
-    client.set_tag(run_id, f"keras_dl.restart.{count}", cause[:5000])
 
 
 class _Tee:

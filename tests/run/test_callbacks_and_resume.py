@@ -1,6 +1,8 @@
-"""The default callback set from a recipe's config, and the run-id bookkeeping of resume."""
+"""The default callbacks built from a run, and which MLflow run a rerun in a run folder continues."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -14,19 +16,14 @@ from keras_dl.callbacks import (
     Throughput,
 )
 from keras_dl.callbacks.checkpoint import COMPLETE, save_checkpoint
-from keras_dl.callbacks.defaults import (
-    checkpoint_dir,
-    config_fingerprint,
-    make_callbacks,
-    record_run_id,
-    resume_run_id,
-)
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.config import resolve
 from keras_dl.data.splits import make_splits
 from keras_dl.distribute.world import World
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import load_recipe
+from keras_dl.run import RunFolder, config_fingerprint, make_callbacks, open_run
+from keras_dl.run import resume_run_id as _resume
 from tests.callbacks.helpers import tiny_model
 
 
@@ -38,6 +35,24 @@ def _exp(table, tmp_path, *sets):
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
     return recipe, resolve(recipe.defaults, sets=[*base, *sets])
+
+
+def _run(exp, world, run_id):
+    run = open_run(exp, world, lock_run_dir=False)
+    run.run_id = run_id
+    return run
+
+
+def record_run_id(exp, run_id):
+    RunFolder(exp.runtime.run_dir).record_run_id(run_id, exp.tracking.uri)
+
+
+def resume_run_id(exp):
+    return _resume(exp, RunFolder(exp.runtime.run_dir))
+
+
+def checkpoint_dir(exp):
+    return Path(RunFolder(exp.runtime.run_dir).checkpoints.uri)
 
 
 def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
@@ -55,7 +70,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         "train.verbose=1",
     )
     data = make_splits(exp.data, 32, accept=recipe.accept, preprocess=recipe.preprocess)
-    cbs = make_callbacks(exp, World(), "run-1", data)
+    cbs = make_callbacks(_run(exp, World(), "run-1"), data)
     assert [type(c) for c in cbs] == [
         Checkpoint,
         EarlyStopping,
@@ -68,7 +83,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     ckpt, stop, tp, logger, plots, bar, preemption = cbs
     assert preemption.checkpoint is ckpt  # SIGTERM saves through the same Checkpoint
     assert (ckpt.every_n_steps, ckpt.keep, ckpt.resume) == (7, 5, False)
-    assert ckpt.directory == checkpoint_dir(exp) and ckpt.metadata == {
+    assert Path(ckpt.directory) == checkpoint_dir(exp) and ckpt.metadata == {
         "run_id": "run-1",
         "config": config_fingerprint(exp),
     }
@@ -78,7 +93,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     assert logger.run_id == "run-1" and logger.end_run is False
     assert plots.confusion_data[1] == data.validation.steps
     # Other ranks get the same callbacks (each gates its own writes), but no progress bar.
-    others = make_callbacks(exp, World(rank=1, size=2), None, data)
+    others = make_callbacks(_run(exp, World(rank=1, size=2), None), data)
     assert [type(c) for c in others] == [
         Checkpoint,
         EarlyStopping,

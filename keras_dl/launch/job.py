@@ -1,0 +1,133 @@
+"""Train an experiment on Horovod ranks: ``keras-dl train ... --set runtime.strategy=horovod
+--set runtime.np=N`` runs :func:`launch`, which runs ``keras_dl.train.fit`` on every rank.
+
+The driver process owns the run (:func:`keras_dl.run.open_run` with ``driver=True``): it holds
+the run folder's lock, creates the MLflow run, and restarts the job from the newest checkpoint
+when a rank is lost (:mod:`keras_dl.distribute.recovery`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from keras_dl.distribute.loopback import spark_conf
+from keras_dl.distribute.recovery import run_with_recovery
+from keras_dl.launch.runner import HorovodRunner
+from keras_dl.run import open_run
+from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
+
+
+def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
+    """Train ``exp`` on ``runtime.np`` Horovod ranks; return rank 0's result.
+
+    The driver creates the MLflow run (config as params) and passes its id to the ranks; rank 0
+    attaches to it and ends it; a relaunch after a failure continues the same run from the last
+    checkpoint in ``runtime.run_dir``. A rank that dies or is preempted relaunches the job from
+    the newest checkpoint, up to ``runtime.max_restarts`` times (see
+    :mod:`keras_dl.distribute.recovery`). Otherwise, if the job fails (a rank raised, did not
+    start, or the restarts are used up), the driver ends the run FAILED and raises; if the job
+    was preempted (SIGTERM/SIGINT, to the driver or its ranks), it ends it KILLED with a
+    ``preempted`` tag and raises :class:`~keras_dl.errors.Preempted`. With ``np > 0`` and no
+    active SparkSession, one is started (and stopped after) on the master from ``MASTER`` or
+    ``spark-defaults.conf``.
+
+    Args:
+        exp: A resolved experiment with ``runtime.strategy="horovod"`` and ``runtime.np != 0``.
+        main: ``fn(exp, run_id)`` run on every rank. Defaults to :func:`train_rank`.
+        run_id: An MLflow run to continue (the Spark estimator's). Defaults to None: the
+            interrupted run ``runtime.run_dir`` records, else a new one.
+
+    Returns:
+        What ``main`` returned on rank 0 (a :class:`~keras_dl.train.TrainResult` by default).
+    """
+    if exp.runtime.strategy != "horovod":
+        exp = dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, strategy="horovod"))
+    from keras_dl.distribute.horovod import import_horovod
+
+    import_horovod()  # fail before creating a run that could never start
+    if exp.train.batch_size is None or exp.train.epochs is None:
+        from keras_dl.recipe import configure, load_recipe
+
+        # Settings the recipe chooses from the table (tabular: batch size, epochs), chosen once
+        # here, so the run's params and config.yaml hold them and every rank gets the same.
+        exp = configure(exp, load_recipe(exp.recipe))
+    runner = HorovodRunner(
+        exp.runtime.np,
+        start_timeout=exp.runtime.start_timeout,
+        stall_timeout=exp.runtime.stall_timeout,
+        bind_address=exp.runtime.bind_address,
+        # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
+        env={HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)},
+    )
+    spark = None
+    # The driver holds runtime.run_dir's lock for the whole job (ranks come and go), creates
+    # the MLflow run (or continues the interrupted one the folder records, or ``run_id``), and
+    # ends it FAILED or KILLED (preempted: rerunning the command resumes it) if the job fails.
+    try:
+        with open_run(exp, run_id=run_id, lock_run_dir=True, driver=True) as run:
+            spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
+            run_id = run.start({"keras_dl.np": str(exp.runtime.np)})
+            return run_with_recovery(
+                lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
+                exp.runtime.max_restarts,
+                lambda count, cause: _log_restart(exp, run_id, count, cause),
+            )
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _start_spark(runtime):
+    """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
+
+    Its master comes from Spark's own configuration: the ``MASTER`` environment variable or
+    ``spark-defaults.conf``, else ``local[*]``. On a local master its driver listens on
+    ``runtime.bind_address``; its web UI runs only with ``runtime.spark_ui``.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:
+        return None
+    # Spark's Python workers otherwise run `python3` from PATH, which may lack Horovod.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("keras_dl-horovod")
+    for key, value in spark_conf(
+        None, bind_address=runtime.bind_address, ui=runtime.spark_ui
+    ).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def train_rank(exp, run_id: str | None = None):
+    """What every rank runs under :func:`launch`: ``fit`` on its shard of the data.
+
+    The Keras model itself stays on the rank (load it from ``result.model_uri``).
+    """
+    import warnings
+
+    from keras_dl.train import fit
+
+    # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+    result = fit(exp, run_id=run_id)
+    result.model = None
+    return result
+
+
+def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
+    """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
+    import mlflow
+
+    print(
+        f"Restart {count}/{exp.runtime.max_restarts} of the Horovod job from the newest "
+        f"checkpoint in {exp.runtime.run_dir}, in MLflow run {run_id}. Cause: {cause}",
+        flush=True,
+    )
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    client.log_metric(run_id, "keras_dl.restarts", count, step=count)
+    client.set_tag(run_id, f"keras_dl.restart.{count}", cause[:5000])

@@ -1,0 +1,136 @@
+"""One training run: its folder, its lock or lease, and its MLflow run, from start to end.
+
+``fit``, the Horovod launcher and the Spark estimator all open a run the same way::
+
+    with open_run(exp) as run:  # the chief takes runtime.run_dir's lock or lease
+        data = ...  # read the table
+        run.start(tags=data.snapshot.lineage)  # config.yaml, the MLflow run, run.json
+        ...  # train: callbacks read run.run_id, run.folder, run.exp
+    # the MLflow run ends FINISHED, or FAILED / KILLED (preempted) with the cause as tags,
+    # and the lock is released
+
+Only the chief writes: on other ranks :meth:`Run.start` returns None and nothing is ended.
+The launcher's driver opens the run with ``driver=True``: it creates the MLflow run without
+activating it, passes its id to the ranks (rank 0 attaches, and ends it FINISHED), and ends
+it itself only when the job fails or is preempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from keras_dl import tracking
+from keras_dl.distribute.world import World, current_world
+from keras_dl.errors import Preempted
+from keras_dl.run import mlflow_run
+from keras_dl.run.folder import RunFolder
+from keras_dl.run.resume import resume_run_id
+from keras_dl.runlock import held_by_launcher, open_run_lock
+
+
+class Run:
+    """A training run (see the module's docstring). Use :func:`open_run` to make one."""
+
+    def __init__(
+        self,
+        exp,
+        world: World,
+        attach: str | None = None,
+        lock_run_dir: bool | None = None,
+        driver: bool = False,
+    ):
+        self.exp = exp
+        self.world = world
+        self.folder = RunFolder(exp.runtime.run_dir)
+        self.run_id: str | None = None
+        self.driver = driver
+        self._attach = attach
+        if lock_run_dir is None:  # a rank whose launcher holds the lock does not take it
+            lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
+        self._lock = (
+            open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
+            if world.is_chief and lock_run_dir
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"Run({self.folder.uri!r}, run_id={self.run_id!r})"
+
+    def __enter__(self) -> Run:
+        if self._lock is not None:
+            self._lock.acquire()  # before anything is written: a second run stops here
+        return self
+
+    def start(self, tags: Mapping[str, str] = ()) -> str | None:
+        """Record the config, create or attach the MLflow run, and record its id.
+
+        The MLflow run is, in this order: the one given to :func:`open_run`, the interrupted
+        one this folder continues (:func:`~keras_dl.run.resume.resume_run_id`), or a new one
+        with the config as params and the ``config.yaml`` artifact.
+
+        Returns:
+            The MLflow run id on the chief; None on other ranks.
+        """
+        if not self.world.is_chief:
+            return None
+        exp = self.exp
+        self.folder.record_config(exp)
+        tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
+        attach = self._attach or resume_run_id(exp, self.folder)
+        if self.driver:
+            self.run_id = attach or mlflow_run.create_run(exp, tags)
+        else:
+            self.run_id = mlflow_run.start_run(exp, tags, run_id=attach)
+        self.folder.record_run_id(self.run_id, exp.tracking.uri)
+        if self._lock is not None:
+            self._lock.update(self.run_id)  # a second run's error names it
+        return self.run_id
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the MLflow run: FINISHED, KILLED for :class:`Preempted`, else FAILED.
+
+        The driver of a launched job leaves a FINISHED end to rank 0, which holds the run.
+        """
+        if not self.world.is_chief or self.run_id is None:
+            return
+        if isinstance(error, Preempted):  # not FAILED: nothing is wrong, rerunning resumes
+            status, tags = "KILLED", {tracking.PREEMPTED_TAG: error.signal_name}
+        elif error is not None:
+            status, tags = "FAILED", tracking.failure_tags(error)
+        elif self.driver:
+            return
+        else:
+            status, tags = "FINISHED", {}
+        if self.driver:
+            mlflow_run.terminate_run(self.exp.tracking.uri, self.run_id, status, tags)
+        else:
+            mlflow_run.end_run(status, tags=tags)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.end(exc)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+        return False
+
+
+def open_run(
+    exp,
+    world: World | None = None,
+    run_id: str | None = None,
+    lock_run_dir: bool | None = None,
+    driver: bool = False,
+) -> Run:
+    """The :class:`Run` of ``exp``, to use as a context manager.
+
+    Args:
+        exp: The resolved experiment (``runtime.run_dir`` is the run folder).
+        world: This process's world. Defaults to :func:`current_world`.
+        run_id: An MLflow run to attach to (a launcher's, or an estimator's to continue).
+            Defaults to None: the interrupted run the folder continues, else a new one.
+        lock_run_dir: Take the folder's lock or lease on the chief. Defaults to None: yes,
+            unless this is a rank whose launcher holds it.
+        driver: This is a launcher's driver (see the module's docstring).
+    """
+    return Run(exp, world or current_world(), run_id, lock_run_dir, driver)
