@@ -22,21 +22,16 @@ Example:
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import keras
 
-from keras_dl.callbacks.mlflow_rest import is_reachable, is_rejection, send_batch
+from keras_dl.callbacks.mlflow_sender import MLflowSender
 from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
-
-_MAX_BATCH = 900  # MLflow's log_batch takes at most 1000 values per call
 
 
 class MLflowLogger(keras.callbacks.Callback):
@@ -89,7 +84,6 @@ class MLflowLogger(keras.callbacks.Callback):
         # start if the run lacks it (the process was killed before sending it).
         self.backfill: dict | None = None
         self.unsent = 0
-        self.dropped = 0  # values the store rejected (not retried)
         self._params_sent_to: str | None = None
         self._fit_params: dict = {}
         # A batch-end hook only with step logging: on backends that dispatch batch-end
@@ -100,14 +94,9 @@ class MLflowLogger(keras.callbacks.Callback):
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self._active = current_world().is_chief
-        self._queue: queue.Queue = queue.Queue()
-        self._pending: list = []
-        self._lock = threading.Lock()
-        self._failing = False
         self._started_run = False
-        self._deadline = float("inf")
+        self._sender = None
         self.unsent = 0
-        self.dropped = 0
         if not self._active:
             return
         self._autologged = autolog_logs_epochs()
@@ -122,27 +111,24 @@ class MLflowLogger(keras.callbacks.Callback):
         uri = self.tracking_uri or mlflow.get_tracking_uri()
         self._client = mlflow.MlflowClient(uri)
         self._uri = uri
+        if self.run_id is None and mlflow.active_run() is not None:
+            self.run_id = mlflow.active_run().info.run_id
+        self._sender = MLflowSender(
+            self._client, uri, self.run_id, self._create_run, self.retry_interval
+        )
         if self.run_id is None:
-            active = mlflow.active_run()
-            if active is not None:
-                self.run_id = active.info.run_id
-            else:
-                # Created now when the store answers; otherwise later by the sending thread,
-                # so an unreachable server delays the run instead of failing ``fit``.
-                self._started_run = True
-                if self._reachable():
-                    try:
-                        self.run_id = self._create_run()
-                    except Exception as exc:
-                        self._warn(exc)
+            # Created now when the store answers; otherwise later by the sending thread,
+            # so an unreachable server delays the run instead of failing ``fit``.
+            self._started_run = True
+            self._sender.try_create_run()
+            self.run_id = self._sender.run_id
         if self._params_sent_to is None or self._params_sent_to != self.run_id:
             self._params_sent_to = self.run_id or "new"  # once per run: a second fit may differ
             params = {**self._model_params(), **self.params}
             self._submit("params", {k: str(v)[:6000] for k, v in params.items()}, None)
         if self.run_id is not None:
             self._submit_backfill()
-        self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
-        self._thread.start()
+        self._sender.start()
 
     def _log_step(self, batch, logs=None):
         if not self._active:
@@ -173,14 +159,12 @@ class MLflowLogger(keras.callbacks.Callback):
         ``on_train_end`` calls it; call it yourself when ``fit`` raises, so the values of the
         steps and epochs before the error still reach the run. Idempotent.
         """
-        thread = getattr(self, "_thread", None)
-        if not getattr(self, "_active", False) or thread is None or not thread.is_alive():
+        sender = getattr(self, "_sender", None)
+        if not getattr(self, "_active", False) or sender is None or not sender.running:
             return
-        self._deadline = time.monotonic() + self.flush_timeout
-        self._queue.put(None)
-        thread.join(self.flush_timeout + 5)
-        with self._lock:
-            self.unsent = sum(len(item[1]) for item in self._pending)
+        self.unsent = sender.close(self.flush_timeout)
+        if self.run_id is None and sender.run_id is not None:  # created by the thread
+            self.run_id = self._params_sent_to = sender.run_id
         if self.unsent:
             warnings.warn(
                 f"MLflowLogger: {self.unsent} value(s) for run {self.run_id} could not be sent "
@@ -188,6 +172,12 @@ class MLflowLogger(keras.callbacks.Callback):
                 "the run. Check that the tracking server is reachable.",
                 stacklevel=2,
             )
+
+    @property
+    def dropped(self) -> int:
+        """Values the store rejected in this ``fit`` (not retried)."""
+        sender = getattr(self, "_sender", None)
+        return sender.dropped if sender is not None else 0
 
     def _submit_backfill(self) -> None:
         if not self.backfill or not self.backfill.get("logs"):
@@ -205,108 +195,12 @@ class MLflowLogger(keras.callbacks.Callback):
         if epoch not in logged:
             self._submit("metrics", values, epoch)
 
-    # -- the sending thread ------------------------------------------------------------------
+    # -- sending -----------------------------------------------------------------------------
     def _submit(self, kind: str, values: dict, step: int | None) -> None:
-        if values:
-            self._queue.put((kind, values, step, int(time.time() * 1000)))
-
-    def _drain(self) -> None:
-        closing = False
-        while True:
-            try:
-                wait = self.retry_interval if (self._pending or closing) else None
-                item = self._queue.get(timeout=wait)
-                while True:  # take everything queued, then send it in few calls
-                    if item is None:
-                        closing = True
-                    else:
-                        with self._lock:
-                            self._pending.append(item)
-                    item = self._queue.get_nowait()
-            except queue.Empty:
-                pass
-            self._send_pending()
-            if closing and (not self._pending or time.monotonic() > self._deadline):
-                return
-
-    def _send_pending(self) -> None:
-        from mlflow.entities import Metric, Param
-
-        if not self._pending or not self._reachable():
-            return
-        if self.run_id is None:
-            try:
-                self.run_id = self._create_run()
-                self._params_sent_to = self.run_id
-            except Exception as exc:
-                self._warn(exc)
-                return
-        sent = 0
-        while self._pending:
-            with self._lock:
-                head = self._pending[0]
-                if head[0] == "params":
-                    chunk = [head]
-                else:  # consecutive metric items, up to one log_batch call's worth
-                    chunk, size = [], 0
-                    for it in self._pending:
-                        if it[0] != "metrics" or size + len(it[1]) > _MAX_BATCH and chunk:
-                            break
-                        chunk.append(it)
-                        size += len(it[1])
-            if head[0] == "params":
-                batch = dict(params=[Param(k, v) for k, v in head[1].items()])
-            else:
-                batch = dict(
-                    metrics=[
-                        Metric(k, v, ts, step)
-                        for _, vals, step, ts in chunk
-                        for k, v in vals.items()
-                    ]
-                )
-            try:
-                self._log_batch(**batch)
-            except Exception as exc:
-                if not is_rejection(exc):  # unreachable or failing: keep it, retry later
-                    self._warn(exc)
-                    return
-                # The store answered "no" (e.g. a param logged before with another value):
-                # retrying cannot help, and holding it would block everything behind it.
-                self.dropped += sum(len(it[1]) for it in chunk)
-                warnings.warn(f"MLflowLogger: MLflow rejected {head[0]} ({exc}).", stacklevel=2)
-            with self._lock:
-                del self._pending[: len(chunk)]
-            sent += sum(len(it[1]) for it in chunk)
-        if self._failing:
-            self._failing = False
-            log.warning("MLflowLogger: MLflow is reachable again; sent %d buffered value(s).", sent)
-
-    def _log_batch(self, metrics=(), params=()) -> None:
-        send_batch(self._client, self._uri, self.run_id, list(metrics), list(params))
-
-    def _reachable(self) -> bool:
-        """For an HTTP tracking server, a quick ``/health`` check; other stores are just tried."""
-        ok, reason = is_reachable(self._uri)
-        if not ok:
-            self._warn(reason)
-        return ok
+        self._sender.submit(kind, values, step)
 
     def _call(self, fn) -> bool:
-        try:
-            fn()
-            return True
-        except Exception as exc:  # a logging failure must never stop training
-            self._warn(exc)
-            return False
-
-    def _warn(self, reason) -> None:
-        if not self._failing:
-            self._failing = True
-            warnings.warn(
-                f"MLflowLogger: MLflow at {self._uri} is not answering ({reason}); values are "
-                f"buffered and retried every {self.retry_interval:g} s. Training continues.",
-                stacklevel=2,
-            )
+        return self._sender.call(fn)
 
     # -- helpers -----------------------------------------------------------------------------
     def _create_run(self) -> str:
