@@ -107,6 +107,11 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
                 return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], key, origin)
+    if origin_type is typing.Literal:
+        # Parsed as the type its values share (str for every choice today). Whether it is one
+        # of them is checked on the resolved experiment (keras_dl.config.choices).
+        kinds = {type(a) for a in args}
+        return _coerce(value, kinds.pop(), key, origin) if len(kinds) == 1 else value
     if origin_type is tuple:
         if isinstance(value, str):
             text = value.strip()

@@ -9,9 +9,12 @@ Nothing here parses or checks a value: :mod:`keras_dl.config.parse` reads YAML f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-STRATEGIES = ("auto", "none", "mirrored", "horovod")
+# A setting with a fixed set of values is typed Literal[...]: that type is the one list of its
+# choices (keras_dl.config.choices checks every such field, and no check repeats the list).
+Strategy = Literal["auto", "none", "mirrored", "horovod"]
+STRATEGIES = get_args(Strategy)
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,10 @@ class DataConfig:
     deterministic: bool = False
     filters: tuple[str, ...] = ()
     cache_dir: str | None = None
-    cache: str = "auto"
+    cache: Literal["auto", "never"] = "auto"
     cache_max_bytes: int = 256 << 20
     image_size: tuple[int, ...] = ()
-    on_bad_image: str = "fail"
+    on_bad_image: Literal["fail", "skip"] = "fail"
     trust_petastorm_metadata: bool = False
 
 
@@ -103,7 +106,7 @@ class TrainConfig:
     batch_size: int | None = 32
     learning_rate: float = 1e-3
     optimizer: str = "adam"
-    lr_schedule: str = "constant"
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     mixed_precision: bool = False
     seed: int = 42
     verbose: int = 2
@@ -145,11 +148,11 @@ class RuntimeConfig:
             can start once it lapses. Defaults to 60.
     """
 
-    strategy: str = "auto"
+    strategy: Strategy = "auto"
     np: int = 0
     run_dir: str = ""
     resume: bool = True
-    lr_scaling: str = "none"
+    lr_scaling: Literal["none", "linear"] = "none"
     warmup_epochs: float = 0.0
     fp16_allreduce: bool = False
     start_timeout: int = 120
@@ -210,7 +213,7 @@ class CallbacksConfig:
     """
 
     monitor: str = "val_loss"
-    mode: str = "auto"
+    mode: Literal["auto", "min", "max"] = "auto"
     min_delta: float = 0.0
     patience: int | None = None
     stopping_threshold: float | None = None

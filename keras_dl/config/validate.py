@@ -1,8 +1,10 @@
-"""The checks a field's type alone cannot make, and the defaults derived from the recipe.
+"""Validation: every setting's choices, its range, and the rules between settings.
 
-Ranges (counts from 1, offsets from 0, finite floats), the rules between fields (``runtime.np``
-needs Horovod, a Delta version or a timestamp), the registry's metric floor and aliases, and
-null for the settings a recipe chooses itself. Each error names the key and how to fix it.
+Choices come from the schema's ``Literal`` types (:mod:`keras_dl.config.choices`). The rest is
+written here: ranges (counts from 1, offsets from 0, finite floats), the rules between fields
+(``runtime.np`` needs Horovod, a Delta version or a timestamp, not both), the registry's metric
+floor and aliases, and null only for the settings a recipe chooses itself. Each error names the
+key and how to fix it. :func:`validate` also fills in the defaults derived from the recipe.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import math
 import re
 from pathlib import Path
 
-from keras_dl.config.schema import STRATEGIES, Experiment, RegistryConfig
+from keras_dl.config.choices import check_choices
+from keras_dl.config.schema import Experiment, RegistryConfig
 from keras_dl.errors import ConfigError
 
 
 def validate(exp: Experiment) -> Experiment:
-    """Check the settings that a type alone cannot, and fill in recipe-derived defaults."""
+    """Check every setting's choices and ranges and the rules between settings, and fill in
+    the recipe-derived defaults."""
     _check_finite(exp)  # a NaN passes every "<" and ">" test below
+    check_choices(exp.sections())  # every Literal[...] field, from the schema's types
     if not exp.train.learning_rate > 0:
         raise ConfigError(
             f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."
@@ -27,32 +32,11 @@ def validate(exp: Experiment) -> Experiment:
         _check_min(exp, key, 1)
     for key in _AT_LEAST_ZERO:
         _check_min(exp, key, 0)
-    if exp.train.lr_schedule not in ("constant", "cosine"):
-        raise ConfigError(
-            f"train.lr_schedule={exp.train.lr_schedule!r} is not one of constant, cosine."
-        )
-    if exp.runtime.strategy not in STRATEGIES:
-        raise ConfigError(
-            f"runtime.strategy={exp.runtime.strategy!r} is not one of {', '.join(STRATEGIES)}."
-        )
-    if exp.runtime.lr_scaling not in ("none", "linear"):
-        raise ConfigError(
-            f"runtime.lr_scaling={exp.runtime.lr_scaling!r} is not one of none, linear."
-        )
     if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
             f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
         )
-    if exp.data.workers < 1:
-        raise ConfigError(f"data.workers must be >= 1, got {exp.data.workers}.")
-    if exp.data.cache not in ("auto", "never") or exp.data.cache_max_bytes < 0:
-        raise ConfigError(
-            f"data.cache={exp.data.cache!r} must be auto or never, and data.cache_max_bytes="
-            f"{exp.data.cache_max_bytes} at least 0."
-        )
-    if exp.data.on_bad_image not in ("fail", "skip"):
-        raise ConfigError(f"data.on_bad_image={exp.data.on_bad_image!r} is not one of fail, skip.")
     if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
         raise ConfigError(
             f"data.image_size={list(exp.data.image_size)} must be two positive integers "
@@ -64,8 +48,6 @@ def validate(exp: Experiment) -> Experiment:
             "or greater than 1, e.g. --set callbacks.divergence_factor=10."
         )
     _check_registry(exp.registry)
-    if exp.callbacks.mode not in ("auto", "min", "max"):
-        raise ConfigError(f"callbacks.mode={exp.callbacks.mode!r} is not one of auto, min, max.")
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
     if not exp.data.table:
@@ -101,6 +83,7 @@ _AT_LEAST_ONE = (
     "callbacks.keep_checkpoints",
 )
 _AT_LEAST_ZERO = (
+    "data.cache_max_bytes",
     "runtime.warmup_epochs",
     "runtime.max_restarts",
     "callbacks.min_delta",
