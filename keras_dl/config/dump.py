@@ -37,7 +37,14 @@ def to_dict(exp: Experiment) -> dict[str, Any]:
 
 
 def save(exp: Experiment, path: str | os.PathLike) -> Path:
-    """Write the resolved config as YAML (atomically) and return the path."""
+    """Write the resolved config as YAML to a local ``path`` (atomically) and return the path.
+
+    A rename over the target, not fsynced. Durable writes, local or to an object store, are
+    :func:`keras_dl.storage.write_atomic`'s job, and storage sits above config in the layers
+    (.importlinter), so config cannot call it: a caller in a layer above storage writes
+    ``dumps(exp).encode()`` with it instead (as ``callbacks.defaults.record_config`` does for
+    a remote run folder).
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
