@@ -87,13 +87,13 @@ class DataConfig:
 class TrainConfig:
     """How the model is fit.
 
-    Args:
-        epochs: Passes over the training split. Defaults to 10.
-        batch_size: Global batch size (all replicas together). Defaults to 32.
-
     ``epochs`` and ``batch_size`` may be null (None) only in a recipe whose own default is null:
     that recipe chooses them from the training table before training (see
     :func:`keras_dl.recipe.configure`; the tabular recipe does). Elsewhere null is refused.
+
+    Args:
+        epochs: Passes over the training split. Defaults to 10.
+        batch_size: Global batch size (all replicas together). Defaults to 32.
         learning_rate: Base learning rate, before any world-size scaling. Defaults to 1e-3.
         optimizer: A Keras optimizer name ("adam", "sgd", "rmsprop", "adamw"). Defaults to "adam".
         lr_schedule: "constant" or "cosine" (decay to 0 over all epochs). Defaults to "constant".
