@@ -67,6 +67,7 @@ def test_unknown_key_lists_the_valid_keys():
         ("train.mixed_precision=maybe", "must be true or false"),
         ("runtime.strategy=spaceship", "is not one of auto, none, mirrored, horovod"),
         ("train.batch_size=0", "must be >= 1"),
+        ("data.cache_max_bytes=-1", r"data.cache_max_bytes must be >= 0, got -1.*--set"),
         ("epochs=3", "section.key=value"),
     ],
 )

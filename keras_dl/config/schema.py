@@ -1,0 +1,275 @@
+"""The experiment's settings: plain frozen dataclasses with their defaults and documentation.
+
+One dataclass per config section (``data``, ``train``, ``runtime``, ``tracking``, ``callbacks``,
+``registry``) and :class:`Experiment`, which holds them and the recipe's own ``model`` section.
+Nothing here parses or checks a value: :mod:`keras_dl.config.parse` reads YAML files and
+``--set`` overrides into these types, :mod:`keras_dl.config.validate` checks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+# A setting with a fixed set of values is typed Literal[...]: that type is the one list of its
+# choices (keras_dl.config.choices checks every such field, and no check repeats the list).
+Strategy = Literal["auto", "none", "mirrored", "horovod"]
+STRATEGIES = get_args(Strategy)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the training data lives and how it is read.
+
+    Args:
+        table: Delta table or Parquet directory, glob or comma-separated file list.
+        version: Delta version to read (time travel). Defaults to the latest.
+        timestamp: Delta timestamp (ISO 8601) to read instead of a version. Defaults to None.
+        label: Label column. Defaults to "label".
+        features: Feature columns; empty means every column but the label and split column.
+        split_column: Column that holds "train"/"validation"/"test". Defaults to None (no splits).
+        train_split: Value of ``split_column`` for training rows. Defaults to "train".
+        validation_table: Separate validation table. Defaults to None (use ``validation_split``).
+        validation_split: Value of ``split_column`` for validation rows; empty for none.
+        test_table: Separate test table. Defaults to None (use ``test_split``).
+        test_split: Value of ``split_column`` for test rows; empty for none.
+        workers: Petastorm reader worker threads. Defaults to 2.
+        shuffle: Shuffle row groups and rows (seeded). Defaults to True.
+        shuffle_buffer: Rows mixed in memory when shuffling. Defaults to 4096.
+        seed: Seed for row-group order and the shuffle buffer. Defaults to 42.
+        deterministic: Reproducible row order run after run: the seeded shuffle with one reader
+            thread (slower). Defaults to False.
+        filters: Row filters "COLUMN OP VALUE" (OP one of = != < <= > >= in, "in" values
+            separated by "|"), e.g. ("year >= 2020", "country in US|FR"). Filters on partition
+            columns skip whole files. Defaults to ().
+        cache_dir: Copy the table's files to this local folder once and read them from there
+            (for remote or slow storage). Defaults to None (read in place).
+        cache: "auto" keeps a split's decoded rows in memory after its first epoch when they
+            fit ``cache_max_bytes`` (later epochs skip the reader; rows stay exactly once per
+            epoch and reshuffled), "never" reads every epoch from the table. Defaults to "auto".
+        cache_max_bytes: Memory budget per split (and per process) for ``cache``. Defaults to
+            268435456 (256 MiB).
+        image_size: (height, width) for image recipes; empty keeps the recipe's. Defaults to ().
+        on_bad_image: "fail" on an undecodable image, or "skip" it and count it (logged to
+            MLflow as data.bad_images_skipped). Defaults to "fail".
+        trust_petastorm_metadata: Load a Petastorm dataset's Unischema with Petastorm's own
+            unpickler, which runs whatever code the pickle in ``_common_metadata`` names. Only
+            for tables whose writer you trust. Defaults to False: only Petastorm's, numpy's and
+            Spark's data classes are unpickled, anything else is refused with an error.
+    """
+
+    table: str = ""
+    version: int | None = None
+    timestamp: str | None = None
+    label: str = "label"
+    features: tuple[str, ...] = ()
+    split_column: str | None = None
+    train_split: str = "train"
+    validation_table: str | None = None
+    validation_split: str = "validation"
+    test_table: str | None = None
+    test_split: str = "test"
+    workers: int = 2
+    shuffle: bool = True
+    shuffle_buffer: int = 4096
+    seed: int = 42
+    deterministic: bool = False
+    filters: tuple[str, ...] = ()
+    cache_dir: str | None = None
+    cache: Literal["auto", "never"] = "auto"
+    cache_max_bytes: int = 256 << 20
+    image_size: tuple[int, ...] = ()
+    on_bad_image: Literal["fail", "skip"] = "fail"
+    trust_petastorm_metadata: bool = False
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How the model is fit.
+
+    ``epochs`` and ``batch_size`` may be null (None) only in a recipe whose own default is null:
+    that recipe chooses them from the training table before training (see
+    :func:`keras_dl.recipe.configure`; the tabular recipe does). Elsewhere null is refused.
+
+    Args:
+        epochs: Passes over the training split. Defaults to 10.
+        batch_size: Global batch size (all replicas together). Defaults to 32.
+        learning_rate: Base learning rate, before any world-size scaling. Defaults to 1e-3.
+        optimizer: A Keras optimizer name ("adam", "sgd", "rmsprop", "adamw"). Defaults to "adam".
+        lr_schedule: "constant" or "cosine" (decay to 0 over all epochs). Defaults to "constant".
+        mixed_precision: Use the "mixed_float16" policy. Defaults to False.
+        seed: Seed for weights initialisation and dropout. Defaults to 42.
+        verbose: Keras ``fit`` verbosity on the chief (0, 1 or 2). Defaults to 2.
+    """
+
+    epochs: int | None = 10
+    batch_size: int | None = 32
+    learning_rate: float = 1e-3
+    optimizer: str = "adam"
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    mixed_precision: bool = False
+    seed: int = 42
+    verbose: int = 2
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how the training runs.
+
+    Args:
+        strategy: "auto", "none", "mirrored" or "horovod". Defaults to "auto".
+        np: Horovod processes: < 0 runs -np on this host, > 0 runs np Spark tasks. Defaults to 0.
+        run_dir: Folder for the resolved config and checkpoints: a local path or an ``s3://``
+            URI (checkpoints counted by manifests, the run lock a lease; see
+            :mod:`keras_dl.callbacks.remote_checkpoints`). Defaults to "runs/<recipe>".
+        resume: Resume from the last checkpoint in ``run_dir``. Defaults to True.
+        lr_scaling: "none" or "linear": multiply the learning rate by the number of replicas.
+            ``train.batch_size`` is global, so "none" keeps the optimization the same on any
+            world size; use "linear" when you grow the batch with the world. Defaults to "none".
+        warmup_epochs: Epochs over which the learning rate ramps up to its (scaled) value.
+            Defaults to 0.
+        fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
+        start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
+            failing. Defaults to 120.
+        max_restarts: Horovod: relaunch the job from its newest checkpoint, in the same MLflow
+            run, when a rank dies or is preempted, up to this many times. Python errors are
+            never retried. Defaults to 0 (as TF Model Garden's ``recovery_max_trials``).
+        stall_timeout: Horovod: a rank that waits longer than this many seconds for the others
+            in a collective (an allreduce, a broadcast) ends the job, naming the ranks that did
+            not join and the collective. Defaults to 120.
+        bind_address: Address the servers keras_dl starts listen on: Horovod's rendezvous,
+            driver and task services for ``np < 0``, and the Spark driver on a local master.
+            Widen it (e.g. "0.0.0.0") only on a trusted network: these services accept
+            pickles. With ``np > 0`` Spark executors must reach the driver, so there it is used
+            only when set. Defaults to "127.0.0.1".
+        spark_ui: Start the Spark web UI in Spark sessions keras_dl creates. Defaults to False.
+        lease_seconds: With ``run_dir`` on S3: how long the run's lease (its lock) lasts unless
+            renewed; the training renews it every third of that, and a run whose holder died
+            can start once it lapses. Defaults to 60.
+    """
+
+    strategy: Strategy = "auto"
+    np: int = 0
+    run_dir: str = ""
+    resume: bool = True
+    lr_scaling: Literal["none", "linear"] = "none"
+    warmup_epochs: float = 0.0
+    fp16_allreduce: bool = False
+    start_timeout: int = 120
+    max_restarts: int = 0
+    stall_timeout: int = 120
+    bind_address: str = "127.0.0.1"
+    spark_ui: bool = False
+    lease_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow tracking.
+
+    Args:
+        uri: Tracking URI. Defaults to a SQLite file ``mlflow.db`` in the working directory.
+        experiment: MLflow experiment name. Defaults to the recipe name.
+        registered_model: Registry name for the trained model. Defaults to the recipe name;
+            set it to "none" to skip registration.
+        log_model: Log the trained model with its signature. Defaults to True.
+        artifact_location: Where a new MLflow experiment keeps its artifacts (the model,
+            plots), e.g. ``s3://bucket/mlflow``; credentials and endpoint come from the
+            standard AWS environment. An existing experiment with another location is an
+            error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
+    """
+
+    uri: str = ""
+    experiment: str = ""
+    registered_model: str = ""
+    log_model: bool = True
+    artifact_location: str = ""
+
+
+@dataclass(frozen=True)
+class CallbacksConfig:
+    """The default callbacks: early stopping, checkpoints, throughput, plots.
+
+    Args:
+        monitor: Metric early stopping watches. Defaults to "val_loss".
+        mode: "min", "max" or "auto" (max for accuracy-like names). Defaults to "auto".
+        min_delta: Smallest change that counts as an improvement. Defaults to 0.0.
+        patience: Epochs without improvement before stopping; None never stops on patience.
+            Defaults to None.
+        stopping_threshold: Stop as soon as ``monitor`` is better than this. Defaults to None.
+        divergence_threshold: Stop as soon as ``monitor`` is worse than this. Defaults to None.
+        check_finite: Stop on a NaN or infinite loss or monitored value. Defaults to True.
+        divergence_factor: Stop, and fail the run as diverged, when an epoch's training loss
+            is more than this many times the first epoch's; 0 disables it. Defaults to 10.0.
+        restore_best_weights: Restore the best epoch's weights when stopping early.
+            Defaults to False.
+        checkpoint_every_n_steps: Also checkpoint every N steps (0: each epoch only).
+            Defaults to 0.
+        keep_checkpoints: Checkpoints kept in ``runtime.run_dir``/checkpoints. Defaults to 3.
+        log_every_n_steps: Also log step metrics and throughput every N steps (0: per epoch
+            only). Defaults to 0.
+        plots: Log loss/metric curves (and a confusion matrix for classifiers) as PNG
+            artifacts at the end. Defaults to True.
+    """
+
+    monitor: str = "val_loss"
+    mode: Literal["auto", "min", "max"] = "auto"
+    min_delta: float = 0.0
+    patience: int | None = None
+    stopping_threshold: float | None = None
+    divergence_threshold: float | None = None
+    check_finite: bool = True
+    divergence_factor: float = 10.0
+    restore_best_weights: bool = False
+    checkpoint_every_n_steps: int = 0
+    keep_checkpoints: int = 3
+    log_every_n_steps: int = 0
+    plots: bool = True
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """What a trained model must show before it is registered (see :mod:`keras_dl.gate`).
+
+    Whatever is set here, a model is registered only when its evaluation metric beats the
+    trivial predictor on the same rows (the training majority class, or the training mean).
+
+    Args:
+        min_metric: A floor "NAME OP NUMBER" on an evaluation metric, OP one of >=, >, <=, <,
+            e.g. "test_accuracy>=0.95". Defaults to "" (none).
+        must_beat: An alias of the registered model, e.g. "champion": the new model must beat
+            the version holding it on the same evaluation rows (passes when no version holds
+            it yet). Defaults to "" (none).
+        set_alias: An alias moved to the new version once it is registered, e.g. "champion".
+            Defaults to "" (none).
+    """
+
+    min_metric: str = ""
+    must_beat: str = ""
+    set_alias: str = ""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One training run: a recipe name plus its config sections and the recipe's model config.
+
+    ``model`` is a frozen dataclass defined by the recipe (or None); ``--set model.KEY=VALUE``
+    overrides it like any other section.
+    """
+
+    recipe: str = ""
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    model: Any = None
+
+    def sections(self) -> dict[str, Any]:
+        """The config sections by name, the recipe's ``model`` section included when present."""
+        names = ("data", "train", "runtime", "tracking", "callbacks", "registry")
+        out = {s: getattr(self, s) for s in names}
+        if self.model is not None:
+            out["model"] = self.model
+        return out

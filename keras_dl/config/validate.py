@@ -1,0 +1,176 @@
+"""Validation: every setting's choices, its range, and the rules between settings.
+
+Choices come from the schema's ``Literal`` types (:mod:`keras_dl.config.choices`). The rest is
+written here: ranges (counts from 1, offsets from 0, finite floats), the rules between fields
+(``runtime.np`` needs Horovod, a Delta version or a timestamp, not both), the registry's metric
+floor and aliases, and null only for the settings a recipe chooses itself. Each error names the
+key and how to fix it. :func:`validate` also fills in the defaults derived from the recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+from keras_dl.config.choices import check_choices
+from keras_dl.config.schema import Experiment, RegistryConfig
+from keras_dl.errors import ConfigError
+
+
+def validate(exp: Experiment) -> Experiment:
+    """Check every setting's choices and ranges and the rules between settings, and fill in
+    the recipe-derived defaults."""
+    _check_finite(exp)  # a NaN passes every "<" and ">" test below
+    check_choices(exp.sections())  # every Literal[...] field, from the schema's types
+    if not exp.train.learning_rate > 0:
+        raise ConfigError(
+            f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."
+        )
+    for key in _AT_LEAST_ONE:
+        _check_min(exp, key, 1)
+    for key in _AT_LEAST_ZERO:
+        _check_min(exp, key, 0)
+    if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
+        raise ConfigError(
+            f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
+            f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
+        )
+    if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
+        raise ConfigError(
+            f"data.image_size={list(exp.data.image_size)} must be two positive integers "
+            "(height, width), e.g. --set data.image_size=128,128."
+        )
+    if exp.callbacks.divergence_factor != 0 and not exp.callbacks.divergence_factor > 1:
+        raise ConfigError(
+            f"callbacks.divergence_factor={exp.callbacks.divergence_factor:g} must be 0 (off) "
+            "or greater than 1, e.g. --set callbacks.divergence_factor=10."
+        )
+    _check_registry(exp.registry)
+    if exp.data.version is not None and exp.data.timestamp:
+        raise ConfigError("Set data.version or data.timestamp, not both.")
+    if not exp.data.table:
+        raise ConfigError(
+            "data.table is empty. Point it at a Delta table or Parquet directory, for example "
+            "--set data.table=data/digits (make one with `keras-dl ingest sklearn-digits`)."
+        )
+    name = exp.recipe or "keras-dl"
+    tracking = dataclasses.replace(
+        exp.tracking,
+        uri=exp.tracking.uri or default_tracking_uri(),
+        experiment=exp.tracking.experiment or name,
+        registered_model=exp.tracking.registered_model or name,
+    )
+    runtime = dataclasses.replace(exp.runtime, run_dir=exp.runtime.run_dir or f"runs/{name}")
+    return dataclasses.replace(exp, tracking=tracking, runtime=runtime)
+
+
+def default_tracking_uri() -> str:
+    """A SQLite file ``mlflow.db`` in the working directory."""
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+# Settings that only make sense from 1 (counts, sizes) or from 0 (offsets, intervals).
+_AT_LEAST_ONE = (
+    "train.epochs",
+    "train.batch_size",
+    "data.workers",
+    "data.shuffle_buffer",
+    "runtime.start_timeout",
+    "runtime.stall_timeout",
+    "runtime.lease_seconds",
+    "callbacks.keep_checkpoints",
+)
+_AT_LEAST_ZERO = (
+    "data.cache_max_bytes",
+    "runtime.warmup_epochs",
+    "runtime.max_restarts",
+    "callbacks.min_delta",
+    "callbacks.checkpoint_every_n_steps",
+    "callbacks.log_every_n_steps",
+    "callbacks.patience",
+)
+
+
+# Settings a recipe may leave null in its defaults, to choose them from the table itself.
+CHOSEN_BY_RECIPE = ("train.epochs", "train.batch_size")
+
+
+def check_chosen_by_recipe(defaults: Experiment, exp: Experiment) -> None:
+    """Null is for a recipe that chooses the value (its default is null); elsewhere refuse it."""
+    for key in CHOSEN_BY_RECIPE:
+        section, name = key.split(".")
+        default = getattr(getattr(defaults, section), name)
+        if getattr(getattr(exp, section), name) is None and default is not None:
+            raise ConfigError(
+                f"Config key {key!r} got 'null', but it must be an integer: recipe "
+                f"{exp.recipe or '(none)'!r} does not choose it from the table. Set a number, "
+                f"for example --set {key}={default}."
+            )
+
+
+def _check_finite(exp: Experiment) -> None:
+    """Every float setting, the recipe's model section included, must be a finite number."""
+    for name, section in exp.sections().items():
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(
+                    f"{name}.{f.name} must be a finite number, got {value}. Set a number, "
+                    f"for example --set {name}.{f.name}=0.1."
+                )
+
+
+METRIC_OPS = (">=", "<=", ">", "<")  # two-character operators first: ">" prefixes ">="
+
+
+def parse_min_metric(text: str) -> tuple[str, str, float]:
+    """``"test_accuracy >= 0.95"`` as ``("test_accuracy", ">=", 0.95)``.
+
+    Raises:
+        ConfigError: When ``text`` is not "NAME OP NUMBER" with OP one of >=, >, <=, <.
+    """
+    for op in METRIC_OPS:
+        name, found, number = text.partition(op)
+        if not found:
+            continue
+        value = _number(number.strip())
+        if name.strip() and value is not None and math.isfinite(value):
+            return name.strip(), op, value
+        break
+    raise ConfigError(
+        f"registry.min_metric={text!r} is not NAME OP NUMBER with OP one of "
+        f"{', '.join(METRIC_OPS)}, e.g. --set registry.min_metric=test_accuracy>=0.95."
+    )
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def valid_alias(alias: str) -> bool:
+    """Whether MLflow accepts ``alias`` for a registered model ("latest" is its own)."""
+    return bool(re.fullmatch(r"[A-Za-z][\w-]*", alias)) and alias.lower() != "latest"
+
+
+def _check_registry(registry: RegistryConfig) -> None:
+    if registry.min_metric:
+        parse_min_metric(registry.min_metric)
+    for key in ("must_beat", "set_alias"):
+        alias = getattr(registry, key)
+        if alias and not valid_alias(alias):
+            raise ConfigError(
+                f"registry.{key}={alias!r} is not a valid alias: use letters, digits, '_' or "
+                "'-', starting with a letter ('latest' is reserved by MLflow), e.g. champion."
+            )
+
+
+def _check_min(exp: Experiment, key: str, low: int) -> None:
+    section, name = key.split(".")
+    value = getattr(getattr(exp, section), name)
+    if value is not None and value < low:
+        raise ConfigError(f"{key} must be >= {low}, got {value}. Fix it with --set {key}=...")
