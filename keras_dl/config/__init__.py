@@ -20,7 +20,7 @@ Example:
     3
 """
 
-from keras_dl.config.dump import dumps, save, to_dict, to_flat_dict
+from keras_dl.config.dump import dumps, to_dict, to_flat_dict
 from keras_dl.config.overrides import resolve
 from keras_dl.config.parse import apply_mapping, parse_set, read_yaml, valid_keys
 from keras_dl.config.schema import (
@@ -60,7 +60,6 @@ __all__ = [
     "parse_set",
     "read_yaml",
     "resolve",
-    "save",
     "to_dict",
     "to_flat_dict",
     "valid_alias",

@@ -7,8 +7,6 @@ to the same experiment.
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -36,23 +34,7 @@ def to_dict(exp: Experiment) -> dict[str, Any]:
     return out
 
 
-def save(exp: Experiment, path: str | os.PathLike) -> Path:
-    """Write the resolved config as YAML to a local ``path`` (atomically) and return the path.
-
-    A rename over the target, not fsynced. Durable writes, local or to an object store, are
-    :func:`keras_dl.storage.write_atomic`'s job, and storage sits above config in the layers
-    (.importlinter), so config cannot call it: a caller in a layer above storage writes
-    ``dumps(exp).encode()`` with it instead (as ``callbacks.defaults.record_config`` does for
-    a remote run folder).
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(dumps(exp))
-    os.replace(tmp, p)
-    return p
-
-
 def dumps(exp: Experiment) -> str:
-    """The resolved config as YAML text (what :func:`save` writes)."""
+    """The resolved config as YAML text: a valid ``--config`` file (the run folder's
+    ``config.yaml``, written by :class:`keras_dl.run.RunFolder` through a Store)."""
     return yaml.safe_dump(to_dict(exp), sort_keys=False)
