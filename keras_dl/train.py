@@ -136,13 +136,8 @@ def _run(exp, recipe, world, run_id, callbacks, lock) -> TrainResult:
         if lock is not None:
             lock.update(run_id)  # a second run's error names it
     try:
-        try:
+        with data.original_errors():  # the reader's own error, not TF's wrapper of it
             result = _fit(exp, recipe, data, strategy, world, run_id, list(callbacks))
-        except Exception:
-            for split in (data.train, data.validation, data.test):
-                if split is not None:
-                    split.raise_error()  # the reader's own error, not TF's wrapper of it
-            raise
     except Preempted as exc:
         if world.is_chief:  # KILLED, not FAILED: nothing is wrong, rerunning resumes it
             tracking.end_run("KILLED", reason=exc, tags={tracking.PREEMPTED_TAG: exc.signal_name})

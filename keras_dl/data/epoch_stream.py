@@ -16,6 +16,7 @@ Evaluation yields every row once, the last batch partial.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from keras_dl.data.blocks import (
@@ -38,12 +39,14 @@ from keras_dl.data.reader import (
     shuffle_rows,
     to_arrays,
 )
+from keras_dl.data.reader_lifecycle import ReadersClosed
 from keras_dl.data.rows import TableStats, count_rows
 from keras_dl.data.signature import input_signature, to_structure
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 PREPROCESS_ROWS = 128
+ERRORS_KEPT = 4  # the newest errors a stream's generators raised
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,8 @@ class EpochStream:
         in_graph: The preprocess hook tf.data must run on the batches, or None (no hook, or
             the hook runs here and the memory cache keeps its output).
         position: Where :meth:`generate` starts (epoch, step).
-        errors: The DataErrors :meth:`generate` raised (tf.data re-raises them as its own).
+        errors: The last exceptions :meth:`generate` raised, the newest last: tf.data hands
+            its consumer a copy of their text, and :mod:`keras_dl.data.tfdata` the originals.
     """
 
     def __init__(self, snapshot, plan: ColumnPlan, options: ReadOptions, preprocess=None):
@@ -130,7 +134,7 @@ class EpochStream:
         self.total = self.steps * options.batch_size if self.weighted else self.rows
         self.groups = RowGroupCounts(snapshot, self.stats, plan.columns)
         self.position = DataPosition()
-        self.errors: list = []
+        self.errors: deque = deque(maxlen=ERRORS_KEPT)
         table = snapshot.format != "petastorm"  # a Unischema dataset is read row by row
         self.cache = EpochCache(options.cache_max_bytes if table else 0)
         # Rows per call of the preprocess hook: whole batches, at least PREPROCESS_ROWS.
@@ -200,7 +204,9 @@ class EpochStream:
                 if not self.options.training:
                     return
                 epoch, skip = epoch + 1, 0
-        except DataError as exc:  # surfaced by SplitData.raise_error, not as a TF op error
+        except ReadersClosed:  # lifecycle: the interpreter is exiting, not an error
+            raise
+        except Exception as exc:  # tf.data raises its text in an UnknownError: keep the original
             self.errors.append(exc)
             raise
         finally:

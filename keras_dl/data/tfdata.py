@@ -5,12 +5,18 @@ rows, read how, cut into blocks of whole batches) and :func:`stream_dataset` wra
 ``from_generator`` hands out the blocks, ``from_tensor_slices`` cuts them into batches without
 copying, and a recipe's vectorized preprocessing runs in parallel in tf.data (or once per row in
 the generator when it is deterministic and its output fits ``data.cache``).
+
+tf.data raises an error of the generator as a ``tf.errors.UnknownError`` holding only its text.
+:func:`original_errors` (``with data.original_errors(): model.fit(...)``), keras_dl's own
+training and :meth:`SplitData.batches` raise the original instead: the reader's
+:class:`~keras_dl.errors.DataError` naming the table, file and row group, or for an undecodable
+image, one naming its file, row group and row.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from keras_dl.data import reader_lifecycle
@@ -18,6 +24,7 @@ from keras_dl.data.epoch_stream import DataPosition, EpochStream, ReadOptions
 from keras_dl.data.features import BINARY, ColumnPlan
 from keras_dl.data.rows import TableStats
 from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.errors import KerasDLError
 
 
 @dataclass
@@ -25,14 +32,15 @@ class SplitData:
     """A dataset plus what ``fit`` must know about it.
 
     ``rows`` is this shard's live rows per epoch (all of them are trained on every epoch) and
-    ``padded_rows`` the zero-weight rows added to reach ``steps`` whole batches.
+    ``padded_rows`` the zero-weight rows added to reach ``steps`` whole batches. ``errors`` are
+    the last exceptions its generator raised inside tf.data (see :meth:`original_error`).
     """
 
     dataset: object
     steps: int
     stats: TableStats
     snapshot: TableSnapshot
-    errors: list = field(default_factory=list)
+    errors: Sequence = field(default_factory=list)
     image_columns: tuple[str, ...] = ()
     position: DataPosition = field(default_factory=DataPosition)
     rows: int = 0
@@ -48,25 +56,55 @@ class SplitData:
         """
         self.position.epoch, self.position.step = divmod(int(global_step), max(self.steps, 1))
 
-    def raise_error(self) -> None:
-        """Re-raise the first error the reader hit inside tf.data, without TF's wrapping.
+    def batches(self, steps: int | None = None) -> Iterator:
+        """The dataset's first ``steps`` batches (one epoch by default), iterated in Python.
 
-        Called from an ``except`` block: when the exception being handled is an image decoding
-        failure, the table is re-scanned and the error names the file, row group and row.
+        Raises:
+            DataError: The reader's own error, when reading the split fails inside tf.data.
         """
-        if self.errors:
-            raise self.errors[0]
-        exc = sys.exc_info()[1]
-        if exc is None or not self.image_columns or not _is_image_error(str(exc)):
-            return
+        with original_errors(self):
+            yield from self.dataset.take(self.steps if steps is None else steps)
+
+    def original_error(self, exc: BaseException) -> BaseException | None:
+        """The error behind ``exc``, which tf.data raised while reading this split, or None.
+
+        That is the exception this split's generator raised, when ``exc`` carries its text (tf.data
+        re-raises it as an ``UnknownError``); for an undecodable image, a DataError naming the
+        file, row group and row (the table is re-scanned to find them).
+        """
+        if isinstance(exc, KerasDLError) or any(exc is e for e in self.errors):
+            return None  # already the original
+        text = str(exc)
+        found = next((e for e in reversed(self.errors) if f"{type(e).__name__}: {e}" in text), None)
+        if self.image_columns and _is_image_error(text):
+            return self._bad_image(exc) or found
+        return found
+
+    def _bad_image(self, exc: BaseException):
         from keras_dl.data.images import BAD_IMAGE_MARKER, bad_image_error, locate_bad_images
 
+        text = str(exc)
         for column in self.image_columns:
-            marked = f"{BAD_IMAGE_MARKER} column=" in str(exc)
-            if marked and f"column={column}:" not in str(exc):
+            marked = f"{BAD_IMAGE_MARKER} column=" in text
+            if marked and f"column={column}:" not in text:
                 continue
             if locate_bad_images(self.snapshot, column, limit=1):
-                raise bad_image_error(self.snapshot, column, exc) from None
+                return bad_image_error(self.snapshot, column, exc)
+        return None
+
+
+@contextlib.contextmanager
+def original_errors(*splits: SplitData | None):
+    """Within the block, an error tf.data raises while reading one of ``splits`` is raised as
+    the original (see :meth:`SplitData.original_error`); other errors pass unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        for split in splits:
+            original = None if split is None else split.original_error(exc)
+            if original is not None:
+                raise original from None  # its own traceback, from inside the generator
+        raise
 
 
 def make_dataset(
@@ -201,5 +239,6 @@ __all__ = [
     "ReadOptions",
     "SplitData",
     "make_dataset",
+    "original_errors",
     "stream_dataset",
 ]
