@@ -107,8 +107,9 @@ class EpochStream:
     """One shard's epochs of one split, as blocks of whole batches for ``from_generator``.
 
     Public methods: :meth:`pieces` (which row groups an epoch reads), :meth:`chunks` (an
-    epoch's rows, mixed), :meth:`epoch` (weighted and padded, from a step on) and
-    :meth:`generate` (the blocks, epoch after epoch when training).
+    epoch's rows, mixed), :meth:`epoch` (weighted and padded, from a step on),
+    :meth:`generate` (the blocks, epoch after epoch when training) and :meth:`close` (stop a
+    reader opened ahead, after reading epochs with :meth:`chunks` or :meth:`epoch`).
 
     Attributes:
         steps: Batches per epoch, equal on every shard.
@@ -210,7 +211,11 @@ class EpochStream:
             self.errors.append(exc)
             raise
         finally:
-            self.reads.close()
+            self.close()
+
+    def close(self) -> None:
+        """Stop the next epoch's reader, when one was opened ahead and not taken."""
+        self.reads.close()
 
     def _read(self, epoch: int):
         """``(piece, arrays)`` of one epoch, streamed (and kept when it is the whole split)."""
