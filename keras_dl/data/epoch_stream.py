@@ -19,6 +19,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from keras_dl.data.arrays import to_arrays
 from keras_dl.data.blocks import (
     as_block,
     cut_blocks,
@@ -31,16 +32,11 @@ from keras_dl.data.cache_memory import EpochCache
 from keras_dl.data.features import ColumnPlan
 from keras_dl.data.hook_cache import cacheable_hook
 from keras_dl.data.read_ahead import ReadAhead
-from keras_dl.data.reader import (
-    RowGroupCounts,
-    epoch_pieces,
-    iter_unischema_rows,
-    read_pieces,
-    shuffle_rows,
-    to_arrays,
-)
+from keras_dl.data.reader import RowGroupCounts, epoch_pieces, read_pieces
 from keras_dl.data.reader_lifecycle import ReadersClosed
+from keras_dl.data.reader_unischema import iter_unischema_rows
 from keras_dl.data.rows import TableStats, count_rows
+from keras_dl.data.shuffle import shuffle_rows
 from keras_dl.data.signature import input_signature, to_structure
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
