@@ -111,7 +111,8 @@ def _run(run: Run, recipe, callbacks) -> TrainResult:
         preprocess_train=recipe.preprocess_train,
     )
     run.start(tags=data.snapshot.lineage)  # on the chief; a no-op on other ranks
-    return _fit(run, recipe, data, strategy, list(callbacks))
+    with data.original_errors():  # the reader's own error, not TF's wrapper of it
+        return _fit(run, recipe, data, strategy, list(callbacks))
 
 
 def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult:

@@ -68,3 +68,23 @@ def test_resolved_config_is_saved_with_the_run(trained):
 
     saved = yaml.safe_load((Path(exp.runtime.run_dir) / "config.yaml").read_text())
     assert saved["train"]["epochs"] == exp.train.epochs and saved["recipe"] == "digits"
+
+
+@pytest.mark.slow
+def test_a_read_error_inside_fit_fails_the_run_as_the_reader_s_data_error(
+    digits_table, tmp_path, monkeypatch
+):
+    from keras_dl.data import epoch_stream
+    from keras_dl.errors import DataError
+
+    def broken(snapshot, columns, pieces, *args, **kwargs):
+        piece = pieces[0]
+        raise DataError(f"File {snapshot.files[piece.file]!r}, row group {piece.row_group}: bad")
+        yield  # a generator, as the reader is: it fails inside tf.data
+
+    monkeypatch.setattr(epoch_stream, "read_pieces", broken)
+    with pytest.raises(DataError, match=r"File '.*\.parquet', row group \d+: bad"):
+        train_digits(digits_table, tmp_path, "train.epochs=1")
+    (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["keras_dl.failure"].startswith("DataError: File '")

@@ -1,5 +1,8 @@
 """Where keras_dl's input pipeline spends its time: a stage profile and a Python profile.
 
+Both drive the pipeline's own :class:`~keras_dl.data.epoch_stream.EpochStream` through its public
+methods, so what is profiled is what training runs.
+
 - :func:`profile_stages`: rows/s of the pipeline cut after each stage (reader, casts, row
   shuffle, handing blocks of batches to tf.data, slicing them), each timed like the others.
 - :func:`profile_generator`: cProfile of the Python generator that feeds tf.data, run in this
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import itertools
 import pstats
 import time
 
@@ -19,40 +23,32 @@ from keras_dl.bench.input_paths import reader_alone
 from keras_dl.bench.timing import MIN_SECONDS, consume, timed_loop
 
 TOP_FUNCTIONS = 12
+SHUFFLE_BUFFER = 4096  # rows mixed in memory, as data.shuffle_buffer's default
 
 
 def profile_stages(path: str, batch: int) -> dict[str, float]:
     """Rows/s of keras_dl's pipeline cut after each stage, to show where the time goes.
 
-    reader: Petastorm's batch reader alone; +convert: plus keras_dl's per-row-group casts;
-    +shuffle: plus the in-memory row shuffle; +from_generator: plus handing the arrays to
-    tf.data as blocks of whole batches; +slice: plus slicing the blocks into batches (the whole
-    training pipeline but the final prefetch).
+    reader: Petastorm's batch reader alone; +convert: keras_dl's reads of shuffled row groups,
+    cast per row group (the stream's epochs without the row shuffle); +shuffle: plus the
+    in-memory row shuffle; +from_generator: plus handing the arrays to tf.data as blocks of
+    whole batches (the stream's generator); +slice: plus slicing the blocks into batches (the
+    whole training pipeline but the final prefetch).
     """
     import tensorflow as tf
 
-    from keras_dl.data import open_table, plan_columns
-    from keras_dl.data.blocks import cut_blocks
-    from keras_dl.data.signature import input_signature, to_structure
-    from keras_dl.data.tfdata import make_dataset  # noqa: F401  (the pipeline profiled)
+    from keras_dl.data import open_table, plan_columns, reader_lifecycle
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), None)
-    out = {
-        "reader": reader_alone(snapshot),
-        "+convert": _python_rate(_groups(snapshot, plan)),
-        "+shuffle": _python_rate(_shuffled(snapshot, plan)),
-    }
-    spec = input_signature(plan, blocked=True)
-
-    def gen():
-        carry = None
-        for arrays in _shuffled(snapshot, plan):
-            blocks, carry = cut_blocks(arrays, carry, batch)
-            if blocks is not None:
-                yield to_structure(blocks, plan)
-
-    ds = tf.data.Dataset.from_generator(gen, output_signature=spec).prefetch(2)
+    out = {"reader": reader_alone(snapshot)}
+    for stage, buffer in (("+convert", 0), ("+shuffle", SHUFFLE_BUFFER)):
+        stream = _stream(snapshot, plan, batch, buffer)
+        out[stage] = _python_rate(_chunks(stream))
+        stream.close()
+    stream = _stream(snapshot, plan, batch)
+    generate = reader_lifecycle.guard_generator(stream.generate)  # as tf.data is handed it
+    ds = tf.data.Dataset.from_generator(generate, output_signature=stream.signature).prefetch(2)
     group_rows = int(np.mean([r.num_rows for r in _row_groups(snapshot)]))
     out["+from_generator"] = consume(ds, 50) * group_rows  # about a row group per block
     steps = max(1, 4 * group_rows // batch)
@@ -62,7 +58,8 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
 
 
 def profile_generator(path: str, seconds: float | None = None) -> dict:
-    """cProfile of keras_dl's generator (read, convert, shuffle) over about ``seconds``.
+    """cProfile of keras_dl's generator (read, convert, shuffle, cut into blocks) over about
+    ``seconds``; the next epoch's reader, opened ahead on its own thread, is not in it.
 
     Returns:
         ``rows_per_s`` under the profiler, and the top functions by own time, each with its
@@ -72,14 +69,14 @@ def profile_generator(path: str, seconds: float | None = None) -> dict:
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), None)
-    it = _shuffled(snapshot, plan)
+    it = _stream(snapshot, plan, 256).generate()
     next(it)  # reader start-up is not steady state
     budget = MIN_SECONDS if seconds is None else seconds
     profiler, rows = cProfile.Profile(), 0
     start = time.perf_counter()
     profiler.enable()
     while time.perf_counter() - start < budget:
-        rows += len(next(iter(next(it).values())))
+        rows += _block_rows(next(it))
     profiler.disable()
     elapsed = time.perf_counter() - start
     it.close()
@@ -99,22 +96,23 @@ def profile_generator(path: str, seconds: float | None = None) -> dict:
     }
 
 
-def _groups(snapshot, plan):
-    """Epochs without end, each one exact, as training reads them."""
-    from keras_dl.data.reader import iter_epoch_arrays
-    from keras_dl.data.rows import scan_table
+def _stream(snapshot, plan, batch: int, buffer: int = SHUFFLE_BUFFER):
+    """The training stream of one shard, read from the table every epoch (no memory cache)."""
+    from keras_dl.data import ReadOptions
+    from keras_dl.data.epoch_stream import EpochStream
 
-    stats = scan_table(snapshot, plan.columns)
-    epoch = 0
-    while True:
-        yield from iter_epoch_arrays(snapshot, plan, stats, shuffle=True, seed=epoch)
-        epoch += 1
+    return EpochStream(snapshot, plan, ReadOptions(batch, training=True, shuffle_buffer=buffer))
 
 
-def _shuffled(snapshot, plan):
-    from keras_dl.data.reader import shuffle_rows
+def _chunks(stream):
+    """Epochs without end, each one exact, as training reads them (before the blocks)."""
+    for epoch in itertools.count():
+        yield from stream.chunks(epoch)
 
-    return shuffle_rows(_groups(snapshot, plan), 4096, 0)
+
+def _block_rows(block) -> int:
+    first = next(iter(block.values())) if isinstance(block, dict) else block
+    return int(first.shape[0] * first.shape[1])  # (batches, rows per batch, ...)
 
 
 def _python_rate(it) -> float:

@@ -8,7 +8,7 @@ from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.spark import SparkConverter, make_spark_converter
 from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.data.tables import open_table
-from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
+from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset, original_errors
 
 __all__ = [
     "ColumnPlan",
@@ -24,6 +24,7 @@ __all__ = [
     "make_splits",
     "make_spark_converter",
     "open_table",
+    "original_errors",
     "plan_columns",
     "read_table",
     "select",

@@ -13,7 +13,7 @@ What stays the same with the cache on:
 
 - **Exactness.** An epoch served from memory is the same pieces (row groups and masks) as the
   read it replaces, so every row is still trained once per epoch, on exactly one rank.
-- **Order.** :meth:`order` mixes rows exactly as :func:`keras_dl.data.reader.shuffle_rows` mixes
+- **Order.** :meth:`order` mixes rows exactly as :func:`keras_dl.data.shuffle.shuffle_rows` mixes
   the streamed pieces (the same pools, the same seeded permutations): an epoch has the same rows
   in the same order whether it was streamed or served from memory, so a resumed run lands on the
   same rows either way.

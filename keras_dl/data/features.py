@@ -40,8 +40,12 @@ class ColumnPlan:
 
     @property
     def columns(self) -> list[str]:
-        names = [f.name for f in self.features]
-        return names + ([self.label.name] if self.label else [])
+        return [s.name for s in self.specs]
+
+    @property
+    def specs(self) -> list[FeatureSpec]:
+        """The features' specs, then the label's."""
+        return list(self.features) + ([self.label] if self.label else [])
 
 
 def plan_columns(

@@ -90,7 +90,7 @@ class ImagePreprocess:
             weight = None if weight is None else keep(weight)
             data = features[self.column] if is_dict else features
         else:
-            # The marker lets SplitData.raise_error find the rows and name file and row group.
+            # The marker lets SplitData.original_error find the rows and name file and row group.
             tf.debugging.assert_equal(
                 tf.reduce_all(valid),
                 True,

@@ -13,12 +13,14 @@ Exactness rests on two things: the race fix in ``petastorm_compat.race`` (withou
 read could end with row groups in flight), and :func:`read_pieces` checking that every row
 group returned exactly the rows planned. A short or long epoch is an error, never silently
 different rows.
+
+Beside it: :mod:`~keras_dl.data.arrays` turns each row group into numpy arrays,
+:mod:`~keras_dl.data.shuffle` mixes rows in memory, and Petastorm datasets (a Unischema with
+codecs) are read by :mod:`~keras_dl.data.reader_unischema`.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -26,23 +28,16 @@ import numpy as np
 import pyarrow as pa
 
 from keras_dl.data import reader_lifecycle
-from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
-from keras_dl.data.rows import (
-    TableStats,
-    check_file,
-    group_live_rows,
-    load_row_group,
-    one_array,
-    open_file,
-)
-from keras_dl.data.shards import Piece, keep_mask, plan_epoch, plan_pieces
+from keras_dl.data.arrays import read_error, to_arrays
+from keras_dl.data.features import ColumnPlan
+from keras_dl.data.reader_unischema import iter_unischema_rows
+from keras_dl.data.rows import TableStats, check_file, group_live_rows, load_row_group, open_file
+from keras_dl.data.shards import Piece, keep_mask, plan_epoch, plan_pieces, rng_seed
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
 
-log = logging.getLogger(__name__)
-_RESULTS_QUEUE = 4
-CHUNK_ROWS = 256  # Petastorm datasets: decoded rows stacked per chunk handed to tf.data
+_RESULTS_QUEUE = 4  # row groups Petastorm's pool holds decoded ahead of the reader
 
 
 def iter_epoch(
@@ -92,7 +87,7 @@ def epoch_pieces(
     stats.check_shards(num_shards, snapshot.uri)
     plan = plan_epoch(stats.file_rows, shard, num_shards, shuffle=shuffle, seed=seed)
     groups = groups or RowGroupCounts(snapshot, stats, columns)
-    return plan_pieces(plan, groups, shuffle=shuffle, seed=[_seed(seed), shard])
+    return plan_pieces(plan, groups, shuffle=shuffle, seed=[rng_seed(seed), shard])
 
 
 def read_pieces(
@@ -177,7 +172,7 @@ def iter_epoch_arrays(
 
     Tables are read by :func:`iter_epoch`, one row group per chunk. A Petastorm dataset (a
     Unischema with codecs) is read by Petastorm's row reader, ``make_reader``, which decodes the
-    codecs; its rows are stacked into chunks of ``CHUNK_ROWS``.
+    codecs (:mod:`keras_dl.data.reader_unischema`); its rows are stacked into chunks.
     """
     if snapshot.format != "petastorm":
         for table in iter_epoch(
@@ -230,149 +225,6 @@ def open_reader(snapshot: TableSnapshot, columns, pieces: Sequence[Piece], worke
             raise
         except Exception as exc:
             raise DataError(f"Petastorm cannot open table {snapshot.uri!r}: {exc}") from None
-
-
-def to_arrays(table: pa.Table, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str, np.ndarray]:
-    """One row group's planned columns as dense numpy arrays of their planned dtypes."""
-    out = {}
-    for spec in _specs(plan):
-        column = table.column(spec.name)
-        if column.null_count:
-            raise DataError(
-                f"Column {spec.name!r} of table {snapshot.uri!r} has {column.null_count} null "
-                "value(s) in the rows read. Features and labels cannot be null: fill or drop "
-                "those rows when writing the table, or leave the column out of data.features."
-            )
-        column = one_array(column) if isinstance(column, pa.ChunkedArray) else column
-        if spec.kind != NUMERIC:
-            out[spec.name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
-        elif spec.shape:
-            out[spec.name] = _dense_lists(column, spec, snapshot)
-        else:
-            out[spec.name] = column.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
-    return out
-
-
-def shuffle_rows(
-    batches: Iterator[dict[str, np.ndarray]], buffer_rows: int, seed: int | None
-) -> Iterator[dict[str, np.ndarray]]:
-    """Mix rows across consecutive row groups, vectorized: fill ~``buffer_rows``, permute, emit.
-
-    This is the in-memory level of shuffling; Petastorm shuffles row-group order beneath it.
-    Every row that goes in comes out exactly once.
-    """
-    rng = np.random.default_rng(seed)
-    pool: list[dict[str, np.ndarray]] = []
-    pooled = 0
-    for batch in batches:
-        pool.append(batch)
-        pooled += num_rows(batch)
-        if pooled >= buffer_rows:
-            yield _permute(pool, rng)
-            pool, pooled = [], 0
-    if pool:
-        yield _permute(pool, rng)
-
-
-def read_error(snapshot: TableSnapshot, exc: Exception) -> DataError:
-    """Name the file and row group behind a reader error where that can be found."""
-    m = re.search(r"values in column '([^']+)' are expected to be the same length", str(exc))
-    if m:
-        where = find_ragged(snapshot, m.group(1))
-        if where:
-            return _ragged_error(m.group(1), *where)
-    return DataError(f"Reading table {snapshot.uri!r} failed: {exc}")
-
-
-def find_ragged(snapshot: TableSnapshot, column: str):
-    """``(file, row group, min length, max length)`` of the first ragged row group, or None."""
-    import pyarrow.compute as pc
-
-    for index, path in enumerate(snapshot.files):
-        pf = open_file(snapshot, index)
-        for rg in range(pf.num_row_groups):
-            col = load_row_group(snapshot, index, pf, rg, [column]).column(0).combine_chunks()
-            lengths = col.value_lengths()
-            if len(lengths) and pc.min(lengths).as_py() != pc.max(lengths).as_py():
-                return path, rg, pc.min(lengths).as_py(), pc.max(lengths).as_py()
-    return None
-
-
-def iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed, workers):
-    """A Petastorm (Unischema) dataset's rows of this shard, decoded by ``make_reader``.
-
-    ``make_reader`` cannot be handed row groups in an order, so every shard reads the whole
-    dataset in one seeded order (the same on every shard) and keeps the positions of its run,
-    as planned for a table of one file: exact, at the cost of every shard decoding every row.
-    """
-    from petastorm import make_reader
-
-    from keras_dl.data import petastorm_compat
-    from keras_dl.data.tables.petastorm_meta import known_unischema
-
-    petastorm_compat.install()  # Petastorm's own metadata unpickling is patched too
-    if stats.rows == 0:
-        return
-    stats.check_shards(num_shards, snapshot.uri)
-    runs = plan_epoch([stats.rows], shard, num_shards, shuffle=shuffle, seed=seed).files
-    keep = keep_mask(runs[0][1], stats.rows) if runs else np.zeros(stats.rows, bool)
-    expected = int(keep.sum())
-    # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
-    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
-    with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
-        warnings.simplefilter("ignore")
-        reader = make_reader(
-            file_url(snapshot.uri),
-            schema_fields=plan.columns,
-            reader_pool_type="thread",
-            workers_count=workers,
-            results_queue_size=_RESULTS_QUEUE,
-            num_epochs=1,
-            shuffle_row_groups=shuffle,
-            seed=seed if shuffle else None,
-        )
-    reader_lifecycle.track(reader)  # lifecycle: stopped at exit
-    read = position = 0
-    try:
-        rows = []
-        for row in reader:
-            reader_lifecycle.check_open()  # lifecycle: at exit, stop between rows
-            if position < len(keep) and keep[position]:
-                rows.append(row)
-            position += 1
-            if len(rows) == CHUNK_ROWS:
-                read += len(rows)
-                yield _stack(rows, plan)
-                rows = []
-        if rows:
-            read += len(rows)
-            yield _stack(rows, plan)
-    except (DataError, reader_lifecycle.ReadersClosed):  # lifecycle: not a read error
-        raise
-    except Exception as exc:
-        raise DataError(f"Reading Petastorm dataset {snapshot.uri!r} failed: {exc}") from exc
-    finally:
-        reader.stop()
-        reader.join()
-    if read != expected or position != stats.rows:
-        raise DataError(
-            f"Reading Petastorm dataset {snapshot.uri!r} (shard {shard} of {num_shards}) "
-            f"returned {position} rows ({read} of this shard) where its row groups hold "
-            f"{stats.rows} ({expected} of this shard). Retry; if it persists, report it with "
-            "the dataset."
-        )
-
-
-def _stack(rows, plan: ColumnPlan) -> dict[str, np.ndarray]:
-    out = {}
-    for name in plan.columns:
-        values = [getattr(r, name) for r in rows]
-        out[name] = np.stack(values) if np.ndim(values[0]) else np.asarray(values)
-    return out
-
-
-def num_rows(batch: dict[str, np.ndarray]) -> int:
-    return len(next(iter(batch.values())))
 
 
 def _filesystem_and_paths(urls: list[str], petastorm_resolve):
@@ -456,56 +308,3 @@ def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, k
 
 def _key(path: str) -> str:
     return path.split("://", 1)[-1].rstrip("/")
-
-
-def _dense_lists(column: pa.Array, spec: FeatureSpec, snapshot: TableSnapshot) -> np.ndarray:
-    """A fixed-length list column as a (rows, *shape) array, without a Python loop."""
-    import pyarrow.compute as pc
-
-    size = int(np.prod(spec.shape))
-    if pa.types.is_fixed_size_list(column.type):
-        flat = column.flatten()
-    else:
-        lengths = column.value_lengths()
-        if len(column) and (pc.min(lengths).as_py() != size or pc.max(lengths).as_py() != size):
-            where = find_ragged(snapshot, spec.name)  # name the file and row group
-            if where:
-                raise _ragged_error(spec.name, *where)
-            raise DataError(
-                f"Column {spec.name!r} of table {snapshot.uri!r} has rows of shape "
-                f"({pc.max(lengths)},) where {spec.shape} was expected (the lists differ in "
-                "length between row groups). Pad them to one length when writing the table."
-            )
-        flat = column.flatten()
-    if flat.null_count:
-        raise DataError(
-            f"List column {spec.name!r} of table {snapshot.uri!r} has null elements. Fill them "
-            "when writing the table."
-        )
-    values = flat.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
-    return values.reshape((len(column), *spec.shape))
-
-
-def _ragged_error(column, path, rg, lo, hi) -> DataError:
-    return DataError(
-        f"List column {column!r} has rows of different lengths ({lo} to {hi}) in file "
-        f"{path!r}, row group {rg}. A feature needs a fixed shape: pad or truncate the lists "
-        "when writing the table, or drop the column."
-    )
-
-
-def _seed(seed) -> int:
-    return 0 if seed is None else int(seed)
-
-
-def _permute(pool: Sequence[dict[str, np.ndarray]], rng: np.random.Generator) -> dict:
-    # A row group larger than the buffer is permuted as it is: no concatenation copy.
-    merged = (
-        pool[0] if len(pool) == 1 else {k: np.concatenate([b[k] for b in pool]) for k in pool[0]}
-    )
-    order = rng.permutation(num_rows(merged))
-    return {k: np.take(v, order, axis=0) for k, v in merged.items()}
-
-
-def _specs(plan: ColumnPlan) -> list[FeatureSpec]:
-    return list(plan.features) + ([plan.label] if plan.label else [])

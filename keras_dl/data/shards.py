@@ -97,7 +97,7 @@ def plan_epoch(
     order = np.arange(len(counts))
     offset = 0
     if shuffle:
-        rng = np.random.default_rng(_seed(seed))
+        rng = np.random.default_rng(rng_seed(seed))
         order = rng.permutation(len(counts))
         if num_shards > 1:
             offset = int(rng.integers(total))
@@ -156,7 +156,7 @@ def plan_pieces(
             whole = keep == ((0, g1 - g0),)
             pieces.append(Piece(file, rg, None if whole else keep, rows))
     if shuffle and len(pieces) > 1:
-        order = np.random.default_rng(_seed(seed)).permutation(len(pieces))
+        order = np.random.default_rng(rng_seed(seed)).permutation(len(pieces))
         pieces = [pieces[i] for i in order]
     return pieces
 
@@ -180,5 +180,6 @@ def _merge(runs: list[tuple[int, int]]) -> Ranges:
     return tuple((a, b) for a, b in out)
 
 
-def _seed(seed):
+def rng_seed(seed):
+    """The seed numpy's generator is given for ``seed`` (None: 0, so plans stay seeded)."""
     return 0 if seed is None else seed

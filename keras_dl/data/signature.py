@@ -24,7 +24,7 @@ def input_signature(plan: ColumnPlan, blocked: bool = False, weighted: bool = Fa
     """The TensorSpecs of :func:`to_structure`'s output, per batch or (``blocked``) per block."""
     import tensorflow as tf
 
-    specs = {s.name: tensor_spec(s, blocked) for s in all_specs(plan)}
+    specs = {s.name: tensor_spec(s, blocked) for s in plan.specs}
     if weighted and plan.label is not None:
         specs[WEIGHT] = tf.TensorSpec((None, None) if blocked else (None,), tf.float32)
     return to_structure(specs, plan)
@@ -36,7 +36,3 @@ def tensor_spec(spec: FeatureSpec, blocked: bool = False):
 
     dtype = tf.as_dtype(spec.dtype) if spec.kind == NUMERIC else tf.string
     return tf.TensorSpec(shape=(None, *([None] if blocked else []), *spec.shape), dtype=dtype)
-
-
-def all_specs(plan: ColumnPlan) -> list[FeatureSpec]:
-    return list(plan.features) + ([plan.label] if plan.label else [])

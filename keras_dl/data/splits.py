@@ -18,7 +18,7 @@ from keras_dl.data.filters import parse_filters, select
 from keras_dl.data.images import configure
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
-from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset
+from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset, original_errors
 from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,11 @@ class DataSplits:
     def bad_images_skipped(self) -> int:
         """Undecodable images dropped so far by the image hooks (``data.on_bad_image=skip``)."""
         return sum(h.skipped() for h in self.hooks if hasattr(h, "skipped"))
+
+    def original_errors(self):
+        """A ``with`` block in which an error tf.data raises while reading these splits is
+        raised as the reader's own DataError (``with data.original_errors(): model.fit(...)``)."""
+        return original_errors(self.train, self.validation, self.test)
 
 
 def make_splits(

@@ -3,7 +3,7 @@
 import numpy as np
 import pyarrow as pa
 
-from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, tfdata
+from keras_dl.data import ReadOptions, epoch_stream, make_dataset, open_table, plan_columns
 from keras_dl.data.cache_memory import EpochCache, chunk_bytes
 from keras_dl.data.shards import Piece
 from tests.conftest import write_delta
@@ -54,9 +54,9 @@ def _table(path, n=1000, rows_per_group=100):
 def _record_reads(monkeypatch) -> list:
     """The row groups of every read of the table (one per streamed epoch), as they happen."""
     opened = []
-    real = tfdata.read_pieces
+    real = epoch_stream.read_pieces
     monkeypatch.setattr(
-        tfdata,
+        epoch_stream,
         "read_pieces",
         lambda s, c, pieces, *a, **k: opened.append(pieces) or real(s, c, pieces, *a, **k),
     )
@@ -158,7 +158,7 @@ def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_s
     snap = _table(str(tmp_path / "t"))
     plan = plan_columns(snap, ("f",), "label")
     opened, closed = [], []
-    real = tfdata.read_pieces
+    real = epoch_stream.read_pieces
 
     def tracked(*a, **k):
         opened.append(len(opened))
@@ -167,7 +167,7 @@ def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_s
         finally:
             closed.append(opened[-1])
 
-    monkeypatch.setattr(tfdata, "read_pieces", tracked)
+    monkeypatch.setattr(epoch_stream, "read_pieces", tracked)
     options = ReadOptions(32, training=True, shuffle_buffer=100)  # cache off: every epoch streams
     split = make_dataset(snap, plan, options)
     rows = _rows(split, 2 * split.steps + 3)
@@ -177,6 +177,6 @@ def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_s
     epochs = rows[:2000].reshape(2, -1)
     assert all(sorted(e.tolist()) == list(range(1000)) for e in epochs)
     # The same rows as reading each epoch when it starts.
-    monkeypatch.setattr(tfdata.ReadAhead, "_open", lambda self, epoch: None)
+    monkeypatch.setattr(epoch_stream.ReadAhead, "_open", lambda self, epoch: None)
     again = _rows(make_dataset(snap, plan, options), 2 * split.steps + 3)
     np.testing.assert_array_equal(again, rows)

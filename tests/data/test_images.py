@@ -112,17 +112,14 @@ def _with_bad_rows(n=24, bad=(3, 10, 17)):
     return encoded, bad
 
 
-def test_undecodable_image_fails_naming_file_row_group_and_row(tmp_path):
+@pytest.mark.parametrize("cache", ["auto", "never"])  # the hook in the generator, in tf.data
+def test_undecodable_image_fails_naming_file_row_group_and_row(tmp_path, cache):
     encoded, bad = _with_bad_rows()
     path = _write(str(tmp_path / "t"), encoded)
-    data = _splits(path, make_image_preprocess("image", (8, 8)))
+    data = _splits(path, make_image_preprocess("image", (8, 8)), cache=cache)
     with pytest.raises(DataError) as info:
-        try:
-            for _ in data.train.dataset.take(data.train.steps):
-                pass
-        except Exception:
-            data.train.raise_error()
-            raise
+        for _ in data.train.batches():  # one epoch
+            pass
     msg = str(info.value)
     assert "Column 'image'" in msg and "row group" in msg and ".parquet" in msg
     assert "data.on_bad_image=skip" in msg

@@ -148,12 +148,8 @@ def test_ragged_list_column_is_named_by_file_and_row_group(tmp_path):
     # Row group 0 sets the shape at plan time; row group 1 is ragged and named when read.
     data = make_splits(DataConfig(table=path, features=("v",)), batch_size=4)
     with pytest.raises(DataError, match=r"'v' has rows of different lengths \(2 to 3\).*group 1"):
-        try:
-            for _ in data.train.dataset.take(data.train.steps):
-                pass
-        except Exception:
-            data.train.raise_error()
-            raise
+        for _ in data.train.batches():  # one epoch
+            pass
     # Ragged in the first row group: refused before any read.
     first = pa.array([[1.0] * (3 if i != 2 else 2) for i in range(20)], pa.list_(pa.float32()))
     path = _delta(str(tmp_path / "u"), n=20, v=first)  # one file: its row group 0 is planned
@@ -166,12 +162,31 @@ def test_list_lengths_differing_between_row_groups_stop_the_read(tmp_path):
     path = _delta(str(tmp_path / "t"), v=lists)
     data = make_splits(DataConfig(table=path, features=("v",), shuffle=False), batch_size=4)
     with pytest.raises(DataError, match=r"'v'.*shape \([34],\) where \([34],\) was expected"):
-        try:
-            for _ in data.train.dataset.take(data.train.steps):
-                pass
-        except Exception:
-            data.train.raise_error()
-            raise
+        for _ in data.train.batches():  # one epoch
+            pass
+
+
+def test_a_read_error_in_your_own_model_fit_is_the_reader_s_data_error(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    lists = pa.array([[1.0] * (3 if i < 20 else 4) for i in range(40)], pa.list_(pa.float32()))
+    path = _delta(str(tmp_path / "t"), v=lists)
+    data = make_splits(DataConfig(table=path, features=("v",), shuffle=False), batch_size=4)
+    model = keras.Sequential([keras.Input(data.plan.features[0].shape), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    fit = dict(steps_per_epoch=data.train.steps, epochs=1, verbose=0)
+    shape = r"'v'.*shape \([34],\) where \([34],\) was expected"
+    # tf.data raises the generator's error as its own, with the DataError's text in it ...
+    with pytest.raises(tf.errors.OpError, match=rf"DataError: .*{shape}"):
+        model.fit(data.train.dataset, **fit)
+    # ... and inside data.original_errors() as the DataError itself.
+    with pytest.raises(DataError, match=shape), data.original_errors():
+        model.fit(data.train.dataset, **fit)
+    # Other errors, TensorFlow's too, pass unchanged after the reader's.
+    assert data.train.errors
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not 2"), data.original_errors():
+        tf.debugging.assert_equal(1, 2, message="not 2")
 
 
 def test_a_finite_read_returns_every_row_group_exactly_once(tmp_path):

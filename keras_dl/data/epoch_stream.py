@@ -1,0 +1,245 @@
+"""One shard's epochs of one split, as blocks of whole batches for ``from_generator``.
+
+:class:`EpochStream` decides which rows each epoch holds (the shard planner's pieces), reads them
+with Petastorm (the next epoch's reader opened ahead) or replays them from the memory cache,
+mixes them in the shuffle buffer, weighs and pads them to equal steps on every shard, and cuts
+them into blocks of whole batches. It is plain Python and numpy: :mod:`keras_dl.data.tfdata`
+turns its blocks into a ``tf.data.Dataset``, and the benchmarks drive its public methods.
+
+Every training epoch holds every live row of the split exactly once, across all shards, and
+keeps its last partial batch (Keras' own default). With several shards (or ``pad``), every
+shard runs the same ``steps``: a shard with fewer rows pads its last batch with copies of its
+rows whose sample weight is 0, so the padding moves no gradient and no weighted metric.
+Evaluation yields every row once, the last batch partial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from keras_dl.data.arrays import to_arrays
+from keras_dl.data.blocks import (
+    as_block,
+    cut_blocks,
+    gather,
+    rows_per_gather,
+    trim,
+    weigh_and_pad,
+)
+from keras_dl.data.cache_memory import EpochCache
+from keras_dl.data.features import ColumnPlan
+from keras_dl.data.hook_cache import cacheable_hook
+from keras_dl.data.read_ahead import ReadAhead
+from keras_dl.data.reader import RowGroupCounts, epoch_pieces, read_pieces
+from keras_dl.data.reader_lifecycle import ReadersClosed
+from keras_dl.data.reader_unischema import iter_unischema_rows
+from keras_dl.data.rows import TableStats, count_rows
+from keras_dl.data.shuffle import shuffle_rows
+from keras_dl.data.signature import input_signature, to_structure
+from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.errors import DataError
+
+PREPROCESS_ROWS = 128
+ERRORS_KEPT = 4  # the newest errors a stream's generators raised
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How one split is read.
+
+    Args:
+        batch_size: Rows per batch yielded by the dataset (per replica / per rank).
+        training: Repeat forever and shuffle. Defaults to False.
+        shard: This reader's shard (the rank). Defaults to 0.
+        num_shards: Number of shards (the world size). Defaults to 1.
+        shuffle: Shuffle the rows, when training. Defaults to True.
+        shuffle_buffer: Rows mixed in memory. Defaults to 4096.
+        seed: Shuffle seed. Defaults to 42.
+        workers: Petastorm reader threads. Defaults to 2.
+        cache_max_bytes: Keep the split's decoded rows in memory after its first read when
+            they fit in this many bytes (:mod:`keras_dl.data.cache_memory`). Defaults to 0
+            (every epoch is read from the table).
+        pad: Training: yield sample weights and pad each epoch to whole batches with
+            zero-weight rows, even with one shard (several shards always do). Defaults to False.
+    """
+
+    batch_size: int
+    training: bool = False
+    shard: int = 0
+    num_shards: int = 1
+    shuffle: bool = True
+    shuffle_buffer: int = 4096
+    seed: int = 42
+    workers: int = 2
+    cache_max_bytes: int = 0
+    pad: bool = False
+
+
+@dataclass
+class DataPosition:
+    """Where the next read of a training split starts: an epoch and a step within it."""
+
+    epoch: int = 0
+    step: int = 0
+
+
+def steps_per_epoch(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:
+    """Batches per epoch: the largest shard's rows in batches, so every shard runs as many."""
+    where = f"Table {snapshot.uri!r} (version {snapshot.version})"
+    if stats.rows == 0:
+        raise DataError(
+            f"{where} has no rows"
+            f"{' matching ' + str(list(snapshot.row_filters)) if snapshot.row_filters else ''}. "
+            "Write data to it, or check data.split_column, data.filters and the split names."
+        )
+    stats.check_shards(options.num_shards, snapshot.uri)
+    largest = stats.shard_rows(0, options.num_shards)
+    return math.ceil(largest / options.batch_size)
+
+
+class EpochStream:
+    """One shard's epochs of one split, as blocks of whole batches for ``from_generator``.
+
+    Public methods: :meth:`pieces` (which row groups an epoch reads), :meth:`chunks` (an
+    epoch's rows, mixed), :meth:`epoch` (weighted and padded, from a step on),
+    :meth:`generate` (the blocks, epoch after epoch when training) and :meth:`close` (stop a
+    reader opened ahead, after reading epochs with :meth:`chunks` or :meth:`epoch`).
+
+    Attributes:
+        steps: Batches per epoch, equal on every shard.
+        rows: This shard's live rows per epoch; ``total``: with the padding rows.
+        weighted: The blocks carry sample weights (the last element of each).
+        signature: The TensorSpecs of one block (:meth:`generate`'s items).
+        in_graph: The preprocess hook tf.data must run on the batches, or None (no hook, or
+            the hook runs here and the memory cache keeps its output).
+        position: Where :meth:`generate` starts (epoch, step).
+        errors: The last exceptions :meth:`generate` raised, the newest last: tf.data hands
+            its consumer a copy of their text, and :mod:`keras_dl.data.tfdata` the originals.
+    """
+
+    def __init__(self, snapshot, plan: ColumnPlan, options: ReadOptions, preprocess=None):
+        self.snapshot, self.plan, self.options = snapshot, plan, options
+        self.stats = count_rows(snapshot, plan.columns)
+        self.steps = steps_per_epoch(snapshot, self.stats, options)
+        self.shuffle = options.training and options.shuffle
+        self.weighted = (
+            options.training and plan.label is not None and (options.num_shards > 1 or options.pad)
+        )
+        self.rows = self.stats.shard_rows(options.shard, options.num_shards)
+        self.total = self.steps * options.batch_size if self.weighted else self.rows
+        self.groups = RowGroupCounts(snapshot, self.stats, plan.columns)
+        self.position = DataPosition()
+        self.errors: deque = deque(maxlen=ERRORS_KEPT)
+        table = snapshot.format != "petastorm"  # a Unischema dataset is read row by row
+        self.cache = EpochCache(options.cache_max_bytes if table else 0)
+        # Rows per call of the preprocess hook: whole batches, at least PREPROCESS_ROWS.
+        batch = options.batch_size
+        self.hook_rows = batch * max(1, math.ceil(PREPROCESS_ROWS / batch))
+        raw = input_signature(plan)
+        self.hook = cacheable_hook(preprocess, raw, self.stats.rows, self.cache.max_bytes)
+        if self.hook is None:
+            self.pack = lambda values: to_structure(values, plan)
+            self.signature = input_signature(plan, blocked=True, weighted=self.weighted)
+            self.in_graph = preprocess
+        else:
+            self.pack, self.in_graph = self.hook.pack, None
+            self.signature = self.hook.signature(self.weighted)
+        self.block_rows = self.hook_rows if self.in_graph is not None else batch
+        if table:
+            # Open (and check) the footers of the files this shard reads first, so a missing
+            # column or a null is refused now, by file, not inside tf.data.
+            self.pieces(0)
+        # Training streams epoch after epoch: the next epoch's reader opens as this one's ends.
+        self.reads = ReadAhead(self._read, ahead=lambda: options.training and self.cache.disabled)
+
+    def pieces(self, epoch: int):
+        """The row groups (and masks) this shard reads in ``epoch``, in order."""
+        o = self.options
+        seed = o.seed + epoch if self.shuffle else None
+        return epoch_pieces(
+            self.snapshot, self.stats, o.shard, o.num_shards, self.shuffle, seed, self.groups
+        )
+
+    def chunks(self, epoch: int):
+        """Epoch ``epoch``'s rows of this shard, mixed by the shuffle buffer, as chunks."""
+        o = self.options
+        buffer = o.shuffle_buffer if self.shuffle else 0
+        mix_seed = [o.seed, o.shard, epoch]
+        if self.cache.ready or self._fill_from_whole_split():
+            index = self.cache.order(self.pieces(epoch), buffer, mix_seed)
+            if len(index) != self.rows:
+                raise DataError(
+                    f"Table {self.snapshot.uri!r}: the cached epoch has {len(index)} rows where "
+                    f"shard {o.shard} of {o.num_shards} holds {self.rows}. Report it."
+                )
+            columns = self.cache.columns
+            return gather(columns, index, rows_per_gather(columns, self.block_rows))
+        chunks = (arrays for _, arrays in self.reads(epoch))
+        return shuffle_rows(chunks, buffer, mix_seed) if buffer > 0 else chunks
+
+    def epoch(self, epoch: int, skip: int = 0):
+        """An epoch's chunks with sample weights and padding (when weighted), after ``skip``."""
+        chunks = self.chunks(epoch)
+        if self.weighted:
+            chunks = weigh_and_pad(chunks, self.rows, self.total)
+        return trim(chunks, skip) if skip else chunks
+
+    def generate(self):
+        """The blocks of batches of every epoch from :attr:`position` (one epoch to evaluate)."""
+        try:
+            epoch, skip = self.position.epoch, self.position.step * self.options.batch_size
+            while True:
+                carry = None  # the rows of a batch that began in the previous chunk
+                for arrays in self.epoch(epoch, skip):
+                    blocks, carry = cut_blocks(arrays, carry, self.block_rows)
+                    if blocks is not None:
+                        yield self.pack(blocks)
+                if carry is not None:  # the epoch's last, partial batch (or hook chunk)
+                    yield self.pack(as_block(carry))
+                if not self.options.training:
+                    return
+                epoch, skip = epoch + 1, 0
+        except ReadersClosed:  # lifecycle: the interpreter is exiting, not an error
+            raise
+        except Exception as exc:  # tf.data raises its text in an UnknownError: keep the original
+            self.errors.append(exc)
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the next epoch's reader, when one was opened ahead and not taken."""
+        self.reads.close()
+
+    def _read(self, epoch: int):
+        """``(piece, arrays)`` of one epoch, streamed (and kept when it is the whole split)."""
+        o = self.options
+        if self.snapshot.format == "petastorm":
+            seed = o.seed + epoch if self.shuffle else None
+            args = (self.snapshot, self.plan, self.stats, o.shard, o.num_shards, self.shuffle)
+            return ((None, a) for a in iter_unischema_rows(*args, seed, o.workers))
+        pieces = self.pieces(epoch)
+        chunks = self._arrays(pieces)
+        if not self.cache.disabled and sum(p.rows for p in pieces) == self.stats.rows:
+            chunks = self.cache.fill(chunks)  # kept only if every row group came whole
+        return chunks
+
+    def _arrays(self, pieces):
+        read = read_pieces(self.snapshot, self.plan.columns, pieces, self.options.workers)
+        chunks = ((p, to_arrays(t, self.plan, self.snapshot)) for p, t in read)
+        return self.hook.apply(chunks, self.plan, self.hook_rows) if self.hook else chunks
+
+    def _fill_from_whole_split(self) -> bool:
+        """With several shards a rank reads only its rows: fill the cache with one read of the
+        whole split instead, then serve every epoch from memory (if it fits)."""
+        if self.cache.disabled or self.options.num_shards == 1:
+            return False
+        pieces = epoch_pieces(self.snapshot, self.stats, groups=self.groups)
+        for _ in self.cache.fill(self._arrays(pieces), emit=False):
+            pass
+        return self.cache.ready
+
+
+__all__ = ["DataPosition", "EpochStream", "ReadOptions", "steps_per_epoch"]
