@@ -11,14 +11,11 @@ Only the chief writes; every rank evaluates its own test shard (no collective is
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from pathlib import Path
 
 from keras_dl import gate, storage, tracking
-from keras_dl.callbacks import remote_checkpoints as remote
-from keras_dl.callbacks.checkpoint import FINISHING, Checkpoint, mark_complete
+from keras_dl.callbacks.checkpoint import FINISHING, Checkpoint
 from keras_dl.divergence import check_finite
 
 log = logging.getLogger(__name__)
@@ -89,35 +86,20 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
         record_finishing(directory, alias=alias)
     if refused is not None:
         return metrics, model_uri, None, refused  # not COMPLETE: a rerun decides again
-    mark_complete(directory, checkpoint.global_step)
-    if remote.is_remote(directory):
-        storage.remove(storage.join(str(directory), FINISHING))  # served its purpose
-    else:
-        (Path(directory) / FINISHING).unlink(missing_ok=True)  # served its purpose
+    checkpoint.checkpoints.mark_complete(checkpoint.global_step)
+    checkpoint.store.remove(FINISHING)  # served its purpose
     return metrics, model_uri, version, None
 
 
 def read_finishing(directory: str | os.PathLike) -> dict:
     """The finishing steps recorded so far in ``directory`` ({} when none)."""
-    try:
-        if remote.is_remote(directory):
-            return json.loads(storage.read_file(storage.join(str(directory), FINISHING)))
-        return json.loads((Path(directory) / FINISHING).read_text())
-    except (OSError, ValueError):
-        return {}
+    done = storage.open_store(directory).read_json(FINISHING, default={})
+    return done if isinstance(done, dict) else {}
 
 
 def record_finishing(directory: str | os.PathLike, **values) -> None:
     """Add ``values`` to ``directory/FINISHING.json`` (atomically)."""
-    if remote.is_remote(directory):
-        data = json.dumps({**read_finishing(directory), **values}).encode()
-        storage.write_atomic(storage.join(str(directory), FINISHING), data)
-        return
-    path = Path(directory) / FINISHING
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FINISHING}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({**read_finishing(directory), **values}))
-    os.replace(tmp, path)
+    storage.open_store(directory).write_json(FINISHING, {**read_finishing(directory), **values})
 
 
 def _register(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:

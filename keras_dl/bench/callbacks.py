@@ -45,8 +45,8 @@ def measure(args, tmp: str) -> dict:
     import keras
 
     from keras_dl import tracking
-    from keras_dl.callbacks.checkpoint import save_checkpoint
     from keras_dl.callbacks.defaults import make_callbacks, prepare_fit
+    from keras_dl.checkpoints import Checkpoints
     from keras_dl.config import resolve
     from keras_dl.data.splits import make_splits
     from keras_dl.distribute.world import current_world
@@ -107,10 +107,10 @@ def measure(args, tmp: str) -> dict:
                 )
                 times[name] += timer.seconds
                 cpu[name] += timer.cpu_seconds
-        saves = []
+        saves, probe = [], Checkpoints(f"{tmp}/probe", keep=5)
         for i in range(5):
             t0 = time.perf_counter()
-            save_checkpoint(f"{tmp}/probe/ckpt-{i:09d}.npz", model, {"probe": i})
+            probe.save(i, model, {"probe": i})
             saves.append(time.perf_counter() - t0)
     finally:
         tracking.end_run("FINISHED")

@@ -13,24 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-from pathlib import Path
 
 from keras_dl import config, storage
-from keras_dl.callbacks import remote_checkpoints as remote
-from keras_dl.callbacks.checkpoint import (
-    Checkpoint,
-    broadcast_position,
-    is_complete,
-    list_checkpoints,
-    read_header,
-)
+from keras_dl.callbacks.checkpoint import Checkpoint, broadcast_position, is_complete
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
 from keras_dl.callbacks.throughput import Throughput
+from keras_dl.checkpoints import Checkpoints
 from keras_dl.config import to_flat_dict
 from keras_dl.distribute.world import current_world
 
@@ -160,24 +152,13 @@ def resume_run_id(exp) -> str | None:
 
 def record_run_id(exp, run_id: str) -> None:
     """Write ``run.json`` (the MLflow run id and tracking URI) into ``runtime.run_dir``."""
-    if remote.is_remote(exp.runtime.run_dir):
-        data = json.dumps({"run_id": run_id, "tracking_uri": exp.tracking.uri}).encode()
-        storage.write_atomic(storage.join(exp.runtime.run_dir, RUN_FILE), data)
-        return
-    path = Path(exp.runtime.run_dir) / RUN_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": exp.tracking.uri}))
-    os.replace(tmp, path)
+    record = {"run_id": run_id, "tracking_uri": exp.tracking.uri}
+    storage.open_store(exp.runtime.run_dir).write_json(RUN_FILE, record)
 
 
 def record_config(exp) -> None:
     """Write the resolved config as ``config.yaml`` into ``runtime.run_dir``."""
-    if remote.is_remote(exp.runtime.run_dir):
-        text = config.dumps(exp)
-        storage.write_atomic(storage.join(exp.runtime.run_dir, "config.yaml"), text.encode())
-    else:
-        config.save(exp, Path(exp.runtime.run_dir) / "config.yaml")
+    storage.open_store(exp.runtime.run_dir).write_text("config.yaml", config.dumps(exp))
 
 
 def config_fingerprint(exp) -> str:
@@ -195,19 +176,14 @@ def config_fingerprint(exp) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _resumable(ckpts: Path | str, exp) -> bool:
+def _resumable(ckpts: str, exp) -> bool:
     """True when the newest readable checkpoint was written with this configuration."""
-    for path in reversed(list_checkpoints(ckpts)):
-        try:
-            header = read_header(path)
-        except Exception:
-            continue
-        return header.get("config", config_fingerprint(exp)) == config_fingerprint(exp)
-    return False
+    header = Checkpoints(ckpts).newest_header()
+    if header is None:
+        return False
+    return header.get("config", config_fingerprint(exp)) == config_fingerprint(exp)
 
 
-def checkpoint_dir(exp) -> Path | str:
-    """``runtime.run_dir``/checkpoints (a Path, or a URI for an object-store run_dir)."""
-    if remote.is_remote(exp.runtime.run_dir):
-        return storage.join(exp.runtime.run_dir.rstrip("/"), "checkpoints")
-    return Path(exp.runtime.run_dir) / "checkpoints"
+def checkpoint_dir(exp) -> str:
+    """``runtime.run_dir``/checkpoints: an absolute local path, or a URI."""
+    return storage.open_store(exp.runtime.run_dir).child("checkpoints").uri

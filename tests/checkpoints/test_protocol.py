@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 
 import numpy as np
 import pytest
 
+from keras_dl.callbacks import Checkpoint
 from keras_dl.checkpoints import COMPLETE, FINISHING, Checkpoints
 from tests.callbacks.helpers import tiny_data, tiny_model
 
@@ -172,3 +174,34 @@ def test_checkpoints_written_before_manifests_count_when_they_read_back(ckpts):
     ckpts.store.write("ckpt-000000008.npz", old[::-1])  # now the manifest guards it
     with pytest.raises(ValueError, match="does not match its manifest"):
         ckpts.read_header("ckpt-000000008.npz")
+
+
+def test_a_local_run_written_before_manifests_resumes(tmp_path, caplog, capsys):
+    """What the previous version left in a run folder: .npz files renamed into place, no
+    manifest, a temporary file of a writer killed mid-write. The training resumes from it."""
+    model = trained()
+    ckpts = Checkpoints(tmp_path, keep=3)
+    for step in (4, 8):
+        ckpts.save(step, model, {"epoch": step // 4, "step": 0, "global_step": step})
+    for step in (4, 8):
+        path = tmp_path / f"ckpt-{step:09d}.npz"
+        path.write_bytes(legacy(path.read_bytes()))
+        (tmp_path / f"ckpt-{step:09d}.json").unlink()
+    (tmp_path / ".ckpt-000000012.npz.tmp-4242").write_bytes(b"partial")
+    (tmp_path / "ckpt-000000010.npz").write_bytes(b"not a checkpoint")
+    other = tiny_model(seed=1)
+    ckpt = Checkpoint(tmp_path)
+    ckpt.set_model(other)
+    with caplog.at_level(logging.WARNING):
+        assert ckpt.restore() == 8
+    assert "Wrote the manifests of 2 checkpoint(s) made before manifests" in capsys.readouterr().out
+    assert "Skipping unreadable checkpoint ckpt-000000010.npz" in caplog.text
+    for got, want in zip(_weights(other), _weights(model)):
+        np.testing.assert_array_equal(got, want)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-000000004.json",
+        "ckpt-000000004.npz",
+        "ckpt-000000008.json",
+        "ckpt-000000008.npz",
+        "ckpt-000000010.npz",  # newer than the newest counted: left (a later save prunes it)
+    ]
