@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from keras_dl import gate, tracking
-from keras_dl.callbacks.checkpoint import Checkpoint, mark_complete
+from keras_dl.callbacks.checkpoint import Checkpoint
 from keras_dl.divergence import check_finite
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def finish(run, model, data, checkpoint: Checkpoint):
         folder.record_finishing(alias=alias)
     if refused is not None:
         return metrics, model_uri, None, refused  # not COMPLETE: a rerun decides again
-    mark_complete(checkpoint.directory, checkpoint.global_step)
+    checkpoint.checkpoints.mark_complete(checkpoint.global_step)
     folder.clear_finishing()  # served its purpose
     return metrics, model_uri, version, None
 

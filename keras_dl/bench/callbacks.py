@@ -44,7 +44,7 @@ def measure(args, tmp: str) -> dict:
     """Alternate baseline and default-callback fits; return the report."""
     import keras
 
-    from keras_dl.callbacks.checkpoint import save_checkpoint
+    from keras_dl.checkpoints import Checkpoints
     from keras_dl.config import resolve
     from keras_dl.data.splits import make_splits
     from keras_dl.recipe import load_recipe
@@ -105,10 +105,10 @@ def measure(args, tmp: str) -> dict:
                 )
                 times[name] += timer.seconds
                 cpu[name] += timer.cpu_seconds
-        saves = []
+        saves, probe = [], Checkpoints(f"{tmp}/probe", keep=5)
         for i in range(5):
             t0 = time.perf_counter()
-            save_checkpoint(f"{tmp}/probe/ckpt-{i:09d}.npz", model, {"probe": i})
+            probe.save(i, model, {"probe": i})
             saves.append(time.perf_counter() - t0)
 
     base, with_cb = statistics.median(times["baseline"]), statistics.median(times["callbacks"])

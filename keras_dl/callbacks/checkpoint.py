@@ -1,13 +1,12 @@
-"""Checkpoint: atomic checkpoints each epoch (and every N steps) and resume after a crash.
+"""Checkpoint: checkpoints each epoch (and every N steps) and resume after a crash.
 
-A checkpoint is one ``.npz`` file holding every model variable (dropout seed states included),
-every optimizer variable (its step counter included), the NumPy and Python RNG states, and a
-JSON header with the epoch, step and MLflow run id. It is written to a temporary name, flushed
-to disk, then renamed with ``os.replace``: a kill at any moment leaves either the previous
-checkpoint or the new one, never a half-written "latest". On resume, files that do not load are
-skipped with a warning and the newest one that does is used. The directory may be an
-object-store URI (``s3://bucket/run/checkpoints``): there each checkpoint is uploaded and then
-made to count by a manifest written last (see :mod:`keras_dl.callbacks.remote_checkpoints`).
+A Keras callback over :class:`keras_dl.checkpoints.Checkpoints`, which holds the files and
+their protocol: a checkpoint (every model and optimizer variable, the RNG states and a JSON
+header with the epoch, step and MLflow run id) is copied in whole and counts only once its
+manifest, written last, matches it, on a local disk and on an object store
+(``s3://bucket/run/checkpoints``) alike. A kill at any moment leaves either the previous
+checkpoint or the new one as the newest that counts. On resume, checkpoints that do not load
+are skipped with a warning and the newest one that does is used.
 
 The training position is the optimizer's step counter: resuming sets ``fit``'s start epoch from
 it, and a checkpoint taken mid-epoch finishes that epoch with only the steps it still lacked.
@@ -20,28 +19,39 @@ Example:
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import os
-import random
-import re
-import tempfile
 import time
-from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_dl import storage
-from keras_dl.callbacks import remote_checkpoints as remote
+from keras_dl.checkpoints import (
+    COMPLETE,
+    FINISHING,
+    PREVIOUS,
+    Checkpoints,
+    is_complete,
+    list_checkpoints,
+    mark_complete,
+    read_header,
+)
 from keras_dl.distribute.world import current_world
+from keras_dl.storage import Store
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^ckpt-(\d{9})\.npz$")
-COMPLETE = "COMPLETE"  # marker: the training is over, nothing to resume
-FINISHING = "FINISHING.json"  # the post-training steps done so far (see keras_dl.finish)
+# Re-exported: callers import them from here.
+__all__ = [
+    "COMPLETE",
+    "FINISHING",
+    "Checkpoint",
+    "broadcast_position",
+    "is_complete",
+    "list_checkpoints",
+    "mark_complete",
+    "read_header",
+]
 
 
 class Checkpoint(keras.callbacks.Callback):
@@ -52,8 +62,8 @@ class Checkpoint(keras.callbacks.Callback):
     ``on_epoch_end``, before callbacks that may set it for their own reasons.
 
     Args:
-        directory: Folder of the checkpoint files (created on rank 0): a local path or an
-            object-store URI.
+        directory: Folder of the checkpoint files (created on rank 0): a local path, an
+            object-store URI or a :class:`~keras_dl.storage.Store`.
         every_n_steps: Also checkpoint every N training steps (0: at each epoch end only).
             Defaults to 0.
         keep: Checkpoints kept; older ones are deleted. Defaults to 3.
@@ -64,13 +74,14 @@ class Checkpoint(keras.callbacks.Callback):
             whose header holds another one are not resumed. Defaults to None.
         mark_complete: Mark the directory complete when ``fit`` returns. A caller with more
             to do after ``fit`` (evaluation, model logging) passes False, calls
-            :meth:`save_final` and marks it with :func:`mark_complete` once all is done.
+            :meth:`save_final` and marks it with :meth:`Checkpoints.mark_complete
+            <keras_dl.checkpoints.Checkpoints.mark_complete>` once all is done.
             Defaults to True.
     """
 
     def __init__(
         self,
-        directory: str | os.PathLike,
+        directory: Store | str | os.PathLike,
         every_n_steps: int = 0,
         keep: int = 3,
         resume: bool = True,
@@ -78,9 +89,9 @@ class Checkpoint(keras.callbacks.Callback):
         mark_complete: bool = True,
     ):
         super().__init__()
-        if keep < 1:
-            raise ValueError(f"Checkpoint keep must be >= 1, got {keep}.")
-        self.directory = _directory(directory)
+        self.checkpoints = Checkpoints(directory, keep)  # raises for keep < 1
+        self.store = self.checkpoints.store
+        self.directory = self.store.uri  # an absolute path or a URI
         self.every_n_steps = every_n_steps
         self.keep = keep
         self.resume = resume
@@ -102,31 +113,35 @@ class Checkpoint(keras.callbacks.Callback):
         self._restore_done = True
         if not current_world().is_chief:
             return 0
-        if not self.resume or is_complete(self.directory):
+        ckpts = self.checkpoints
+        if not self.resume or ckpts.is_complete():
             if self.resume:
                 print(f"The training in {self.directory} finished; starting a new one.")
-            self._clear()
+            ckpts.clear()
             return 0
-        for tmp in _temporaries(self.directory):  # left by a writer killed mid-write
-            tmp.unlink(missing_ok=True)
-        if remote.is_remote(self.directory):  # uploads without a manifest, older than the newest
-            remote.prune(str(self.directory), self.keep)
+        ckpts.remove_temporaries()  # left by a writer killed mid-write
+        adopted = ckpts.adopt_legacy()
+        if adopted:
+            print(f"Wrote the manifests of {len(adopted)} checkpoint(s) made before manifests.")
+        ckpts.prune()  # files without a manifest, older than the newest that counts
+        for name, why in ckpts.uncounted().items():
+            log.warning("Skipping unreadable checkpoint %s (%s).", name, why)
         wanted = self.metadata.get("config")
-        for path in reversed(list_checkpoints(self.directory)):
+        for name in reversed(ckpts.list()):
             try:
-                if wanted is not None and read_header(path).get("config", wanted) != wanted:
+                if wanted is not None and ckpts.read_header(name).get("config", wanted) != wanted:
                     print(
                         f"The checkpoints in {self.directory} were written with another "
                         "configuration; starting a new training."
                     )
                     break
-                header = load_checkpoint(path, self.model)
-            except Exception as exc:  # a partial or corrupt file: fall back to an older one
-                log.warning("Skipping unreadable checkpoint %s (%s).", path, exc)
+                header = ckpts.load(name, self.model)
+            except Exception as exc:  # a corrupt file or another model's: fall back
+                log.warning("Skipping unreadable checkpoint %s (%s).", name, exc)
                 continue
             self.restored = header
             print(
-                f"Resuming from checkpoint {_name(path)}: {header['epoch']} epoch(s) and "
+                f"Resuming from checkpoint {name}: {header['epoch']} epoch(s) and "
                 f"{header['step']} step(s) done (global step {header['global_step']})."
             )
             return int(header["global_step"])
@@ -217,9 +232,9 @@ class Checkpoint(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self.model._initial_epoch = None  # a later fit call starts where the caller says
         self.restored = None
-        if self.mark_complete and self._chief and _is_dir(self.directory):
+        if self.mark_complete and self._chief and self.store.list():
             # fit returned normally: the next run in this directory starts fresh, not "resumes"
-            mark_complete(self.directory, self._global_step)
+            self.checkpoints.mark_complete(self._global_step)
 
     # -- internals ---------------------------------------------------------------------------
     def _save(self, **extra) -> None:
@@ -237,206 +252,14 @@ class Checkpoint(keras.callbacks.Callback):
             "last_epoch": self._last_epoch,
             **extra,
         }
-        name = f"ckpt-{self._global_step:09d}.npz"
-        if remote.is_remote(self.directory):
-            save_checkpoint(storage.join(self.directory, name), self.model, header)
-            remote.prune(self.directory, self.keep)
-            return
-        save_checkpoint(self.directory / name, self.model, header)
-        for old in list_checkpoints(self.directory)[: -self.keep]:
-            old.unlink(missing_ok=True)
+        self.checkpoints.save(self._global_step, self.model, header)
 
     def _set_aside(self) -> None:
         """Move checkpoints that cannot be resumed to ``directory/previous/`` (kept, not lost)."""
-        if remote.is_remote(self.directory):
-            storage.remove(storage.join(self.directory, FINISHING))
-            moved = remote.set_aside(self.directory)
-            if moved:
-                print(
-                    f"Moved {moved} checkpoint(s) that cannot be resumed to {self.directory}/previous."
-                )
-            return
-        (self.directory / FINISHING).unlink(missing_ok=True)  # it belonged to those checkpoints
-        old = list_checkpoints(self.directory)
-        if not old:
-            return
-        aside = self.directory / "previous"
-        if aside.is_dir():
-            for p in aside.iterdir():
-                p.unlink()
-        aside.mkdir(exist_ok=True)
-        for p in old:
-            os.replace(p, aside / p.name)
-        print(f"Moved {len(old)} checkpoint(s) that cannot be resumed to {aside}.")
-
-    def _clear(self) -> None:
-        if remote.is_remote(self.directory):
-            remote.remove_all(self.directory, COMPLETE, FINISHING)
-            return
-        for path in list_checkpoints(self.directory) + _temporaries(self.directory):
-            path.unlink(missing_ok=True)
-        (self.directory / COMPLETE).unlink(missing_ok=True)
-        (self.directory / FINISHING).unlink(missing_ok=True)
-
-
-def save_checkpoint(path: str | os.PathLike, model, header: dict) -> Path | str:
-    """Write ``model``'s variables, its optimizer's and the RNG states to ``path`` atomically.
-
-    For an object-store URI the file is written to a local temporary folder, uploaded, and
-    then its manifest is written (:func:`~keras_dl.callbacks.remote_checkpoints.publish`).
-    """
-    if remote.is_remote(path):
-        folder, name = str(path).rsplit("/", 1)
-        with tempfile.TemporaryDirectory(prefix="keras_dl-ckpt-") as tmp:
-            return remote.publish(save_checkpoint(Path(tmp) / name, model, header), folder)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
-    if model.optimizer is not None:
-        for i, v in enumerate(model.optimizer.variables):
-            arrays[f"optimizer/{i}"] = np.asarray(v.numpy())
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    arrays["rng/numpy_keys"] = keys
-    header = {**header, "numpy_rng": [name, int(pos), int(has_gauss), float(gauss)]}
-    version, internal, gauss_next = random.getstate()
-    arrays["rng/python"] = np.asarray(internal, dtype=np.int64)
-    header["python_rng"] = [version, gauss_next]
-    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())  # the rename must never publish data still in the page cache
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)  # and the rename itself must survive a power loss
-    return path
-
-
-def load_checkpoint(path: str | os.PathLike, model) -> dict:
-    """Restore a checkpoint written by :func:`save_checkpoint` into ``model``; return its header.
-
-    Raises:
-        ValueError: When the file's variables do not match the model's (another architecture).
-        OSError, zipfile.BadZipFile: When the file is partial or corrupt.
-    """
-    with np.load(_source(path), allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}  # reads (and CRC-checks) every member
-    header = json.loads(arrays.pop("header").tobytes().decode())
-    model_vars = list(model.variables)
-    saved_model = [k for k in arrays if k.startswith("model/")]
-    if len(saved_model) != len(model_vars):
-        raise ValueError(
-            f"{path} holds {len(saved_model)} model variables but the model has {len(model_vars)}."
-        )
-    optimizer = model.optimizer
-    saved_opt = [k for k in arrays if k.startswith("optimizer/")]
-    if saved_opt and optimizer is not None and not optimizer.built:
-        strategy = getattr(model, "distribute_strategy", None)
-        if strategy is not None:
-            with strategy.scope():
-                optimizer.build(model.trainable_variables)
-        else:
-            optimizer.build(model.trainable_variables)
-    targets = [(f"model/{i}", v) for i, v in enumerate(model_vars)]
-    if optimizer is not None:
-        opt_vars = list(optimizer.variables)
-        if len(saved_opt) != len(opt_vars):
-            raise ValueError(
-                f"{path} holds {len(saved_opt)} optimizer variables but the optimizer has "
-                f"{len(opt_vars)}: was it written with another optimizer?"
-            )
-        targets += [(f"optimizer/{i}", v) for i, v in enumerate(opt_vars)]
-    for key, var in targets:  # check every shape before assigning any
-        if tuple(arrays[key].shape) != tuple(var.shape):
-            raise ValueError(f"{path}: {key} has shape {arrays[key].shape}, expected {var.shape}.")
-    for key, var in targets:
-        var.assign(arrays[key])
-    name, pos, has_gauss, gauss = header["numpy_rng"]
-    np.random.set_state((name, arrays["rng/numpy_keys"], pos, has_gauss, gauss))
-    version, gauss_next = header["python_rng"]
-    random.setstate((version, tuple(int(i) for i in arrays["rng/python"]), gauss_next))
-    return header
-
-
-def list_checkpoints(directory: str | os.PathLike) -> list[Path] | list[str]:
-    """Complete checkpoint files in ``directory``, oldest first (temporaries excluded); URIs of
-    the checkpoints whose manifest matches, for an object-store directory."""
-    if remote.is_remote(directory):
-        return remote.list_valid(str(directory).rstrip("/"))
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.iterdir() if _NAME.match(p.name))
-
-
-def mark_complete(directory: str | os.PathLike, global_step: int) -> None:
-    """Mark ``directory``'s training complete: the next run there starts fresh.
-
-    Written to a temporary name, fsynced and renamed, then the directory itself is fsynced, so
-    after a crash the marker is either fully there or absent (one PUT on an object store).
-    """
-    if remote.is_remote(directory):
-        data = json.dumps({"global_step": int(global_step)}).encode()
-        storage.write_atomic(storage.join(str(directory), COMPLETE), data)
-        return
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{COMPLETE}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(json.dumps({"global_step": int(global_step)}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, d / COMPLETE)
-    _fsync_dir(d)
-
-
-def is_complete(directory: str | os.PathLike) -> bool:
-    """True when the training that wrote ``directory`` finished (fit returned)."""
-    if remote.is_remote(directory):
-        return remote.exists(storage.join(str(directory), COMPLETE))
-    return (Path(directory) / COMPLETE).is_file()
-
-
-def read_header(path: str | os.PathLike) -> dict:
-    """The JSON header of a checkpoint file (epoch, step, global step, run id, ...)."""
-    with np.load(_source(path), allow_pickle=False) as data:
-        return json.loads(data["header"].tobytes().decode())
-
-
-def _directory(directory: str | os.PathLike) -> Path | str:
-    """A local folder (or ``file://`` URI) as a Path; an object-store URI as it is (without a
-    trailing slash)."""
-    if remote.is_remote(directory):
-        return str(directory).rstrip("/")
-    return Path(storage.local_path(str(directory)))
-
-
-def _source(path: str | os.PathLike):
-    """What ``np.load`` reads: the local file, or a remote file's bytes checked against its
-    manifest."""
-    return io.BytesIO(remote.read_verified(str(path))) if remote.is_remote(path) else path
-
-
-def _name(path: str | os.PathLike) -> str:
-    return str(path).rstrip("/").rsplit("/", 1)[-1]
-
-
-def _is_dir(directory: Path | str) -> bool:
-    return remote.any_files(directory) if remote.is_remote(directory) else directory.is_dir()
-
-
-def _temporaries(directory: Path | str) -> list[Path]:
-    if remote.is_remote(directory) or not directory.is_dir():
-        return []
-    return [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and ".tmp-" in p.name]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        moved = self.checkpoints.set_aside()
+        if moved:
+            where = self.store.child(PREVIOUS).uri
+            print(f"Moved {moved} checkpoint(s) that cannot be resumed to {where}.")
 
 
 def _finite(value) -> bool:

@@ -121,7 +121,7 @@ class RuntimeConfig:
         np: Horovod processes: < 0 runs -np on this host, > 0 runs np Spark tasks. Defaults to 0.
         run_dir: Folder for the resolved config and checkpoints: a local path or an ``s3://``
             URI (checkpoints counted by manifests, the run lock a lease; see
-            :mod:`keras_dl.callbacks.remote_checkpoints`). Defaults to "runs/<recipe>".
+            :mod:`keras_dl.checkpoints.protocol`). Defaults to "runs/<recipe>".
         resume: Resume from the last checkpoint in ``run_dir``. Defaults to True.
         lr_scaling: "none" or "linear": multiply the learning rate by the number of replicas.
             ``train.batch_size`` is global, so "none" keeps the optimization the same on any

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from keras_dl import config
-from keras_dl.callbacks.checkpoint import FINISHING
+from keras_dl.checkpoints import FINISHING
 from keras_dl.storage import Store, open_store
 
 CONFIG_FILE = "config.yaml"

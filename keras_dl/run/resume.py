@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 
-from keras_dl.callbacks.checkpoint import is_complete, list_checkpoints, read_header
+from keras_dl.checkpoints import Checkpoints
 from keras_dl.config import to_flat_dict
 from keras_dl.run.folder import RUN_FILE, RunFolder
 
@@ -62,13 +62,10 @@ def config_fingerprint(exp) -> str:
 def _resumable(folder: RunFolder, exp) -> bool:
     """True when the training is unfinished and its newest readable checkpoint was written
     with this configuration."""
-    ckpts = folder.checkpoints.uri
-    if is_complete(ckpts):
+    ckpts = Checkpoints(folder.checkpoints)
+    if ckpts.is_complete():
         return False
-    for path in reversed(list_checkpoints(ckpts)):
-        try:
-            header = read_header(path)
-        except Exception:
-            continue
-        return header.get("config", config_fingerprint(exp)) == config_fingerprint(exp)
-    return False
+    header = ckpts.newest_header()
+    if header is None:
+        return False
+    return header.get("config", config_fingerprint(exp)) == config_fingerprint(exp)

@@ -134,32 +134,24 @@ def train(exp, model, spec: CompileSpec, callbacks=(), run_id: str | None = None
 def save_model(model, uri: str) -> None:
     """Save a keras.Model as a ``.keras`` file at a local path or an object-store URI.
 
-    Keras writes local files only: for a URI it writes one in a temporary folder, then uploads
-    it whole (:func:`keras_dl.storage.write_atomic`).
+    Keras writes local files only: the file is written in a temporary folder, then copied in
+    whole (:meth:`keras_dl.storage.Store.upload`).
     """
-    local = storage.local_path(uri)
-    if local is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-        model.save(local)
-        return
+    store, name = storage.store_of(uri)
     with tempfile.TemporaryDirectory(prefix="keras_dl_model_") as tmp:
-        path = os.path.join(tmp, os.path.basename(uri.rstrip("/")))
+        path = os.path.join(tmp, name)
         model.save(path)
-        with open(path, "rb") as f:
-            storage.write_atomic(uri, f.read())
+        store.upload(path, name)
 
 
 def load_model(uri: str):
     """The keras.Model (uncompiled) of a ``.keras`` file at a local path or an object-store URI."""
     import keras
 
-    local = storage.local_path(uri)
-    if local is not None:
-        return keras.saving.load_model(local, compile=False)
+    store, name = storage.store_of(uri)
     with tempfile.TemporaryDirectory(prefix="keras_dl_model_") as tmp:
-        path = os.path.join(tmp, os.path.basename(uri.rstrip("/")))
-        with open(path, "wb") as f:
-            f.write(storage.read_file(uri))
+        path = os.path.join(tmp, name)
+        store.download(name, path)
         return keras.saving.load_model(path, compile=False)
 
 

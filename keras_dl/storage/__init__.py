@@ -30,7 +30,7 @@ from keras_dl.storage.filesystems import (
     s3_filesystem,
     s3_region,
 )
-from keras_dl.storage.store import LocalStore, ObjectStore, Store, open_store
+from keras_dl.storage.store import LocalStore, ObjectStore, Store, open_store, store_of
 
 __all__ = [
     "S3_SCHEMES",
@@ -56,6 +56,7 @@ __all__ = [
     "s3_endpoint",
     "s3_filesystem",
     "s3_region",
+    "store_of",
     "use_environment",
     "write_atomic",
 ]

@@ -8,7 +8,9 @@ Everything that touches a run folder (``runtime.run_dir``: ``config.yaml``, ``ru
   temporary file in the same folder is fsynced and renamed over the target, and the folder is
   fsynced. On an object store it is one PUT, which the store makes visible whole.
 - :meth:`Store.upload` copies a local file in the same way and returns its size and SHA-256,
-  for manifests.
+  for manifests; :meth:`Store.download` copies a file out and returns the same two.
+- :meth:`Store.move` moves a file into another folder of the same store, and
+  :meth:`Store.remove_temporaries` deletes what a local writer killed mid-write left behind.
 - :meth:`Store.read` raises ``FileNotFoundError`` for a missing file on both.
 
 :func:`open_store` picks the implementation from the URI: a local path or ``file://`` gives a
@@ -20,13 +22,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
+import re
 from abc import ABC, abstractmethod
+from functools import partial
 from typing import Any
 
 from keras_dl.storage.files import fsync_dir, join, list_files, read_file, remove, write_atomic
 from keras_dl.storage.filesystems import filesystem, local_path
 
 _CHUNK = 8 << 20
+# What write_atomic and LocalStore.upload name a file while writing it: "<name>.<pid>.tmp".
+_TEMPORARY = re.compile(r"^.+\.\d+\.tmp$")
 
 
 class Store(ABC):
@@ -87,9 +94,33 @@ class Store(ABC):
         except (OSError, ValueError):
             return default
 
+    def download(self, name: str, local_file: str | os.PathLike) -> tuple[int, str]:
+        """Copy ``name`` out to a local file; return its size and SHA-256.
+
+        Raises ``FileNotFoundError`` when ``name`` does not exist.
+        """
+        fs, path = filesystem(self.path(name))
+        return _copy(partial(fs.open_input_stream, path), partial(open, local_file, "wb"))
+
+    def remove_temporaries(self) -> list[str]:
+        """Delete the partial files that writers killed mid-write left here; return their names.
+
+        Only a local folder has any (``<name>.<pid>.tmp``): an object store's writes are single
+        PUTs, visible whole or not at all. Call it only while no other process writes here.
+        """
+        return []
+
     @abstractmethod
     def upload(self, local_file: str | os.PathLike, name: str) -> tuple[int, str]:
         """Copy a local file in as ``name``, atomically; return its size and SHA-256."""
+
+    @abstractmethod
+    def move(self, name: str, to: Store) -> None:
+        """Move the file ``name`` into the folder ``to`` (same name; replaces a file there).
+
+        ``to`` must be on the same store (for example :meth:`child`). On an object store a move
+        is a copy and a delete: an interrupted one may leave the file in both folders.
+        """
 
 
 class LocalStore(Store):
@@ -103,13 +134,29 @@ class LocalStore(Store):
         target = self.path(name)
         tmp = f"{target}.{os.getpid()}.tmp"
         try:
-            digest, size = _copy(local_file, lambda: open(tmp, "wb"), fsync=True)  # noqa: SIM115
+            result = _copy(partial(open, local_file, "rb"), partial(open, tmp, "wb"), fsync=True)
             os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
         fsync_dir(self.uri)
-        return size, digest
+        return result
+
+    def download(self, name, local_file):
+        return _copy(partial(open, self.path(name), "rb"), partial(open, local_file, "wb"))
+
+    def move(self, name, to):
+        _same_kind(self, to)
+        os.makedirs(to.uri, exist_ok=True)
+        os.replace(self.path(name), to.path(name))
+        fsync_dir(to.uri)
+        fsync_dir(self.uri)
+
+    def remove_temporaries(self):
+        names = [n for n in self.list() if _TEMPORARY.match(n)]
+        for name in names:
+            self.remove(name)
+        return names
 
 
 class ObjectStore(Store):
@@ -117,7 +164,12 @@ class ObjectStore(Store):
 
     def upload(self, local_file, name):
         fs, path = filesystem(self.path(name))
-        return _copy(local_file, lambda: fs.open_output_stream(path), fsync=False)[::-1]
+        return _copy(partial(open, local_file, "rb"), partial(fs.open_output_stream, path))
+
+    def move(self, name, to):
+        _same_kind(self, to)
+        fs, source = filesystem(self.path(name))
+        fs.move(source, filesystem(to.path(name))[1])
 
 
 def open_store(uri: str | os.PathLike) -> Store:
@@ -129,10 +181,18 @@ def open_store(uri: str | os.PathLike) -> Store:
     return ObjectStore(text.rstrip("/"))
 
 
-def _copy(local_file, open_target, fsync: bool) -> tuple[str, int]:
-    """Stream ``local_file`` into the target; ``(sha256, size)``."""
+def store_of(uri: str | os.PathLike) -> tuple[Store, str]:
+    """The :class:`Store` of the folder holding the file ``uri``, and the file's name in it."""
+    folder, name = posixpath.split(os.fspath(uri).rstrip("/"))
+    if not name:
+        raise ValueError(f"{uri!r} names no file.")
+    return open_store(folder or "."), name
+
+
+def _copy(open_source, open_target, fsync: bool = False) -> tuple[int, str]:
+    """Stream the source into the target; ``(size, sha256)``."""
     digest, size = hashlib.sha256(), 0
-    with open(local_file, "rb") as src, open_target() as dst:
+    with open_source() as src, open_target() as dst:
         while chunk := src.read(_CHUNK):
             digest.update(chunk)
             dst.write(chunk)
@@ -140,7 +200,12 @@ def _copy(local_file, open_target, fsync: bool) -> tuple[str, int]:
         if fsync:
             dst.flush()
             os.fsync(dst.fileno())
-    return digest.hexdigest(), size
+    return size, digest.hexdigest()
 
 
-__all__ = ["LocalStore", "ObjectStore", "Store", "open_store"]
+def _same_kind(store: Store, to: Store) -> None:
+    if type(to) is not type(store):
+        raise ValueError(f"Cannot move from {store} to {to}: not on the same store.")
+
+
+__all__ = ["LocalStore", "ObjectStore", "Store", "open_store", "store_of"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -27,8 +28,14 @@ def test_keeps_the_last_k_complete_files_and_restores_the_exact_state(tmp_path):
     model = tiny_model()
     _fit(model, Checkpoint(tmp_path, keep=2), epochs=4)
     files = list_checkpoints(tmp_path)
-    assert [p.name for p in files] == ["ckpt-000000012.npz", "ckpt-000000016.npz"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [COMPLETE, *[p.name for p in files]]
+    assert [Path(p).name for p in files] == ["ckpt-000000012.npz", "ckpt-000000016.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        COMPLETE,
+        "ckpt-000000012.json",  # the manifests: each counts its checkpoint
+        "ckpt-000000012.npz",
+        "ckpt-000000016.json",
+        "ckpt-000000016.npz",
+    ]
     header = read_header(files[-1])
     assert (header["epoch"], header["step"], header["steps_per_epoch"]) == (4, 0, STEPS)
 
@@ -49,8 +56,9 @@ def test_mid_epoch_checkpoint_resumes_with_only_the_missing_steps(tmp_path):
     _fit(model, Checkpoint(tmp_path, every_n_steps=3, keep=10), epochs=2)
     steps = [read_header(p)["global_step"] for p in list_checkpoints(tmp_path)]
     assert steps == [3, 4, 6, 8]  # every 3 steps, plus each epoch's end
-    for p in list_checkpoints(tmp_path)[1:]:
-        p.unlink()  # as if killed right after global step 3: epoch 0, step 3 of 4
+    for p in list_checkpoints(tmp_path)[1:]:  # as if killed right after global step 3:
+        Path(p).unlink()  # epoch 0, step 3 of 4
+        Path(p).with_suffix(".json").unlink()
     (tmp_path / COMPLETE).unlink()
     other = tiny_model(seed=1)
     seen = []
@@ -74,7 +82,7 @@ def test_a_partial_newest_file_falls_back_to_the_last_good_one(tmp_path, caplog)
     model = tiny_model()
     _fit(model, Checkpoint(tmp_path, keep=3), epochs=2)
     (tmp_path / COMPLETE).unlink()
-    good = list_checkpoints(tmp_path)[-1]
+    good = Path(list_checkpoints(tmp_path)[-1])
     data = good.read_bytes()
     # What a kill during a plain (non-atomic) write leaves: a newer name, half the bytes.
     (tmp_path / "ckpt-000000099.npz").write_bytes(data[: len(data) // 2])
@@ -135,7 +143,9 @@ def test_checkpoints_of_another_model_are_set_aside_not_mixed(tmp_path, capsys):
     assert history.epoch == [0]
     assert "Moved 2 checkpoint(s) that cannot be resumed" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "previous").iterdir()) == [
+        "ckpt-000000004.json",
         "ckpt-000000004.npz",
+        "ckpt-000000008.json",
         "ckpt-000000008.npz",
     ]
     assert [read_header(p)["global_step"] for p in list_checkpoints(tmp_path)] == [STEPS]

@@ -75,18 +75,19 @@ def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
     _kill_9_once(
         cmd,
         tmp_path / "first.log",
-        lambda: any(int(p.name[5:14]) > 2 * STEPS for p in list_checkpoints(ckpts)),
+        lambda: any(int(Path(p).name[5:14]) > 2 * STEPS for p in list_checkpoints(ckpts)),
         "no checkpoint appeared",
     )
-    good = list_checkpoints(ckpts)
+    good = [Path(p) for p in list_checkpoints(ckpts)]
     assert good and not (ckpts / "COMPLETE").exists()
     last = read_header(good[-1])
     assert last["global_step"] < EPOCHS * STEPS, "training ended before the kill"
-    # A kill during a non-atomic write would have left a truncated newer file: add one, and a
-    # temp file as our own writer leaves it when killed mid-write.
+    # A kill during a non-atomic write would have left a truncated newer file: add one, and the
+    # temp files our writer (and the rename-based one before manifests) leave when killed.
     data = good[-1].read_bytes()
     (ckpts / f"ckpt-{last['global_step'] + 5:09d}.npz").write_bytes(data[: len(data) // 2])
-    (ckpts / f".ckpt-{last['global_step'] + 6:09d}.npz.tmp-99999").write_bytes(data[:100])
+    (ckpts / f"ckpt-{last['global_step'] + 6:09d}.npz.99999.tmp").write_bytes(data[:100])
+    (ckpts / f".ckpt-{last['global_step'] + 7:09d}.npz.tmp-99999").write_bytes(data[:100])
 
     resumed = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -106,9 +107,10 @@ def test_kill_9_mid_epoch_resumes_the_same_run(digits_table, tmp_path):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert sorted(steps) == list(range(EPOCHS)), (key, steps)
 
-    # No partial files: only complete, loadable checkpoints (and the completion marker).
+    # No partial files: only complete, loadable checkpoints, their manifests and the marker.
     names = sorted(p.name for p in ckpts.iterdir())
-    assert all(re.fullmatch(r"ckpt-\d{9}\.npz|COMPLETE", n) for n in names), names
+    assert all(re.fullmatch(r"ckpt-\d{9}\.(npz|json)|COMPLETE", n) for n in names), names
+    assert len(names) == 5, names
     assert len(list_checkpoints(ckpts)) == 2
     for p in list_checkpoints(ckpts):
         read_header(p)

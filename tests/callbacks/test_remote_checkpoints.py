@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from keras_dl.callbacks import Checkpoint
-from keras_dl.callbacks import remote_checkpoints as remote
 from keras_dl.callbacks.checkpoint import is_complete, list_checkpoints, read_header
+from keras_dl.checkpoints import Checkpoints
 from tests.callbacks.helpers import tiny_data, tiny_model
 
 
@@ -77,7 +77,7 @@ def test_only_files_matching_a_manifest_count_and_pruning_keeps_the_newest_valid
         read_header(s3.uri("c/ckpt-000000008.npz"))
     client.put_object(Bucket=s3.name, Key="c/ckpt-000000008.npz", Body=data)
 
-    remote.prune(directory, keep=1)
+    Checkpoints(directory, keep=1).prune()
     assert _names(s3, "c") == [
         "COMPLETE",
         "ckpt-000000008.json",
@@ -85,9 +85,9 @@ def test_only_files_matching_a_manifest_count_and_pruning_keeps_the_newest_valid
         "ckpt-000000020.npz",  # newer than the newest valid: not removed
     ]
     # With no valid checkpoint at all, nothing is pruned.
-    remote.prune(s3.uri("empty"), keep=1)
+    Checkpoints(s3.uri("empty"), keep=1).prune()
     client.put_object(Bucket=s3.name, Key="p/ckpt-000000002.npz", Body=data)
-    remote.prune(s3.uri("p"), keep=1)
+    Checkpoints(s3.uri("p"), keep=1).prune()
     assert _names(s3, "p") == ["ckpt-000000002.npz"]
 
 

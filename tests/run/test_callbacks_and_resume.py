@@ -15,8 +15,9 @@ from keras_dl.callbacks import (
     ProgressBar,
     Throughput,
 )
-from keras_dl.callbacks.checkpoint import COMPLETE, save_checkpoint
+from keras_dl.callbacks.checkpoint import COMPLETE
 from keras_dl.callbacks.preemption import Preemption
+from keras_dl.checkpoints import Checkpoints
 from keras_dl.config import resolve
 from keras_dl.data.splits import make_splits
 from keras_dl.distribute.world import World
@@ -121,13 +122,13 @@ def test_the_recorded_run_is_resumed_only_with_a_checkpoint_to_resume(
         pass
     record_run_id(exp, run.info.run_id)
     assert resume_run_id(exp) is None  # no checkpoint yet: a new run
-    save_checkpoint(checkpoint_dir(exp) / "ckpt-000000010.npz", tiny_model(), {"epoch": 0})
+    Checkpoints(checkpoint_dir(exp)).save(10, tiny_model(), {"epoch": 0})
     assert resume_run_id(exp) == run.info.run_id
     _, fresh = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "runtime.resume=false")
     assert resume_run_id(fresh) is None
-    (checkpoint_dir(exp) / COMPLETE).write_text("{}")  # that training finished
+    (Path(checkpoint_dir(exp)) / COMPLETE).write_text("{}")  # that training finished
     assert resume_run_id(exp) is None
-    (checkpoint_dir(exp) / COMPLETE).unlink()
+    (Path(checkpoint_dir(exp)) / COMPLETE).unlink()
     record_run_id(exp, "0123456789abcdef0123456789abcdef")  # not in this store
     assert resume_run_id(exp) is None
 
@@ -138,7 +139,7 @@ def test_a_changed_config_is_not_resumed_but_more_epochs_are(digits_table, tmp_p
         pass
     record_run_id(exp, run.info.run_id)
     header = {"epoch": 1, "config": config_fingerprint(exp)}
-    save_checkpoint(checkpoint_dir(exp) / "ckpt-000000010.npz", tiny_model(), header)
+    Checkpoints(checkpoint_dir(exp)).save(10, tiny_model(), header)
     _, longer = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "train.epochs=50")
     assert resume_run_id(longer) == run.info.run_id
     _, other = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "model.filters=8")

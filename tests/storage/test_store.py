@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keras_dl.storage import LocalStore, ObjectStore, open_store
+from keras_dl.storage import LocalStore, ObjectStore, open_store, store_of
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -88,3 +88,55 @@ def test_a_local_folder_lists_exactly_what_was_written(tmp_path, files):
         store.write(name, data)
     assert store.list() == {name: len(data) for name, data in files.items()}
     assert all(store.read(name) == data for name, data in files.items())
+
+
+def test_download_copies_a_file_out_with_its_size_and_digest(store, tmp_path):
+    data = os.urandom(1 << 20)
+    store.write("ckpt-000000002.npz", data)
+    out = tmp_path / "out.npz"
+    assert store.download("ckpt-000000002.npz", out) == (
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+    )
+    assert out.read_bytes() == data
+    with pytest.raises(FileNotFoundError):
+        store.download("missing.npz", tmp_path / "missing.npz")
+
+
+def test_move_puts_a_file_into_another_folder_of_the_same_store(store, tmp_path):
+    store.write("ckpt-000000003.json", b"{}")
+    aside = store.child("previous")
+    aside.write("ckpt-000000003.json", b"old")
+    store.move("ckpt-000000003.json", aside)
+    assert "ckpt-000000003.json" not in store.list()
+    assert aside.read("ckpt-000000003.json") == b"{}"  # replaced what was there
+    local = isinstance(store, LocalStore)
+    other = ObjectStore("s3://bucket/x") if local else open_store(tmp_path / "x")
+    with pytest.raises(ValueError, match="not on the same store"):
+        aside.move("ckpt-000000003.json", other)
+
+
+def test_store_of_splits_a_file_uri_into_its_folder_and_name(tmp_path):
+    store, name = store_of(tmp_path / "run" / "model.keras")
+    assert (store, name) == (open_store(tmp_path / "run"), "model.keras")
+    store, name = store_of("s3://bucket/runs/abc/model.keras")
+    assert (store, name) == (open_store("s3://bucket/runs/abc"), "model.keras")
+    with pytest.raises(ValueError, match="names no file"):
+        store_of("")
+
+
+def test_temporaries_of_a_killed_local_writer_are_removed_and_nothing_else(tmp_path):
+    store = open_store(tmp_path / "run")
+    store.write("run.json", b"{}")
+    store.write("a.1.json", b"{}")  # a name with digits, not a temporary
+    (tmp_path / "run" / "ckpt-000000004.npz.4242.tmp").write_bytes(b"partial")
+    (tmp_path / "run" / "run.json.77.tmp").write_bytes(b"{")
+    assert sorted(store.remove_temporaries()) == ["ckpt-000000004.npz.4242.tmp", "run.json.77.tmp"]
+    assert sorted(store.list()) == ["a.1.json", "run.json"]
+
+
+def test_an_object_store_has_no_temporaries(s3):
+    store = open_store(s3.uri("run"))
+    store.write("run.json.77.tmp", b"a user's file")  # written whole: not ours to delete
+    assert store.remove_temporaries() == []
+    assert list(store.list()) == ["run.json.77.tmp"]
