@@ -11,8 +11,10 @@ from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from keras_dl.distribute.recovery import restartable
 from keras_dl.distribute.runner import launch
 from keras_dl.errors import DistributedError, Preempted
-from tests.conftest import runs_in
+from tests.conftest import HEAVY, runs_in
 from tests.distribute.workers import train_with_fault
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 # The 1,257 training rows split 629/628 between 2 ranks; every rank runs the larger shard's
 # batches of 16, the last one padded: ceil(629 / 16) = 40 steps per epoch.

@@ -11,6 +11,7 @@ from pyspark.ml.evaluation import MulticlassClassificationEvaluator, RegressionE
 from pyspark.ml.feature import StandardScaler, VectorAssembler
 
 from keras_dl.spark import KerasEstimator, KerasModel
+from tests.conftest import HEAVY
 from tests.spark.conftest import make_model
 
 pytestmark = pytest.mark.slow  # one 40-epoch fit shared by the module (about 45 s here)
@@ -168,6 +169,7 @@ def test_regression_output_works_with_regression_evaluator(spark, tmp_path, mlfl
 
 
 @pytest.mark.slow
+@HEAVY
 def test_num_proc_minus_two_trains_on_two_local_horovod_ranks(iris, tmp_path, mlflow_uri):
     """HorovodRunner's np semantics: num_proc=-2 runs 2 Horovod processes on this host."""
     from pyspark.ml.feature import VectorAssembler
