@@ -19,6 +19,79 @@ REPO = Path(__file__).resolve().parent.parent
 HEAVY = pytest.mark.xdist_group("heavy")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sqlite_stores_start_migrated(tmp_path_factory):
+    """New SQLite MLflow stores this process opens start as a copy of one already migrated.
+
+    MLflow builds a new SQLite store by running its ~70 Alembic migrations: 3-5 s of CPU per
+    store, 15-30 s on a loaded host, and most tests make a fresh store in their tmp_path. Here
+    the migrations run once per pytest process; a store file that does not exist yet is then a
+    copy of that empty, fully migrated one (no experiment: MLflow still creates its Default
+    experiment itself, with this store's own artifact root). Stores made by subprocesses
+    (CLI, recipes, Horovod ranks) are built by MLflow as usual; ``seed_store`` copies the
+    template for the tests that hand a fresh store to one.
+    """
+    global _STORE_TEMPLATE
+    import mlflow.store.model_registry.sqlalchemy_store as registry
+    import mlflow.store.tracking.sqlalchemy_store as tracking
+
+    folder = tmp_path_factory.mktemp("mlflow_template")
+    tracking.SqlAlchemyStore(f"sqlite:///{folder / 'build.db'}", (folder / "art").as_uri())
+    import sqlite3
+
+    with sqlite3.connect(folder / "build.db") as db:
+        db.execute("DELETE FROM experiments")
+    db.close()
+    (folder / "build.db").rename(folder / "template.db")
+    _STORE_TEMPLATE = folder / "template.db"
+    originals = [
+        (cls, cls.__init__) for cls in (tracking.SqlAlchemyStore, registry.SqlAlchemyStore)
+    ]
+    for cls, init in originals:
+        cls.__init__ = _seeding(init)
+    yield
+    for cls, init in originals:
+        cls.__init__ = init
+    _STORE_TEMPLATE = None
+
+
+_STORE_TEMPLATE: Path | None = None
+
+
+def _seeding(init):
+    import functools
+
+    @functools.wraps(init)
+    def wrapper(self, db_uri, *args, **kwargs):
+        if db_uri.startswith("sqlite:///"):
+            seed_store(db_uri)
+        init(self, db_uri, *args, **kwargs)
+
+    return wrapper
+
+
+def seed_store(store: str | os.PathLike) -> str:
+    """Make the SQLite store ``store`` (a ``sqlite:///`` URI or a path) a copy of the migrated
+    empty template, unless it exists already. Returns its ``sqlite:///`` URI."""
+    import shutil
+    import uuid
+
+    text = os.fspath(store)
+    db = Path(text[len("sqlite:///") :] if text.startswith("sqlite:///") else text)
+    uri = f"sqlite:///{db}"
+    if _STORE_TEMPLATE is None or db.exists() or not db.parent.is_dir():
+        return uri
+    part = db.with_name(f".{db.name}.{uuid.uuid4().hex}")
+    shutil.copyfile(_STORE_TEMPLATE, part)
+    try:
+        os.link(part, db)  # atomic, and never over a store another process just made
+    except FileExistsError:
+        pass
+    finally:
+        part.unlink()
+    return uri
+
+
 @pytest.fixture(scope="session")
 def digits_table(tmp_path_factory) -> str:
     """scikit-learn's digits as a Delta table partitioned by split (written once per session)."""

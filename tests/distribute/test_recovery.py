@@ -82,9 +82,9 @@ def test_sigterm_to_the_driver_reaches_every_rank_and_the_job_resumes(digits_tab
     import time
 
     from keras_dl.errors import PREEMPTED_EXIT
-    from tests.conftest import REPO
+    from tests.conftest import REPO, seed_store
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     cmd = [
         sys.executable,
         "-m",
