@@ -4,7 +4,10 @@
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_TABLE ?= data/digits
-PYTEST_ARGS ?=
+# The suite on 3 xdist workers (2 cores: tests wait on JVMs and subprocesses much of the time);
+# the tests marked HEAVY (tests/conftest.py) run on one of them, one at a time. A plain
+# `pytest tests/x.py` runs in one process; add -n 3 --dist loadgroup to it to run in parallel.
+PYTEST_ARGS ?= -n 3 --dist loadgroup
 
 setup:
 	@bash scripts/setup_env.sh

@@ -12,6 +12,85 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parent.parent
 
+# The tests that must not share the machine with one another: multi-process Horovod jobs (Gloo
+# rendezvous and runtime.stall_timeout), kill -9 / SIGTERM recovery, and loose time bounds. Under
+# `pytest -n N --dist loadgroup` (make test) they all run on one xdist worker, one at a time,
+# while the other workers run the rest of the suite.
+HEAVY = pytest.mark.xdist_group("heavy")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sqlite_stores_start_migrated(tmp_path_factory):
+    """New SQLite MLflow stores this process opens start as a copy of one already migrated.
+
+    MLflow builds a new SQLite store by running its ~70 Alembic migrations: 3-5 s of CPU per
+    store, 15-30 s on a loaded host, and most tests make a fresh store in their tmp_path. Here
+    the migrations run once per pytest process; a store file that does not exist yet is then a
+    copy of that empty, fully migrated one (no experiment: MLflow still creates its Default
+    experiment itself, with this store's own artifact root). Stores made by subprocesses
+    (CLI, recipes, Horovod ranks) are built by MLflow as usual; ``seed_store`` copies the
+    template for the tests that hand a fresh store to one.
+    """
+    global _STORE_TEMPLATE
+    import mlflow.store.model_registry.sqlalchemy_store as registry
+    import mlflow.store.tracking.sqlalchemy_store as tracking
+
+    folder = tmp_path_factory.mktemp("mlflow_template")
+    tracking.SqlAlchemyStore(f"sqlite:///{folder / 'build.db'}", (folder / "art").as_uri())
+    import sqlite3
+
+    with sqlite3.connect(folder / "build.db") as db:
+        db.execute("DELETE FROM experiments")
+    db.close()
+    (folder / "build.db").rename(folder / "template.db")
+    _STORE_TEMPLATE = folder / "template.db"
+    originals = [
+        (cls, cls.__init__) for cls in (tracking.SqlAlchemyStore, registry.SqlAlchemyStore)
+    ]
+    for cls, init in originals:
+        cls.__init__ = _seeding(init)
+    yield
+    for cls, init in originals:
+        cls.__init__ = init
+    _STORE_TEMPLATE = None
+
+
+_STORE_TEMPLATE: Path | None = None
+
+
+def _seeding(init):
+    import functools
+
+    @functools.wraps(init)
+    def wrapper(self, db_uri, *args, **kwargs):
+        if db_uri.startswith("sqlite:///"):
+            seed_store(db_uri)
+        init(self, db_uri, *args, **kwargs)
+
+    return wrapper
+
+
+def seed_store(store: str | os.PathLike) -> str:
+    """Make the SQLite store ``store`` (a ``sqlite:///`` URI or a path) a copy of the migrated
+    empty template, unless it exists already. Returns its ``sqlite:///`` URI."""
+    import shutil
+    import uuid
+
+    text = os.fspath(store)
+    db = Path(text[len("sqlite:///") :] if text.startswith("sqlite:///") else text)
+    uri = f"sqlite:///{db}"
+    if _STORE_TEMPLATE is None or db.exists() or not db.parent.is_dir():
+        return uri
+    part = db.with_name(f".{db.name}.{uuid.uuid4().hex}")
+    shutil.copyfile(_STORE_TEMPLATE, part)
+    try:
+        os.link(part, db)  # atomic, and never over a store another process just made
+    except FileExistsError:
+        pass
+    finally:
+        part.unlink()
+    return uri
+
 
 @pytest.fixture(scope="session")
 def digits_table(tmp_path_factory) -> str:
@@ -117,46 +196,136 @@ def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=No
     return path
 
 
+def _die_with_parent():
+    """A ``preexec_fn``: the child gets SIGTERM when this process ends (Linux), even by kill -9.
+
+    Servers the suite starts live in their own session (``start_new_session=True``), so a signal
+    sent to pytest's process group (a developer's ^C, a CI timeout, ``kill -- -PGID`` of a
+    neighbour's job on a shared machine) does not end them under a suite that goes on; this
+    ends them with the pytest process (an xdist worker) that started them instead.
+    """
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here, before the fork
+    return lambda: libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """The suite's one local[2] SparkSession (keras_dl's own: loopback, no UI, Arrow on)."""
+    """The suite's one local[2] SparkSession per pytest process (keras_dl's own: loopback, no
+    UI, Arrow on). Its JVM runs in its own session, so a signal to pytest's process group does
+    not stop it mid-suite; it still exits with pytest (it ends when its stdin pipe closes)."""
+    import functools
+
+    import pyspark.java_gateway
+
     from keras_dl.inference_io import spark_session
 
-    session = spark_session("local[2]", "keras_dl-tests")
+    popen = pyspark.java_gateway.Popen
+    pyspark.java_gateway.Popen = functools.partial(popen, start_new_session=True)
+    try:
+        session = spark_session("local[2]", "keras_dl-tests")
+    finally:
+        pyspark.java_gateway.Popen = popen
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
+class MotoServer:
+    """moto's standalone S3 (and DynamoDB) API server on a free loopback port of its own.
+
+    Each pytest process (each xdist worker) starts its own. :meth:`endpoint` starts it again, on
+    a new port, if it died: one lost server fails no later test with ConnectionRefused.
+    """
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def endpoint(self) -> str:
+        """The server's URL, after making sure it is up (started or restarted as needed)."""
+        if self.proc is None or self.proc.poll() is not None or not self._accepts():
+            if self.proc is not None:
+                print(f"moto's server at {self.url} was gone; starting a new one", flush=True)
+                self.stop()
+            self._start()
+        return self.url
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def _accepts(self, timeout: float = 5.0) -> bool:
+        import socket
+
+        port = int(self.url.rsplit(":", 1)[1])
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
+            return True
+        except OSError:
+            return False
+
+    def _start(self) -> None:
+        import socket
+        import time
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(),
+        )
+        deadline = time.monotonic() + 60
+        while not self._accepts(timeout=1):
+            if self.proc.poll() is not None:
+                pytest.fail(f"moto's server exited at start (code {self.proc.returncode})")
+            if time.monotonic() > deadline:
+                self.stop()
+                pytest.fail("moto's server did not start within 60 s")
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's standalone S3 (and DynamoDB) API server on loopback, for the whole session."""
-    import socket
-    import time
+    """moto's S3 server of this pytest process; ``s3_server.endpoint()`` is its live URL."""
+    server = MotoServer()
+    server.endpoint()
+    yield server
+    server.stop()
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail("moto's server exited at start")
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("moto's server did not start within 60 s")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=20)
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Put SIGTERM/SIGINT handlers back after each test.
+
+    An in-process ``fit`` that raises leaves keras_dl's Preemption handler installed (Keras
+    skips ``on_train_end`` on an exception); left there it would turn a later SIGTERM or ^C to
+    pytest into a checkpoint request and a forced exit (code 75) 25 s later, not a stop.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 class S3Bucket:
@@ -176,16 +345,17 @@ def s3(s3_server, monkeypatch) -> S3Bucket:
 
     import boto3
 
+    endpoint = s3_server.endpoint()
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ENDPOINT_URL": endpoint,
     }.items():
         monkeypatch.setenv(key, value)
     for key in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     name = f"lake-{uuid.uuid4().hex[:10]}"
     boto3.client("s3").create_bucket(Bucket=name)
-    return S3Bucket(s3_server, name)
+    return S3Bucket(endpoint, name)

@@ -16,7 +16,7 @@ from keras_dl.divergence import find_divergence
 from keras_dl.errors import ConfigError, DivergenceError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import run_cli, runs_in, train_digits, write_delta
+from tests.conftest import HEAVY, run_cli, runs_in, seed_store, train_digits, write_delta
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +56,7 @@ def _sets(table: str, tmp: Path) -> list[str]:
     return [
         f"data.table={table}",
         "data.split_column=split",
-        f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
+        f"tracking.uri={seed_store(tmp / 'mlflow.db')}",
         f"runtime.run_dir={tmp / 'run'}",
         "train.verbose=0",
     ]
@@ -243,6 +243,7 @@ def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(sma
 
 
 @pytest.mark.slow
+@HEAVY
 def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_table, tmp_path):
     from keras_dl.errors import DistributedError
     from keras_dl.launch import launch

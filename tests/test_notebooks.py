@@ -8,12 +8,14 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import REPO
+from tests.conftest import REPO, seed_store
 
 NOTEBOOKS = REPO / "notebooks"
 
 
 def _execute(name: str, tmp_path: Path, monkeypatch, **env: str) -> nbformat.NotebookNode:
+    (tmp_path / "work").mkdir()
+    seed_store(tmp_path / "work" / "mlflow.db")  # the notebooks' TRACKING_URI
     monkeypatch.setenv("KERAS_DL_NB_WORKDIR", str(tmp_path / "work"))
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     for key, value in env.items():
@@ -100,7 +102,8 @@ def test_03_train_and_scale(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_04_spark_ml_pipeline(tmp_path, monkeypatch):
-    nb = _execute("04_spark_ml_pipeline", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="5")
+    # 3: 12 epochs for each of the 4 fits (the pipeline, 2 trials, the refit)
+    nb = _execute("04_spark_ml_pipeline", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="3")
     text = _text(nb)
     accuracy = float(text.split("test accuracy: ")[1].split()[0])
     assert accuracy >= 0.8, text

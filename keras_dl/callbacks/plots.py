@@ -30,7 +30,13 @@ from keras_dl.distribute.world import current_world
 log = logging.getLogger(__name__)
 
 # Throughput figures are logged beside the metrics but are not learning curves.
-SKIP_PREFIXES = ("samples_per_sec", "steps_per_sec", "step_time_ms", "input_wait_fraction")
+SKIP_PREFIXES = (
+    "samples_per_sec",
+    "steps_per_sec",
+    "step_time_ms",
+    "input_wait_fraction",
+    "input_wait_ms",
+)
 
 
 class Plots(keras.callbacks.Callback):

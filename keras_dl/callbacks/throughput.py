@@ -1,4 +1,4 @@
-"""Throughput: samples/s, step time and the fraction of step time spent waiting for input.
+"""Throughput: samples/s, step time and the time steps spend waiting for input.
 
 The figures are added to the epoch's ``logs`` (so a logger later in the callbacks list, such as
 :class:`~keras_dl.callbacks.MLflowLogger`, and ``History`` record them), and, every N steps, to
@@ -9,7 +9,10 @@ the step's ``logs``:
 - ``input_wait_fraction``: the share of step time the step waited for its batch: from the
   step's start to the moment its batch was ready (0 when it was ready before the step began),
   so the step's own dispatch does not count as waiting. It needs the training dataset wrapped
-  with :meth:`Throughput.instrument`; without it it is not reported.
+  with :meth:`Throughput.instrument`; without it it is not reported;
+- ``input_wait_ms``: the same wait in milliseconds, the mean per step (over the steps whose
+  wait was measured). Unlike the fraction it does not shrink when the steps themselves get
+  slower (a loaded host): a step that waits 50 ms for each batch shows 50 here.
 
 Example:
     >>> tp = Throughput(batch_size=64)                                    # doctest: +SKIP
@@ -166,6 +169,7 @@ class Throughput(keras.callbacks.Callback):
             out[f"{p}steps_per_sec"] = w.steps / max(elapsed, 1e-9)
         if w.waited is not None:  # over the steps whose wait was measured
             out[f"{p}input_wait_fraction"] = w.waited / max(w.sampled_time, 1e-9)
+            out[f"{p}input_wait_ms"] = 1000.0 * w.waited / w.sampled
         return out
 
 
@@ -176,11 +180,13 @@ class _Window:
         self.steps = 0
         self.step_time = 0.0
         self.waited: float | None = None
-        self.sampled_time = 0.0  # step time of the steps whose wait was measured
+        self.sampled = 0  # steps whose wait was measured
+        self.sampled_time = 0.0  # their step time
 
     def add(self, step_time: float, wait: float | None) -> None:
         self.steps += 1
         self.step_time += step_time
         if wait is not None:
             self.waited = (self.waited or 0.0) + wait
+            self.sampled += 1
             self.sampled_time += step_time

@@ -14,7 +14,9 @@ import mlflow
 import pytest
 
 from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
-from tests.conftest import REPO, runs_in
+from tests.conftest import HEAVY, REPO, runs_in, seed_store
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 EPOCHS = 6
 STEPS = 40  # 1,257 training rows in batches of 32: 39 whole and a last one of 9
@@ -28,7 +30,7 @@ def _command(table: str, tmp: Path, name: str) -> list[str]:
         *("--set", f"data.table={table}"),
         *("--set", f"train.epochs={EPOCHS}"),
         *("--set", f"runtime.run_dir={tmp / name}"),
-        *("--set", f"tracking.uri=sqlite:///{tmp / (name + '.db')}"),
+        *("--set", f"tracking.uri={seed_store(tmp / (name + '.db'))}"),
         *("--set", "tracking.log_model=false"),
         *("--set", "data.deterministic=true"),  # the same row order in every run
         *("--set", "callbacks.checkpoint_every_n_steps=10"),  # so the kill lands mid-epoch

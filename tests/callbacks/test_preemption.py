@@ -15,7 +15,9 @@ import pytest
 
 from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from keras_dl.callbacks.preemption import PREEMPTED_EXIT
-from tests.conftest import REPO, runs_in
+from tests.conftest import HEAVY, REPO, runs_in, seed_store
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 EPOCHS = 4
 STEPS = 40  # 1,257 training rows in batches of 32: 39 whole and a last one of 9
@@ -29,7 +31,7 @@ def _command(table: str, tmp: Path) -> list[str]:
         *("--set", f"data.table={table}"),
         *("--set", f"train.epochs={EPOCHS}"),
         *("--set", f"runtime.run_dir={tmp / 'run'}"),
-        *("--set", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"),
+        *("--set", f"tracking.uri={seed_store(tmp / 'mlflow.db')}"),
         *("--set", "tracking.log_model=false"),
         *("--set", "callbacks.plots=false"),
         *("--set", "train.verbose=2"),

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import HEAVY, run_cli
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 
 @pytest.mark.slow

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from keras_dl.launch import launch
-from tests.conftest import runs_in
+from tests.conftest import HEAVY, runs_in
 from tests.distribute.conftest import digits_experiment
 from tests.distribute.workers import train_for_weights
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 
 @pytest.mark.slow

@@ -13,9 +13,11 @@ import pytest
 
 from keras_dl.errors import DistributedError
 from keras_dl.launch import launch
-from tests.conftest import REPO, runs_in
+from tests.conftest import HEAVY, REPO, runs_in
 from tests.distribute.conftest import digits_experiment
 from tests.distribute.workers import train_with_fault
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 
 @pytest.mark.slow

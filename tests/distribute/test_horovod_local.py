@@ -12,8 +12,11 @@ import pytest
 from keras_dl.errors import DistributedError
 from keras_dl.launch import HorovodRunner, launch
 from keras_dl.train import fit
+from tests.conftest import HEAVY
 from tests.distribute.checks import check_horovod_run
 from tests.distribute.workers import train_and_report
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 
 @pytest.mark.slow

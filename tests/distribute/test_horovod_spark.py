@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from keras_dl.train import TrainResult
-from tests.conftest import REPO
+from tests.conftest import HEAVY, REPO
 from tests.distribute.checks import check_horovod_run
 from tests.distribute.conftest import digits_experiment
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 
 def _free_port() -> int:

@@ -8,10 +8,12 @@ import pytest
 
 from keras_dl.distribute.lr import WarmupScaled, scale_learning_rate
 from keras_dl.launch import HorovodRunner
+from tests.conftest import HEAVY
 from tests.distribute.workers import own_model_fit
 
 
 @pytest.mark.slow
+@HEAVY
 def test_broadcast_and_averaging_make_ranks_identical_with_fp16_and_warmup():
     ranks = HorovodRunner(np=-2).run(functools.partial(own_model_fit, fp16=True, warmup_steps=4))
     assert ranks[0]["initial"] != ranks[1]["initial"]  # different random starts...

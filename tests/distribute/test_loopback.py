@@ -11,6 +11,7 @@ import pytest
 from keras_dl.distribute.loopback import spark_conf
 from keras_dl.errors import DistributedError
 from keras_dl.launch import HorovodRunner
+from tests.conftest import HEAVY
 
 
 def is_loopback(ip: str) -> bool:
@@ -53,6 +54,7 @@ def list_sockets_while_up(driver_pid: int):
 
 
 @pytest.mark.slow
+@HEAVY
 def test_a_local_horovod_job_listens_only_on_loopback():
     before = {(pid, port) for pid, _, _, port in listening(os.getpid())}
     found = HorovodRunner(np=-2).run(list_sockets_while_up, driver_pid=os.getpid())

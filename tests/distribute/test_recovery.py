@@ -11,8 +11,10 @@ from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from keras_dl.distribute.recovery import restartable
 from keras_dl.errors import DistributedError, Preempted
 from keras_dl.launch import launch
-from tests.conftest import runs_in
+from tests.conftest import HEAVY, runs_in
 from tests.distribute.workers import train_with_fault
+
+pytestmark = HEAVY  # see tests/conftest.py
 
 # The 1,257 training rows split 629/628 between 2 ranks; every rank runs the larger shard's
 # batches of 16, the last one padded: ceil(629 / 16) = 40 steps per epoch.
@@ -80,9 +82,9 @@ def test_sigterm_to_the_driver_reaches_every_rank_and_the_job_resumes(digits_tab
     import time
 
     from keras_dl.errors import PREEMPTED_EXIT
-    from tests.conftest import REPO
+    from tests.conftest import REPO, seed_store
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     cmd = [
         sys.executable,
         "-m",

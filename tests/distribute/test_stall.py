@@ -10,6 +10,7 @@ import pytest
 from keras_dl.callbacks.stall import StallError, StallWatchdog
 from keras_dl.errors import DistributedError
 from keras_dl.launch import HorovodRunner
+from tests.conftest import HEAVY
 from tests.distribute.workers import fit_with_a_stalled_rank
 
 
@@ -31,6 +32,7 @@ def test_the_watchdog_names_the_open_section_once_it_outlasts_the_timeout():
 
 
 @pytest.mark.slow
+@HEAVY
 def test_a_rank_left_waiting_in_the_allreduce_ends_the_job_naming_it_and_the_step():
     start = time.monotonic()
     with pytest.raises(
