@@ -8,8 +8,6 @@ layer adds nothing and the same tests check Petastorm's own legacy path.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -50,21 +48,6 @@ def _batch_ids(urls, **kwargs) -> list[int]:
         for batch in reader:
             ids += batch.id.tolist()
     return ids
-
-
-def test_a_fresh_interpreter_imports_petastorm_through_the_layer():
-    # No keras_dl import here: only the .pth file installed with the package can load the hook.
-    code = "import petastorm.reader as r, petastorm.arrow_reader_worker as w; print(r.pq.__name__, w.pq.__name__)"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
-    assert out.returncode == 0, out.stderr
-    expected = parquet_dataset.__name__ if parquet_dataset.needed() else "pyarrow.parquet"
-    assert out.stdout.split() == [expected, expected]
 
 
 @pytest.mark.parametrize("pool", POOLS)
