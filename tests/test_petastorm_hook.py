@@ -15,23 +15,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-FILES, GROUPS, ROWS = 4, 5, 8  # per file: GROUPS row groups of ROWS rows
+from tests.conftest import PETASTORM_FILES
+
+FILES, GROUPS, ROWS = PETASTORM_FILES
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> list[str]:
-    root = tmp_path_factory.mktemp("hook")
-    paths = []
-    for k in range(FILES):
-        ids = np.arange(k * GROUPS * ROWS, (k + 1) * GROUPS * ROWS)
-        path = str(root / f"part-{k}.parquet")
-        pq.write_table(pa.table({"id": ids, "x": ids * 0.5}), path, row_group_size=ROWS)
-        paths.append("file://" + path)
-    return paths
+def files(petastorm_files) -> list[str]:
+    return ["file://" + f for f in petastorm_files]
 
 
 def run_fresh(code: str, *args: str) -> dict:
