@@ -7,8 +7,9 @@ installed petastorm's tests>`` in a subprocess. This plugin:
   ahead of pytest's assertion rewriter, so Petastorm's test modules, being ``petastorm.*``
   modules, load through it like the rest of Petastorm;
 - shims what Petastorm's tests need from the libraries of their time and the environment no
-  longer gives (pytest < 8, pandas 1, Python < 3.11, pytest-logger, pytest-forked): test
-  helpers only, never Petastorm's own code;
+  longer gives (pytest < 8, pandas 1, Python < 3.11, pytest-logger, pytest-forked), and gives
+  process-pool workers longer to start on a loaded machine: test helpers only, never what
+  Petastorm computes;
 - marks the tests listed in ``expected_failures.txt`` as expected failures, each with its
   one-line reason (strict unless the reason starts with ``flaky:``), and writes a JSON summary (outcome counts, listed tests not collected) to
   ``$KERAS_DL_PETASTORM_SUITE_REPORT``.
@@ -28,6 +29,7 @@ import pytest
 
 EXPECTED_FAILURES = Path(__file__).with_name("expected_failures.txt")
 REPORT_ENV = "KERAS_DL_PETASTORM_SUITE_REPORT"
+_WORKER_START_S = 120
 
 
 def read_expected_failures() -> dict[str, str]:
@@ -126,6 +128,23 @@ def _shim_the_test_environment() -> None:
         return warns(expected_warning, *args, **kwargs)
 
     pytest.warns = warns_or_record
+    # Petastorm waits 20 s for each process-pool worker (a fresh interpreter) to start
+    # (process_pool.py:41,210). On 2 cores shared at a load of 15-20 that was not enough: wait
+    # up to 120 s at start-up only (the same constant also bounds a ventilate that cannot send,
+    # which test_exception_in_all_worker_process waits out).
+    from petastorm.workers_pool import process_pool
+
+    wait_for_workers = process_pool.ProcessPool._wait_for_workers_to_start
+
+    def patient_wait_for_workers(self):
+        budget = process_pool._KEEP_TRYING_WHILE_ZMQ_AGAIN_IS_RAIZED_TIMEOUT_S
+        process_pool._KEEP_TRYING_WHILE_ZMQ_AGAIN_IS_RAIZED_TIMEOUT_S = _WORKER_START_S
+        try:
+            return wait_for_workers(self)
+        finally:
+            process_pool._KEEP_TRYING_WHILE_ZMQ_AGAIN_IS_RAIZED_TIMEOUT_S = budget
+
+    process_pool.ProcessPool._wait_for_workers_to_start = patient_wait_for_workers
 
 
 @contextlib.contextmanager
