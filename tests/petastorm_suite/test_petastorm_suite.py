@@ -52,7 +52,7 @@ LEFT_OUT = {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # about 11 minutes on the 2 shared cores here, under load
+@pytest.mark.timeout(1800)  # 11-21 minutes on the 2 shared cores here (load averages 9-21)
 def test_petastorm_suite_passes_on_the_layer(tmp_path):
     package = Path(importlib.util.find_spec("petastorm").submodule_search_locations[0])
     report = tmp_path / "report.json"
