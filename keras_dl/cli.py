@@ -1,7 +1,8 @@
 """``keras-dl``: train, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
 
 Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
-with their ``exit_code``: 2, or 3 when training diverged; nothing else is swallowed.
+with their ``exit_code``: 2, 3 when training diverged, 4 when the model did not earn
+registration, 75 when preempted; nothing else is swallowed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from keras_dl.errors import KerasDLError
+from keras_dl.errors import KerasDLError, NotRegistered
 
 EXIT_USER_ERROR = 2
 
@@ -30,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args) or 0
     except KerasDLError as exc:
         print(f"error: {textwrap.fill(str(exc), 100)}", file=sys.stderr)
-        return exc.exit_code  # 2, or 3 for a diverged training
+        return exc.exit_code  # 2; 3 diverged; 4 not registered; 75 preempted
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -67,8 +68,12 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
     bsub = b.add_subparsers(dest="bench")
-    for name in ("input", "fit", "distributed", "callbacks", "predict"):
+    for name in ("input", "fit", "distributed", "callbacks", "predict", "plan"):
         _add_module_command(bsub, name, f"keras_dl.bench.{name}")
+    # It trains a recipe: the recipe's settings come as in `train` (--config, --set).
+    _add_module_command(
+        bsub, "tabular", "keras_dl.bench.tabular", lambda p, **_: _add_config_args(p)
+    )
 
     _add_module_command(sub, "predict", "keras_dl.inference")
     _add_module_command(sub, "promote", "keras_dl.registry")
@@ -148,6 +153,14 @@ def _cmd_train(args) -> int:
             name = exp.tracking.registered_model
             print(f"registered model: models:/{name}/{result.registered_version}")
         print(f"MLflow UI: {tracking.ui_command(exp.tracking.uri)}")
+    if result.not_registered:
+        raise NotRegistered(
+            f"The model was {result.not_registered}. Run {result.run_id} ended FINISHED with "
+            f"this as its {tracking.NOT_REGISTERED_TAG} tag, and its model is logged. Train a "
+            "better one (other train.* settings; --set runtime.resume=false starts over), or "
+            "change registry.min_metric or registry.must_beat and run the same command again: "
+            "it trains nothing and decides again."
+        )
     return 0
 
 
@@ -159,7 +172,8 @@ def _cmd_recipes(args) -> int:
         d = r.defaults
         print(f"{name:10s} {r.description}")
         print(
-            f"{'':10s} defaults: epochs={d.train.epochs} batch_size={d.train.batch_size} "
+            f"{'':10s} defaults: epochs={_auto(d.train.epochs)} "
+            f"batch_size={_auto(d.train.batch_size)} "
             f"learning_rate={d.train.learning_rate} optimizer={d.train.optimizer} "
             f"table={d.data.table or '-'}"
         )
@@ -169,6 +183,11 @@ def _cmd_recipes(args) -> int:
             model = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(d.model).items())
             print(f"{'':10s} model: {model}")
     return 0
+
+
+def _auto(value) -> str:
+    """A setting the recipe chooses from the table (null in its defaults) reads "auto"."""
+    return "auto" if value is None else str(value)
 
 
 def _cmd_ingest_digits(args) -> int:

@@ -19,6 +19,7 @@ import datetime
 import difflib
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -106,6 +107,10 @@ class TrainConfig:
     Args:
         epochs: Passes over the training split. Defaults to 10.
         batch_size: Global batch size (all replicas together). Defaults to 32.
+
+    ``epochs`` and ``batch_size`` may be null (None) only in a recipe whose own default is null:
+    that recipe chooses them from the training table before training (see
+    :func:`keras_dl.recipe.configure`; the tabular recipe does). Elsewhere null is refused.
         learning_rate: Base learning rate, before any world-size scaling. Defaults to 1e-3.
         optimizer: A Keras optimizer name ("adam", "sgd", "rmsprop", "adamw"). Defaults to "adam".
         lr_schedule: "constant" or "cosine" (decay to 0 over all epochs). Defaults to "constant".
@@ -114,8 +119,8 @@ class TrainConfig:
         verbose: Keras ``fit`` verbosity on the chief (0, 1 or 2). Defaults to 2.
     """
 
-    epochs: int = 10
-    batch_size: int = 32
+    epochs: int | None = 10
+    batch_size: int | None = 32
     learning_rate: float = 1e-3
     optimizer: str = "adam"
     lr_schedule: str = "constant"
@@ -211,6 +216,8 @@ class CallbacksConfig:
         stopping_threshold: Stop as soon as ``monitor`` is better than this. Defaults to None.
         divergence_threshold: Stop as soon as ``monitor`` is worse than this. Defaults to None.
         check_finite: Stop on a NaN or infinite loss or monitored value. Defaults to True.
+        divergence_factor: Stop, and fail the run as diverged, when an epoch's training loss
+            is more than this many times the first epoch's; 0 disables it. Defaults to 10.0.
         restore_best_weights: Restore the best epoch's weights when stopping early.
             Defaults to False.
         checkpoint_every_n_steps: Also checkpoint every N steps (0: each epoch only).
@@ -229,6 +236,7 @@ class CallbacksConfig:
     stopping_threshold: float | None = None
     divergence_threshold: float | None = None
     check_finite: bool = True
+    divergence_factor: float = 10.0
     restore_best_weights: bool = False
     checkpoint_every_n_steps: int = 0
     keep_checkpoints: int = 3
@@ -237,8 +245,30 @@ class CallbacksConfig:
 
 
 @dataclass(frozen=True)
+class RegistryConfig:
+    """What a trained model must show before it is registered (see :mod:`keras_dl.gate`).
+
+    Whatever is set here, a model is registered only when its evaluation metric beats the
+    trivial predictor on the same rows (the training majority class, or the training mean).
+
+    Args:
+        min_metric: A floor "NAME OP NUMBER" on an evaluation metric, OP one of >=, >, <=, <,
+            e.g. "test_accuracy>=0.95". Defaults to "" (none).
+        must_beat: An alias of the registered model, e.g. "champion": the new model must beat
+            the version holding it on the same evaluation rows (passes when no version holds
+            it yet). Defaults to "" (none).
+        set_alias: An alias moved to the new version once it is registered, e.g. "champion".
+            Defaults to "" (none).
+    """
+
+    min_metric: str = ""
+    must_beat: str = ""
+    set_alias: str = ""
+
+
+@dataclass(frozen=True)
 class Experiment:
-    """One training run: a recipe name plus its four config sections and the recipe's model config.
+    """One training run: a recipe name plus its config sections and the recipe's model config.
 
     ``model`` is a frozen dataclass defined by the recipe (or None); ``--set model.KEY=VALUE``
     overrides it like any other section.
@@ -250,11 +280,13 @@ class Experiment:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
     model: Any = None
 
     def sections(self) -> dict[str, Any]:
         """The config sections by name, the recipe's ``model`` section included when present."""
-        out = {s: getattr(self, s) for s in ("data", "train", "runtime", "tracking", "callbacks")}
+        names = ("data", "train", "runtime", "tracking", "callbacks", "registry")
+        out = {s: getattr(self, s) for s in names}
         if self.model is not None:
             out["model"] = self.model
         return out
@@ -283,7 +315,9 @@ def resolve(
         exp = apply_mapping(exp, read_yaml(config_file), origin=str(config_file))
     for item in sets:
         exp = apply_mapping(exp, parse_set(item), origin=f"--set {item}")
-    return validate(exp)
+    exp = validate(exp)
+    _check_chosen_by_recipe(defaults, exp)
+    return exp
 
 
 def read_yaml(path: str | os.PathLike) -> dict:
@@ -389,6 +423,12 @@ def validate(exp: Experiment) -> Experiment:
             f"data.image_size={list(exp.data.image_size)} must be two positive integers "
             "(height, width), e.g. --set data.image_size=128,128."
         )
+    if exp.callbacks.divergence_factor != 0 and not exp.callbacks.divergence_factor > 1:
+        raise ConfigError(
+            f"callbacks.divergence_factor={exp.callbacks.divergence_factor:g} must be 0 (off) "
+            "or greater than 1, e.g. --set callbacks.divergence_factor=10."
+        )
+    _check_registry(exp.registry)
     if exp.callbacks.mode not in ("auto", "min", "max"):
         raise ConfigError(f"callbacks.mode={exp.callbacks.mode!r} is not one of auto, min, max.")
     if exp.data.version is not None and exp.data.timestamp:
@@ -566,6 +606,23 @@ _AT_LEAST_ZERO = (
 )
 
 
+# Settings a recipe may leave null in its defaults, to choose them from the table itself.
+CHOSEN_BY_RECIPE = ("train.epochs", "train.batch_size")
+
+
+def _check_chosen_by_recipe(defaults: Experiment, exp: Experiment) -> None:
+    """Null is for a recipe that chooses the value (its default is null); elsewhere refuse it."""
+    for key in CHOSEN_BY_RECIPE:
+        section, name = key.split(".")
+        default = getattr(getattr(defaults, section), name)
+        if getattr(getattr(exp, section), name) is None and default is not None:
+            raise ConfigError(
+                f"Config key {key!r} got 'null', but it must be an integer: recipe "
+                f"{exp.recipe or '(none)'!r} does not choose it from the table. Set a number, "
+                f"for example --set {key}={default}."
+            )
+
+
 def _check_finite(exp: Experiment) -> None:
     """Every float setting, the recipe's model section included, must be a finite number."""
     for name, section in exp.sections().items():
@@ -576,6 +633,46 @@ def _check_finite(exp: Experiment) -> None:
                     f"{name}.{f.name} must be a finite number, got {value}. Set a number, "
                     f"for example --set {name}.{f.name}=0.1."
                 )
+
+
+METRIC_OPS = (">=", "<=", ">", "<")  # two-character operators first: ">" prefixes ">="
+
+
+def parse_min_metric(text: str) -> tuple[str, str, float]:
+    """``"test_accuracy >= 0.95"`` as ``("test_accuracy", ">=", 0.95)``.
+
+    Raises:
+        ConfigError: When ``text`` is not "NAME OP NUMBER" with OP one of >=, >, <=, <.
+    """
+    for op in METRIC_OPS:
+        name, found, number = text.partition(op)
+        if not found:
+            continue
+        value = _parse_float(number.strip())
+        if name.strip() and value is not None and math.isfinite(value):
+            return name.strip(), op, value
+        break
+    raise ConfigError(
+        f"registry.min_metric={text!r} is not NAME OP NUMBER with OP one of "
+        f"{', '.join(METRIC_OPS)}, e.g. --set registry.min_metric=test_accuracy>=0.95."
+    )
+
+
+def valid_alias(alias: str) -> bool:
+    """Whether MLflow accepts ``alias`` for a registered model ("latest" is its own)."""
+    return bool(re.fullmatch(r"[A-Za-z][\w-]*", alias)) and alias.lower() != "latest"
+
+
+def _check_registry(registry: RegistryConfig) -> None:
+    if registry.min_metric:
+        parse_min_metric(registry.min_metric)
+    for key in ("must_beat", "set_alias"):
+        alias = getattr(registry, key)
+        if alias and not valid_alias(alias):
+            raise ConfigError(
+                f"registry.{key}={alias!r} is not a valid alias: use letters, digits, '_' or "
+                "'-', starting with a letter ('latest' is reserved by MLflow), e.g. champion."
+            )
 
 
 def _check_min(exp: Experiment, key: str, low: int) -> None:

@@ -23,6 +23,16 @@ class DivergenceError(KerasDLError):
     exit_code = 3
 
 
+class NotRegistered(KerasDLError):
+    """Training finished, but the model did not earn registration (see :mod:`keras_dl.gate`).
+
+    Raised by the CLI after the run ended FINISHED with the reason as its
+    ``keras_dl.not_registered`` tag; everything but the registry entry was logged.
+    """
+
+    exit_code = 4
+
+
 class ConfigError(KerasDLError, ValueError):
     """An unknown config key, a badly typed value, or an inconsistent setting."""
 
@@ -35,7 +45,7 @@ class DistributedError(KerasDLError):
     """A distributed setup that cannot run (too few shards, missing Horovod, no free slots...)."""
 
 
-PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; distinct from errors (1, 2, 3) and signals
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; distinct from errors (1-4) and signals
 
 
 class Preempted(KerasDLError):

@@ -43,10 +43,12 @@ class TableReport:
     workers: int
     parts: tuple[PartLayout, ...]
     problems: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
-        """True when every partition has at least as many row groups as workers."""
+        """True when every partition has at least one live row per worker (shards are cut by
+        rows, so any number of row groups trains on any number of workers up to that)."""
         return not self.problems
 
     def __str__(self) -> str:
@@ -58,8 +60,9 @@ class TableReport:
                 f"  ({per:.1f} per worker of {self.workers})"
             )
         lines += [f"  ! {m}" for m in self.problems] or [
-            f"  ok: every partition has >= {self.workers} row groups for {self.workers} workers"
+            f"  ok: every partition has >= {self.workers} rows for {self.workers} workers"
         ]
+        lines += [f"  note: {m}" for m in self.notes]
         return "\n".join(lines)
 
 
@@ -77,7 +80,9 @@ def describe_table(
             on its own). Defaults to None (the whole table).
 
     Returns:
-        The layout, and a problem line per partition with too few row groups.
+        The layout, a problem line per partition with fewer rows than workers, and a note per
+        partition with fewer row groups than workers (they share row groups: it trains exactly,
+        each decoding the shared groups whole).
     """
     snapshot = open_table(table, version)
     if split_column and split_column not in snapshot.partition_columns:
@@ -102,14 +107,19 @@ def describe_table(
         stats = scan_table(part)  # live rows: deletion vectors applied
         groups[name] = [stats.files, stats.row_groups, stats.rows]
     parts = tuple(PartLayout(n, *v) for n, v in sorted(groups.items()))
-    problems = []
+    problems, notes = [], []
     for p in parts:
-        if p.row_groups < workers:
+        if p.rows < workers:
             problems.append(
-                f"{p.name}: {p.row_groups} row group(s) for {workers} workers, so "
-                f"{workers - p.row_groups} would get no data. Rewrite it with smaller row groups "
-                f"(keras-dl ingest ... --rows-per-group {max(1, p.rows // (2 * workers))}) or "
-                f"repartition the Spark DataFrame to >= {2 * workers} partitions."
+                f"{p.name}: {p.rows} row(s) for {workers} workers: every worker must read at "
+                "least one row. Use fewer workers, or add rows."
+            )
+        elif p.row_groups < workers:
+            notes.append(
+                f"{p.name}: {p.row_groups} row group(s) for {workers} workers, so workers share "
+                "row groups: each decodes a shared group whole and keeps its own rows (exact, "
+                "at the cost of decoding). For less decoding, rewrite it with smaller row groups "
+                f"(keras-dl ingest ... --rows-per-group {max(1, p.rows // (2 * workers))})."
             )
     return TableReport(
         uri=snapshot.uri,
@@ -119,6 +129,7 @@ def describe_table(
         workers=workers,
         parts=parts,
         problems=tuple(problems),
+        notes=tuple(notes),
     )
 
 

@@ -1,9 +1,10 @@
-"""After training: test evaluation, model logging and registration, then COMPLETE.
+"""After training: test evaluation, model logging, the registry gate, registration, COMPLETE.
 
 The checkpoint directory is marked complete only when all of these are done. Until then the
 checkpoints stay, and each step's result is recorded in ``checkpoints/FINISHING.json`` as it
 succeeds, so rerunning the same command after a failure here trains nothing (the last
-checkpoint is marked ``training_done``) and redoes only the steps that are missing.
+checkpoint is marked ``training_done``) and redoes only the steps that are missing. A model the
+gate refused (:mod:`keras_dl.gate`) leaves the directory incomplete too: a rerun decides again.
 
 Only the chief writes; every rank evaluates its own test shard (no collective is involved).
 """
@@ -15,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from keras_dl import storage, tracking
+from keras_dl import gate, storage, tracking
 from keras_dl.callbacks import remote_checkpoints as remote
 from keras_dl.callbacks.checkpoint import FINISHING, Checkpoint, mark_complete
 from keras_dl.divergence import check_finite
@@ -24,7 +25,12 @@ log = logging.getLogger(__name__)
 
 
 def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
-    """Evaluate on the test split, log and register the model, then mark the run complete.
+    """Evaluate on the test split, log the model, register it if it earned it, mark complete.
+
+    The model is registered only when :func:`keras_dl.gate.decide` passes it. When the gate
+    refuses it, the run is tagged ``keras_dl.not_registered`` with the reason and the run
+    directory is not marked complete: the same command (or one with other ``registry.*``
+    settings) trains nothing and decides again on the same logged model.
 
     Args:
         exp: The resolved experiment.
@@ -35,10 +41,12 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
         checkpoint: The run's :class:`Checkpoint`; its final state is saved first.
 
     Returns:
-        ``(metrics, model_uri, registered_version)``; the last two are None off the chief.
+        ``(metrics, model_uri, registered_version, not_registered)``: the last three are None
+        off the chief; ``not_registered`` is the gate's reason when it refused the model.
 
     Raises:
         DivergenceError: A test metric is NaN or infinite (nothing is logged or registered).
+        ConfigError: ``registry.min_metric`` names a metric the run does not have.
     """
     import mlflow
 
@@ -65,25 +73,28 @@ def finish(exp, model, data, world, run_id: str | None, checkpoint: Checkpoint):
                 mlflow.log_metrics(metrics)
             record_finishing(directory, test_metrics=metrics)
     if not chief:
-        return metrics, None, None
+        return metrics, None, None, None
     model_uri, version = done.get("model_uri"), done.get("registered_version")
     if exp.tracking.log_model and model_uri is None:
-        lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
-        scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
-        model_uri, version = tracking.log_keras_model(
-            model,
-            _sample_input(data),
-            exp.tracking.registered_model,
-            tags={**lineage, **scores},
-            description=tracking.describe_version(exp, lineage, metrics),
-        )
-        record_finishing(directory, model_uri=model_uri, registered_version=version)
+        model_uri, _ = tracking.log_keras_model(model, _sample_input(data), None)
+        record_finishing(directory, model_uri=model_uri)
+    name, refused = exp.tracking.registered_model, None
+    if model_uri is not None and version is None and name and name != "none":
+        version, refused = _register(exp, model, data, metrics, run_id, model_uri)
+        if version is not None:
+            record_finishing(directory, registered_version=version)
+    alias = exp.registry.set_alias
+    if version is not None and alias and done.get("alias") != alias:
+        mlflow.MlflowClient().set_registered_model_alias(name, alias, str(version))
+        record_finishing(directory, alias=alias)
+    if refused is not None:
+        return metrics, model_uri, None, refused  # not COMPLETE: a rerun decides again
     mark_complete(directory, checkpoint.global_step)
     if remote.is_remote(directory):
         storage.remove(storage.join(str(directory), FINISHING))  # served its purpose
     else:
         (Path(directory) / FINISHING).unlink(missing_ok=True)  # served its purpose
-    return metrics, model_uri, version
+    return metrics, model_uri, version, None
 
 
 def read_finishing(directory: str | os.PathLike) -> dict:
@@ -107,6 +118,33 @@ def record_finishing(directory: str | os.PathLike, **values) -> None:
     tmp = path.with_name(f".{FINISHING}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({**read_finishing(directory), **values}))
     os.replace(tmp, path)
+
+
+def _register(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:
+    """Register the logged model when the gate passes it: ``(version, None)``, or
+    ``(None, reason)`` with the run tagged ``keras_dl.not_registered``."""
+    import mlflow
+
+    decision = gate.decide(exp, model, data, metrics)
+    mlflow.set_tag(tracking.GATE_TAG, tracking.failure_text(decision.summary))
+    name = exp.tracking.registered_model
+    if not decision.passed:
+        reason = f"not registered as {name}: {decision.reason}"
+        mlflow.set_tag(tracking.NOT_REGISTERED_TAG, tracking.failure_text(reason))
+        log.warning("The model is %s.", reason)
+        return None, reason
+    client = mlflow.MlflowClient()
+    if tracking.NOT_REGISTERED_TAG in client.get_run(run_id).data.tags:
+        client.delete_tag(run_id, tracking.NOT_REGISTERED_TAG)  # refused by an earlier attempt
+    lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
+    scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
+    version = tracking.register_model(
+        model_uri,
+        name,
+        tags={**lineage, **scores, tracking.GATE_TAG: tracking.failure_text(decision.summary)},
+        description=tracking.describe_version(exp, lineage, metrics),
+    )
+    return version, None
 
 
 def _sample_input(data, rows: int = 5):

@@ -57,11 +57,11 @@ def is_frame_input(sample_input: Any) -> bool:
     )
 
 
-def log_frame_model(model: Any, sample_input: dict, registered_model: str | None):
+def log_frame_model(model: Any, sample_input: dict):
     """Log ``model`` to the active run as a :class:`KerasFrameModel` with a column signature.
 
     Returns:
-        The MLflow ``ModelInfo`` (with ``registered_model_version`` when registered).
+        The MLflow ``ModelInfo`` (registration is :func:`keras_dl.tracking.register_model`'s).
     """
     import numpy as np
     import pandas as pd
@@ -78,7 +78,6 @@ def log_frame_model(model: Any, sample_input: dict, registered_model: str | None
             python_model=KerasFrameModel(),
             artifacts={"keras_model": path},
             signature=signature,
-            registered_model_name=registered_model,
             pip_requirements=model_requirements(),
         )
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from keras_dl.config import Experiment
+from keras_dl.config import CHOSEN_BY_RECIPE, Experiment
 from keras_dl.data.features import NUMERIC
 from keras_dl.errors import ConfigError
 
@@ -43,6 +43,9 @@ class Recipe:
         prepare: ``fn(exp) -> Recipe`` called once by ``fit`` before any data is read, for
             recipes that adapt to the table (e.g. the classes of a string label, mapped to
             integers in ``preprocess``). Defaults to None.
+        configure: ``fn(exp) -> Experiment`` that fills in the settings the recipe chooses
+            from the table, those its defaults leave null (``train.batch_size``,
+            ``train.epochs``); see :func:`configure`. Defaults to None.
     """
 
     name: str
@@ -56,6 +59,29 @@ class Recipe:
     preprocess: Callable | None = None
     preprocess_train: Callable | None = None
     prepare: Callable | None = None
+    configure: Callable | None = None
+
+
+def configure(exp: Experiment, recipe: Recipe) -> Experiment:
+    """``exp`` with the settings ``recipe`` chooses from the table filled in.
+
+    ``fit`` (and the Horovod launcher, before it logs the config) calls this first, so the
+    values chosen are the ones trained with, written to ``config.yaml`` and logged as params.
+    A recipe's ``configure`` only fills what is still null, so a second call changes nothing.
+
+    Raises:
+        ConfigError: When a setting is still null afterwards (the recipe has no rule for it).
+    """
+    if recipe.configure is not None:
+        exp = recipe.configure(exp)
+    for key in CHOSEN_BY_RECIPE:
+        section, name = key.split(".")
+        if getattr(getattr(exp, section), name) is None:
+            raise ConfigError(
+                f"{key} is null and recipe {recipe.name!r} does not choose it from the table. "
+                f"Set it, for example --set {key}=10."
+            )
+    return exp
 
 
 def load_recipe(name: str) -> Recipe:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_dl.config import valid_alias
 from keras_dl.errors import KerasDLError
 
 _MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
@@ -62,7 +63,7 @@ def promote(name: str, version: int, alias: str = "champion", tracking_uri: str 
         KerasDLError: When the model or the version does not exist (listing what does).
     """
     client = _client(tracking_uri)
-    if not re.fullmatch(r"[A-Za-z][\w-]*", alias) or alias.lower() == "latest":
+    if not valid_alias(alias):
         raise KerasDLError(
             f"Alias {alias!r} is not valid: use letters, digits, '_' or '-', starting with a "
             "letter ('latest' is reserved by MLflow), e.g. --alias champion."

@@ -15,7 +15,7 @@ from typing import Any
 
 from keras_dl import storage
 from keras_dl.config import Experiment, to_dict, to_flat_dict
-from keras_dl.errors import ConfigError
+from keras_dl.errors import ConfigError, DivergenceError
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def end_run(
         return
     if reason is not None or tags:
         try:
-            extra = {FAILURE_TAG: failure_text(reason)} if reason is not None else {}
+            extra = failure_tags(reason) if reason is not None else {}
             mlflow.set_tags({**(tags or {}), **extra})
         except Exception as exc:  # the status below matters more than the tag
             log.warning("Could not tag the run with its failure (%s).", exc)
@@ -179,7 +179,19 @@ def end_run(
 
 
 FAILURE_TAG = "keras_dl.failure"
+FAILURE_REASON_TAG = "keras_dl.failure_reason"  # the message, where the failure tag is a kind
+NOT_REGISTERED_TAG = "keras_dl.not_registered"  # why a FINISHED run's model was not registered
+GATE_TAG = "keras_dl.gate"  # what the registry gate checked, passed or not
 PREEMPTED_TAG = "preempted"  # the signal that stopped a run marked KILLED
+
+
+def failure_tags(reason: BaseException | str) -> dict[str, str]:
+    """The tags of a run that failed for ``reason``: ``keras_dl.failure`` is the cause as
+    ``Type: message``, or ``diverged`` (a kind to filter on, with the message in
+    ``keras_dl.failure_reason``) when training diverged."""
+    if isinstance(reason, DivergenceError):
+        return {FAILURE_TAG: "diverged", FAILURE_REASON_TAG: failure_text(reason)}
+    return {FAILURE_TAG: failure_text(reason)}
 
 
 def failure_text(reason: BaseException | str) -> str:
@@ -220,7 +232,7 @@ def log_keras_model(
 
     register = registered_model if registered_model and registered_model != "none" else None
     if is_frame_input(sample_input):
-        info = log_frame_model(model, sample_input, register)
+        info = log_frame_model(model, sample_input)
     else:
         prediction = model.predict(sample_input, verbose=0)
         signature = make_signature(sample_input, prediction)
@@ -228,17 +240,33 @@ def log_keras_model(
             model,
             name="model",
             signature=signature,
-            registered_model_name=register,
             pip_requirements=model_requirements(),
         )
-    version = getattr(info, "registered_model_version", None)
-    if register and version is not None:
-        client = mlflow.MlflowClient()
-        for key, value in {**dict(tags), **git_tags()}.items():
-            client.set_model_version_tag(register, str(version), key, str(value))
-        if description:
-            client.update_model_version(register, str(version), description=description)
-    return info.model_uri, None if version is None else int(version)
+    if register is None:
+        return info.model_uri, None
+    return info.model_uri, register_model(info.model_uri, register, tags, description)
+
+
+def register_model(
+    model_uri: str, name: str, tags: Mapping[str, str] = (), description: str | None = None
+) -> int:
+    """Register a logged model as a new version of ``name``; return the version.
+
+    Args:
+        model_uri: The logged model (``models:/m-...`` or ``runs:/RUN/model``).
+        name: The registered model's name.
+        tags: Tags set on the version (lineage); the git commit is added. Defaults to none.
+        description: The version's description. Defaults to None.
+    """
+    import mlflow
+
+    version = mlflow.register_model(model_uri, name).version
+    client = mlflow.MlflowClient()
+    for key, value in {**dict(tags), **git_tags()}.items():
+        client.set_model_version_tag(name, str(version), key, str(value))
+    if description:
+        client.update_model_version(name, str(version), description=description)
+    return int(version)
 
 
 def describe_version(exp: Experiment, lineage: Mapping[str, str], metrics: Mapping) -> str:

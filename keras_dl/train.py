@@ -20,7 +20,7 @@ from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
-from keras_dl.recipe import Recipe, load_recipe
+from keras_dl.recipe import Recipe, configure, load_recipe
 from keras_dl.runlock import held_by_launcher, open_run_lock
 
 log = logging.getLogger(__name__)
@@ -28,12 +28,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainResult:
-    """What a training run produced (on non-chief ranks only ``metrics`` is filled)."""
+    """What a training run produced (on non-chief ranks only ``metrics`` is filled).
+
+    ``not_registered`` is why the model was not registered when :mod:`keras_dl.gate` refused
+    it (the run still ended FINISHED); None when it was registered or registration was off.
+    """
 
     run_id: str | None
     metrics: dict[str, float] = field(default_factory=dict)
     model_uri: str | None = None
     registered_version: int | None = None
+    not_registered: str | None = None
     history: dict[str, list[float]] = field(default_factory=dict)
     model: Any = None
 
@@ -61,11 +66,13 @@ def fit(
             launcher holds it (:func:`~keras_dl.distribute.runner.launch` does).
 
     Returns:
-        The run id, test metrics, model URI and registered version.
+        The run id, test metrics, model URI and registered version, or why the model was not
+        registered (``not_registered``; the CLI then exits 4).
 
     Raises:
         RunLockedError: Another training holds ``runtime.run_dir``.
-        DivergenceError: A loss, metric or weight became NaN or infinite.
+        DivergenceError: A loss, metric or weight became NaN or infinite, or the training loss
+            grew past ``callbacks.divergence_factor`` times the first epoch's.
     """
 
     if exp.runtime.strategy == "horovod":
@@ -73,6 +80,7 @@ def fit(
 
         init()  # every rank joins the Horovod world before it shards data by rank
     recipe = recipe or load_recipe(exp.recipe)
+    exp = configure(exp, recipe)  # e.g. the tabular recipe's batch size from the row count
     if recipe.prepare is not None:
         recipe = recipe.prepare(exp)  # table-dependent parts, e.g. a string label's classes
     world = current_world()
@@ -163,6 +171,10 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
         options = {"loss": recipe.loss, "metrics": list(recipe.metrics)}
         if recipe.compile_options is not None:
             options.update(recipe.compile_options(data, exp))
+        if data.train.weighted and options.get("metrics"):
+            # Padding rows (equal steps on every rank) weigh 0: only weighted metrics skip them.
+            weighted = options.pop("metrics")
+            options["weighted_metrics"] = [*weighted, *(options.get("weighted_metrics") or [])]
         lr = exp.train.learning_rate
         if exp.train.lr_schedule == "cosine":
             lr = keras.optimizers.schedules.CosineDecay(lr, exp.train.epochs * data.train.steps)
@@ -181,11 +193,17 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
     callbacks = [*make_callbacks(exp, world, run_id, data), *callbacks]
     prepare_fit(callbacks, model, data)  # resume: rank 0 restores the last checkpoint
     if world.is_chief:
+        stats = data.train.stats
         mlflow.log_params(
             {
-                "data.train_rows": data.train.stats.rows,
-                "data.row_groups": data.train.stats.row_groups,
+                "data.train_rows": stats.rows,
+                "data.files": stats.files,
+                **({"data.row_groups": stats.row_groups} if stats.row_groups is not None else {}),
                 "train.steps_per_epoch": data.train.steps,
+                # Every live row trains once per epoch, across all ranks; the padding on this
+                # rank (zero weights, for equal steps) is what fills its last batch.
+                "data.rows_trained_per_epoch": stats.rows,
+                "data.padded_rows_per_epoch": data.train.padded_rows,
             }
         )
     if exp.runtime.strategy == "horovod":
@@ -209,14 +227,20 @@ def _fit(exp, recipe, data: DataSplits, strategy, world, run_id, callbacks) -> T
                 cb.flush()  # the steps and epochs before the error still reach the run
         raise
     # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
-    check_finite(model, history.history, learning_rate=exp.train.learning_rate)
+    check_finite(
+        model,
+        history.history,
+        learning_rate=exp.train.learning_rate,
+        factor=exp.callbacks.divergence_factor,
+    )
     checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
-    metrics, model_uri, version = finish(exp, model, data, world, run_id, checkpoint)
+    metrics, model_uri, version, refused = finish(exp, model, data, world, run_id, checkpoint)
     return TrainResult(
         run_id=run_id,
         metrics=metrics,
         model_uri=model_uri,
         registered_version=version,
+        not_registered=refused,
         history=dict(history.history),
         model=model,
     )

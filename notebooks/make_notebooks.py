@@ -37,8 +37,9 @@ def explore() -> nbformat.NotebookNode:
     return _notebook(
         md(
             "# 01 Explore the data\n\nIngest a dataset into a Delta table, read its schema, look at "
-            "a few images, and check that its row groups fit the workers you plan to train on "
-            "(sharding is by row group: fewer row groups than ranks leaves ranks idle)."
+            "a few images, and check the table against the workers you plan to train on (each "
+            "worker reads its own run of rows, every row once per epoch; workers that share a "
+            "row group each decode it whole, so the report says when smaller groups would help)."
         ),
         PARAMETERS,
         md(
@@ -77,9 +78,15 @@ from keras_dl.explore import describe_table
 report = describe_table(TABLE, workers=WORKERS, split_column="split")
 print(report)
 assert report.ok, report.problems""",
-        md("The same table on 16 workers: the advice says how to rewrite it."),
+        md(
+            "The same table on 16 workers is still exact, but workers share row groups: the "
+            "notes say how to rewrite it. More workers than rows is refused."
+        ),
         """\
-too_many = describe_table(TABLE, workers=16, split_column="split")
+shared = describe_table(TABLE, workers=16, split_column="split")
+print(shared)
+assert shared.ok and shared.notes
+too_many = describe_table(TABLE, workers=5000, split_column="split")
 print(too_many)
 assert not too_many.ok""",
     )

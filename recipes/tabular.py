@@ -18,6 +18,13 @@ What it infers from the schema:
 - **Task**: a string, boolean or integer label means classification (softmax over the label's
   classes, accuracy); a float label means regression (mean squared error, MAE and RMSE).
   ``--set model.task=regression`` overrides it, e.g. for an integer count.
+- **Batch size, epochs and early stopping**: from the training rows ``R``, unless you set them
+  (:mod:`keras_dl.sizing`): ``train.batch_size`` = R/16 rounded to a power of two within 8..256;
+  ``train.epochs`` = enough for about 3,000 steps, within 10..300; and with a validation split,
+  early stopping on ``callbacks.monitor`` (val_loss) with ``callbacks.patience`` = epochs/10
+  within 5..20 and ``restore_best_weights``. The chosen values are printed, written to
+  ``config.yaml`` and logged as params. ``--set train.batch_size=64 --set train.epochs=20``
+  trains exactly that (and sets no early stopping).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.recipe import Recipe
+from keras_dl.sizing import fill_in_sizes
 
 log = logging.getLogger(__name__)
 TASKS = ("auto", "classification", "regression")
@@ -77,7 +85,8 @@ class TabularModel:
 DEFAULTS = Experiment(
     recipe="tabular",
     data=DataConfig(table="", label="label"),
-    train=TrainConfig(epochs=20, batch_size=64, learning_rate=1e-3),
+    # Null: chosen from the training table's row count (keras_dl.sizing) unless set.
+    train=TrainConfig(epochs=None, batch_size=None, learning_rate=1e-3),
     model=TabularModel(),
 )
 
@@ -205,6 +214,7 @@ RECIPE = Recipe(
     build_model=build_model,
     accept=(NUMERIC, STRING),
     prepare=prepare,
+    configure=fill_in_sizes,
 )
 
 

@@ -19,7 +19,8 @@ def test_a_diverging_run_fails_with_its_reason_and_registers_nothing(digits_tabl
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (run,) = runs_in(uri)
     assert run.info.status == "FAILED"
-    assert "not finite" in run.data.tags["keras_dl.failure"]
+    assert run.data.tags["keras_dl.failure"] == "diverged"
+    assert "not finite" in run.data.tags["keras_dl.failure_reason"]
     assert "model" not in {a.path for a in mlflow.MlflowClient(uri).list_artifacts(run.info.run_id)}
     assert mlflow.MlflowClient(uri).search_registered_models() == []
     assert mlflow.active_run() is None

@@ -64,7 +64,7 @@ def test_01_explore_data(tmp_path, monkeypatch):
     text = _text(nb)
     # delta-rs 1.x names a list's values "element" (Parquet's name), pyarrow "item"
     assert "1797 rows" in text and re.search(r"pixels: list<(item|element): float>", text)
-    assert "ok: every partition has >= 2 row groups for 2 workers" in text
+    assert "ok: every partition has >= 2 rows for 2 workers" in text
     assert "--rows-per-group" in text  # the advice for 16 workers
     assert _images(nb) == 1
 
@@ -73,7 +73,7 @@ def test_01_explore_data(tmp_path, monkeypatch):
 def test_02_build_modules(tmp_path, monkeypatch):
     nb = _execute("02_build_modules", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2")
     text = _text(nb)
-    assert "Total params" in text and "steps/epoch 39" in text
+    assert "Total params" in text and "steps/epoch 40" in text
     assert "samples_per_sec" in text or "steps_per_sec" in text
     assert "test: {" in text
 

@@ -12,4 +12,4 @@ def test_recipes_lists_every_recipe_with_defaults():
     assert "transfer learning (MobileNetV2 default)" in out
     assert "backbone=MobileNetV2" in out and "weights=imagenet" in out
     assert "MLP for any Delta/Parquet table" in out and "task=auto" in out
-    assert "epochs=20 batch_size=64" in out and "table=-" in out
+    assert "epochs=auto batch_size=auto" in out and "table=-" in out

@@ -26,9 +26,10 @@ def test_a_digits_table_on_s3_reads_and_trains_like_a_local_one(s3, monkeypatch,
         rank=1,
         world_size=2,
     )
-    batch, label = next(iter(data.train.dataset))
-    assert batch.shape == (32, 64) and label.shape == (32,)
-    test_rows = sum(int(y.shape[0]) for _, y in data.test.dataset)
+    # Two ranks: batches carry a sample weight (0 for the padding that evens out the shards).
+    batch, label, weight = next(iter(data.train.dataset))
+    assert batch.shape == (32, 64) and label.shape == (32,) and weight.shape == (32,)
+    test_rows = sum(int(y.shape[0]) for _, y in data.test.dataset)  # not sharded: whole
     assert test_rows == data.test.stats.rows
     # data.cache_dir: the same rows, read from a local copy of the S3 files.
     cached = make_splits(
@@ -122,8 +123,8 @@ def test_digits_trains_with_its_table_run_dir_and_model_on_s3(s3, monkeypatch, t
     run_files = [k.removeprefix("runs/digits/") for k in _keys(s3.name, "runs/digits/")]
     assert run_files == [
         "checkpoints/COMPLETE",
-        "checkpoints/ckpt-000000039.json",
-        "checkpoints/ckpt-000000039.npz",
+        "checkpoints/ckpt-000000040.json",
+        "checkpoints/ckpt-000000040.npz",
         "config.yaml",
         "run.json",
     ]  # and no .lease.json: released at the end

@@ -62,7 +62,21 @@ def measure_tabular(path: str, batches: list[int], label: str | None, rounds: in
             cpu,
         )
         out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes, cpu=cpu)
+        out["batches"][str(b)]["rows_trained_per_epoch_fraction"] = trained_fraction(
+            keras_dl_dataset(path, b, label), rows
+        )
     return out
+
+
+def trained_fraction(split, table_rows: int) -> float:
+    """Rows one training epoch yields (counted, batch by batch), as a fraction of the table:
+    1.0 when every row trains once per epoch."""
+    seen = 0
+    for element in split.dataset.take(split.steps):
+        first = element[0] if isinstance(element, tuple) else element
+        first = next(iter(first.values())) if isinstance(first, dict) else first
+        seen += int(first.shape[0])
+    return round(seen / table_rows, 6)
 
 
 def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) -> dict:
@@ -239,7 +253,8 @@ def consume_split(split, batch: int, cached: bool = False) -> float:
     With ``cached``, the untimed warm-up is a whole epoch plus one batch (it fills
     ``data.cache``), so the timed epochs are the ones served from memory.
     """
-    return consume(split.dataset, split.steps, warmup=split.steps + 1 if cached else None) * batch
+    rate = consume(split.dataset, split.steps, warmup=split.steps + 1 if cached else None)
+    return rate * split.rows / split.steps  # rows per step: the last batch may be partial
 
 
 @contextlib.contextmanager

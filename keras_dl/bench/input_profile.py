@@ -32,7 +32,9 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
     import tensorflow as tf
 
     from keras_dl.data import open_table, plan_columns
-    from keras_dl.data.tfdata import _blocks, _slices, _structure, _tensor_spec
+    from keras_dl.data.blocks import cut_blocks
+    from keras_dl.data.signature import input_signature, to_structure
+    from keras_dl.data.tfdata import make_dataset  # noqa: F401  (the pipeline profiled)
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), None)
@@ -41,20 +43,21 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
         "+convert": _python_rate(_groups(snapshot, plan)),
         "+shuffle": _python_rate(_shuffled(snapshot, plan)),
     }
-    spec = _structure({f.name: _tensor_spec(f, blocked=True) for f in plan.features}, plan)
+    spec = input_signature(plan, blocked=True)
 
     def gen():
         carry = None
         for arrays in _shuffled(snapshot, plan):
-            blocks, carry = _blocks(arrays, carry, batch)
+            blocks, carry = cut_blocks(arrays, carry, batch)
             if blocks is not None:
-                yield _structure(blocks, plan)
+                yield to_structure(blocks, plan)
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=spec).prefetch(2)
     group_rows = int(np.mean([r.num_rows for r in _row_groups(snapshot)]))
     out["+from_generator"] = consume(ds, 50) * group_rows  # about a row group per block
     steps = max(1, 4 * group_rows // batch)
-    out["+slice"] = consume(ds.flat_map(_slices), steps) * batch
+    slices = ds.flat_map(tf.data.Dataset.from_tensor_slices)
+    out["+slice"] = consume(slices, steps) * batch
     return {k: round(v) for k, v in out.items()}
 
 

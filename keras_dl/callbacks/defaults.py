@@ -80,6 +80,7 @@ def make_callbacks(exp, world, run_id: str | None, data) -> list:
             stopping_threshold=c.stopping_threshold,
             divergence_threshold=c.divergence_threshold,
             check_finite=c.check_finite,
+            divergence_factor=c.divergence_factor,
             restore_best_weights=c.restore_best_weights,
             run_id=run_id,
         ),
@@ -183,10 +184,12 @@ def config_fingerprint(exp) -> str:
     """A hash of the settings a resumed training must share with the interrupted one.
 
     Left out, so they may change on resume: the number of epochs (to train longer), verbosity,
-    the runtime, tracking and callbacks sections, and how the data is read (workers, cache).
+    the runtime, tracking, callbacks and registry sections (a rerun with other registry
+    settings decides again on the model already trained), and how the data is read (workers,
+    cache).
     """
     flat = to_flat_dict(exp)
-    free = ("runtime.", "tracking.", "callbacks.")
+    free = ("runtime.", "tracking.", "callbacks.", "registry.")
     free_keys = {"train.epochs", "train.verbose", "data.workers", "data.cache_dir"}
     kept = {k: str(v) for k, v in flat.items() if not k.startswith(free) and k not in free_keys}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]

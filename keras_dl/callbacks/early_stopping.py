@@ -1,4 +1,5 @@
-"""EarlyStopping: Keras' patience rule plus stopping and divergence thresholds and a NaN guard.
+"""EarlyStopping: Keras' patience rule plus stopping and divergence thresholds, a NaN guard and a
+guard against a training loss that blows up.
 
 Why training stopped, and at which epoch, is printed and (on rank 0, when an MLflow run is
 active or given) logged: the param ``early_stopping.reason`` and the metrics
@@ -20,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_dl.distribute.world import current_world
+from keras_dl.divergence import loss_grew
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,11 @@ class EarlyStopping(keras.callbacks.Callback):
         divergence_threshold: Stop as soon as ``monitor`` is worse than this. Defaults to None.
         check_finite: Stop at the first step whose loss is NaN or infinite, and at the first
             epoch whose ``monitor`` is. Defaults to True.
+        divergence_factor: Stop (reason "diverged") at the end of the first epoch whose
+            training ``loss`` is more than this many times the first epoch's (of this ``fit``);
+            0 disables it. Under Horovod the epoch's loss is the ranks' average
+            (``MetricAverage`` runs first), so every rank stops at the same epoch.
+            Defaults to 10.0.
         restore_best_weights: When stopping, restore the weights of the best epoch.
             Defaults to False.
         run_id: MLflow run to log the reason to. Defaults to the active run, if any.
@@ -56,6 +63,7 @@ class EarlyStopping(keras.callbacks.Callback):
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
         check_finite: bool = True,
+        divergence_factor: float = 10.0,
         restore_best_weights: bool = False,
         run_id: str | None = None,
         verbose: bool = True,
@@ -72,6 +80,7 @@ class EarlyStopping(keras.callbacks.Callback):
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
         self.check_finite = check_finite
+        self.divergence_factor = divergence_factor
         self.restore_best_weights = restore_best_weights
         self.run_id = run_id
         self.verbose = verbose
@@ -88,6 +97,7 @@ class EarlyStopping(keras.callbacks.Callback):
         self.stop_message = ""
         self.stopped_epoch: int | None = None
         self._epoch = 0
+        self._first_loss: float | None = None
         self._missing_warned = False
         self._world_size = current_world().size
 
@@ -112,6 +122,8 @@ class EarlyStopping(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.model.stop_training and self.stop_reason == "non_finite":
             return  # already stopped inside this epoch
+        if self._loss_grew(epoch, logs or {}):
+            return
         value = (logs or {}).get(self.monitor)
         if value is None:
             if self._missing_warned:
@@ -173,6 +185,25 @@ class EarlyStopping(keras.callbacks.Callback):
     # -- internals ---------------------------------------------------------------------------
     def _better(self, a: float, b: float, delta: float) -> bool:
         return a < b - delta if self.mode == "min" else a > b + delta
+
+    def _loss_grew(self, epoch: int, logs) -> bool:
+        """Stop when the epoch's training loss grew past ``divergence_factor`` times the first's."""
+        try:
+            loss = float(logs["loss"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        if self._first_loss is None:
+            self._first_loss = loss
+            return False
+        if not loss_grew(self._first_loss, loss, self.divergence_factor):
+            return False
+        self._stop(
+            "diverged",
+            f"loss grew from {self._first_loss:.4g} in the first epoch to {loss:.4g} at epoch "
+            f"{epoch + 1}, more than {self.divergence_factor:g} times: stopping training (lower "
+            "the learning rate or enable gradient clipping).",
+        )
+        return True
 
     def _stop(self, reason: str, message: str) -> None:
         self.model.stop_training = True

@@ -1,107 +1,94 @@
-"""Keep a small split's decoded rows in memory after its first epoch (``data.cache=auto``).
+"""Keep a small split's decoded rows in memory after its first read (``data.cache=auto``).
 
-A split that fits ``data.cache_max_bytes`` is read from the table once: the first epoch streams
-from the reader and keeps each decoded chunk (one row group's ``{column: array}``, before the
-row shuffle). Later epochs replay those chunks without a reader, a Parquet decode or reader
-threads competing with the training step for the CPU: the completed epoch is held as one array
-per column, and a later epoch is a permutation of row indices (:meth:`EpochCache.order`),
-gathered a few batches at a time. When the split's preprocess hook is deterministic (decoding
-images without augmentation) and its output fits, the chunks are the hook's output, so the
-images are decoded once, not every epoch.
+A split whose decoded rows fit ``data.cache_max_bytes`` is read from the table once, and kept
+per row group: ``(file, row group) -> its live rows``, one array per column for the whole split.
+Every later epoch, whichever rows the shard planner gives this rank (they change every epoch
+with shuffling), is then a list of row indices into those arrays (:meth:`EpochCache.order`),
+gathered a few batches at a time: no reader, Parquet decode or reader threads competing with the
+training step for the CPU. When the split's preprocess hook is deterministic (decoding images
+without augmentation) and its output fits, the cache holds the hook's output, so images are
+decoded once.
 
 What stays the same with the cache on:
 
-- **Exactness.** The cache holds exactly one epoch of this shard, so every later epoch yields
-  each row exactly once (the caller trims epochs to whole batches as before).
-- **Reshuffling.** With shuffling, each cached epoch visits the chunks in a new seeded order and
-  the caller's row shuffle (``shuffle_rows``) mixes rows across them, seeded per epoch.
-- **Resume.** Epoch ``e``'s order depends only on the seed and ``e``: a cached epoch is the
-  first epoch's chunk order permuted by ``rng(seed, e)``. A run resumed at ``e > 0`` in a new
-  process first refills the cache with epoch 0's read (the same seeded read), then serves
-  epoch ``e`` in the same order as the original run, so skipping the consumed steps lands on
-  the same rows.
+- **Exactness.** An epoch served from memory is the same pieces (row groups and masks) as the
+  read it replaces, so every row is still trained once per epoch, on exactly one rank.
+- **Order.** :meth:`order` mixes rows exactly as :func:`keras_dl.data.reader.shuffle_rows` mixes
+  the streamed pieces (the same pools, the same seeded permutations): an epoch has the same rows
+  in the same order whether it was streamed or served from memory, so a resumed run lands on the
+  same rows either way.
 
-A split larger than the budget is noticed while filling: the partial cache is dropped and
-every epoch streams, exactly as without the cache (again the same in a resumed run).
+With one shard, the first epoch reads every row group whole and fills the cache as it streams.
+With several shards a rank reads only its rows, so the cache is filled by one read of the whole
+split (at the first epoch served from memory). A split larger than the budget is noticed while
+filling: the partial cache is dropped and every epoch streams.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+
+from keras_dl.data.shards import Piece
 
 log = logging.getLogger(__name__)
 
 
 class EpochCache:
-    """Epochs of one split's chunks: streamed by ``read`` until cached, then from memory.
+    """A split's row groups in memory: ``(file, row group) -> rows`` of one array per column.
 
     Args:
-        max_bytes: Memory budget; a split whose decoded chunks exceed it is never cached.
+        max_bytes: Memory budget; a split whose decoded rows exceed it is never cached.
             0 turns caching off.
-        shuffle: Visit the cached chunks in a new order each epoch.
-        seed: Seed of that order (with the epoch number). Defaults to 0.
     """
 
-    def __init__(self, max_bytes: int, shuffle: bool, seed: int | None = 0):
+    def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
-        self.shuffle = shuffle
-        self.seed = 0 if seed is None else seed
-        self.chunks: list[dict[str, np.ndarray]] | None = None
-        self.columns: dict[str, np.ndarray] | None = None  # the cached epoch, one array each
-        self.bounds: np.ndarray | None = None  # where each chunk starts in ``columns``
         self.disabled = max_bytes <= 0
+        self.columns: dict[str, np.ndarray] | None = None  # the split, one array per column
+        self.where: dict[tuple[int, int], tuple[int, int]] = {}  # piece -> (start, rows)
         self.nbytes = 0
 
-    def epoch(self, epoch: int, read: Callable[[int], Iterator[dict]]) -> Iterator[dict]:
-        """Epoch ``epoch``'s chunks; ``read(e)`` streams epoch ``e`` from the table."""
-        if self.disabled:
-            yield from read(epoch)
-            return
-        if self.chunks is None:
-            if epoch == 0 or not self.shuffle:  # this read is the one the cache keeps
-                yield from self._fill(read(epoch), emit=True)
-                return
-            for _ in self._fill(read(0), emit=False):  # resumed past epoch 0: refill first
-                pass
-            if self.disabled:
-                yield from read(epoch)
-                return
-        order = range(len(self.chunks))
-        if self.shuffle and epoch > 0:
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.chunks))
-        for i in order:
-            yield self.chunks[i]
+    @property
+    def ready(self) -> bool:
+        """Whether the whole split is in memory."""
+        return not self.disabled and self.columns is not None
 
-    def ready(self, epoch: int, read: Callable[[int], Iterator[dict]]) -> bool:
-        """Whether epoch ``epoch`` is served from memory (by :meth:`order` and :attr:`columns`).
+    def fill(
+        self, chunks: Iterator[tuple[Piece, dict]], emit: bool = True
+    ) -> Iterator[tuple[Piece, dict]]:
+        """Pass ``chunks`` on (when ``emit``) and keep them, if they are every row group whole
+        and fit the budget; the cache is complete only once the last chunk went by."""
+        kept: list | None = []
+        size = 0
+        for piece, chunk in chunks:
+            if kept is not None:
+                size += chunk_bytes(chunk)
+                if piece.keep is not None or size > self.max_bytes:
+                    if size > self.max_bytes:
+                        log.info(
+                            "Split larger than data.cache_max_bytes (%d): streamed every epoch.",
+                            self.max_bytes,
+                        )
+                        self.disabled = True
+                    kept = None
+                else:
+                    kept.append((piece, chunk))
+            if emit:
+                yield piece, chunk
+        if kept is not None and not self.disabled:
+            self._keep(kept)
+            self.nbytes = size
 
-        False when it streams (the cache is off, over budget, or this is the read that fills
-        it: use :meth:`epoch`). A run resumed past epoch 0 refills from epoch 0's read first.
+    def order(self, pieces: Sequence[Piece], buffer_rows: int = 0, seed=None) -> np.ndarray:
+        """Row indices into :attr:`columns` of an epoch of ``pieces``, in the order it is read.
+
+        The same order as the pieces streamed and mixed by ``shuffle_rows`` (``buffer_rows``
+        0: not mixed).
         """
-        if self.disabled:
-            return False
-        if self.chunks is None:
-            if epoch == 0 or not self.shuffle:
-                return False
-            for _ in self._fill(read(0), emit=False):
-                pass
-        return not self.disabled
-
-    def order(self, epoch: int, buffer_rows: int = 0, seed=None) -> np.ndarray:
-        """Row indices into :attr:`columns` of cached epoch ``epoch``, in the order it is read.
-
-        The same order as :meth:`epoch`'s chunks mixed by ``keras_dl.data.reader.shuffle_rows``
-        (``buffer_rows`` 0: not mixed), as indices: the epoch is then gathered a few batches at a
-        time, one copy, instead of a pool of chunks concatenated and permuted (two copies, and a
-        wait for the whole pool before its first batch).
-        """
-        chunks = range(len(self.chunks))
-        if self.shuffle and epoch > 0:
-            chunks = np.random.default_rng([self.seed, epoch]).permutation(len(self.chunks))
-        parts = [np.arange(self.bounds[i], self.bounds[i + 1]) for i in chunks]
+        parts = [self._rows(p) for p in pieces]
         if buffer_rows <= 0:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
         rng = np.random.default_rng(seed)
@@ -116,36 +103,23 @@ class EpochCache:
             out.append(_permuted(pool, rng))
         return np.concatenate(out) if out else np.zeros(0, np.int64)
 
-    def _fill(self, chunks: Iterator[dict], emit: bool) -> Iterator[dict]:
-        kept: list[dict] | None = []
-        size = 0
-        for chunk in chunks:
-            if kept is not None:
-                size += chunk_bytes(chunk)
-                if size > self.max_bytes:
-                    log.info(
-                        "Split larger than data.cache_max_bytes (%d): streamed every epoch.",
-                        self.max_bytes,
-                    )
-                    kept, self.disabled = None, True
-                else:
-                    kept.append(chunk)
-            if emit:
-                yield chunk
-        if kept is not None:  # the whole epoch was read: only now is the cache complete
-            self._keep(kept)
-            self.nbytes = size
+    def _rows(self, piece: Piece) -> np.ndarray:
+        start, count = self.where[(piece.file, piece.row_group)]
+        if piece.keep is None:
+            return np.arange(start, start + count, dtype=np.int64)
+        return np.concatenate(
+            [np.arange(start + lo, start + hi, dtype=np.int64) for lo, hi in piece.keep]
+        )
 
-    def _keep(self, kept: list[dict]) -> None:
-        """Hold the epoch as one array per column (:attr:`columns`); chunks become views."""
-        sizes = [len(next(iter(c.values()))) if c else 0 for c in kept]
-        self.bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        names = list(kept[0]) if kept else []
-        self.columns = {k: np.concatenate([c[k] for c in kept]) for k in names}
-        self.chunks = [
-            {k: v[self.bounds[i] : self.bounds[i + 1]] for k, v in self.columns.items()}
-            for i in range(len(kept))
-        ]
+    def _keep(self, kept: list) -> None:
+        """Hold the split as one array per column, and where each row group starts in it."""
+        start = 0
+        for piece, chunk in kept:
+            count = len(next(iter(chunk.values()))) if chunk else 0
+            self.where[(piece.file, piece.row_group)] = (start, count)
+            start += count
+        names = list(kept[0][1]) if kept else []
+        self.columns = {k: np.concatenate([c[k] for _, c in kept]) for k in names}
 
 
 def chunk_bytes(chunk: dict[str, np.ndarray]) -> int:

@@ -146,7 +146,7 @@ def to_type(value: Any, kind: pa.DataType, column: str) -> Any:
                 stamp = stamp.astimezone(timezone.utc).replace(tzinfo=None)
             return stamp
         if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            return value.encode("latin-1")
+            return value.encode("utf-8")  # as Delta reads binary partition values
     except (ValueError, ArithmeticError):
         raise DataError(
             f"Value {value!r} for column {column!r} is not a {kind} value. Write it as the "

@@ -72,7 +72,11 @@ class ImagePreprocess:
         if self.on_bad_image not in ON_BAD_IMAGE:
             raise DataError(f"data.on_bad_image={self.on_bad_image!r} is not one of fail, skip.")
 
-    def __call__(self, features, label=None):
+    # With several ranks the training rows carry sample weights: "skip" drops a row's weight
+    # with the row (tfdata's hook wrapper calls hooks that say so with all three).
+    takes_weights = True
+
+    def __call__(self, features, label=None, weight=None):
         import tensorflow as tf
 
         is_dict = isinstance(features, dict)
@@ -83,6 +87,7 @@ class ImagePreprocess:
             keep = lambda t: tf.boolean_mask(t, valid)  # noqa: E731
             features = {k: keep(v) for k, v in features.items()} if is_dict else keep(features)
             label = None if label is None else keep(label)
+            weight = None if weight is None else keep(weight)
             data = features[self.column] if is_dict else features
         else:
             # The marker lets SplitData.raise_error find the rows and name file and row group.
@@ -99,6 +104,8 @@ class ImagePreprocess:
             features = {**features, self.column: images}
         else:
             features = images
+        if weight is not None:
+            return features, label, weight
         return features if label is None else (features, label)
 
     @property

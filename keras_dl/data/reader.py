@@ -1,16 +1,18 @@
-"""Petastorm over a snapshot: exact epochs per shard, one row group at a time.
+"""Petastorm over a snapshot: row-exact epochs per shard, one row group at a time.
 
-This is the only module that makes Petastorm readers for tables. Petastorm's ``Reader`` does
-what it is good at: it ventilates row groups to a pool of worker threads, shuffles their order
-per epoch (seeded), shards them by row group (``cur_shard``/``shard_count``: row group ``i``
-goes to shard ``i % shards``) and counts epochs (``num_epochs``). Its worker class is ours: each
-row group is loaded by :func:`keras_dl.data.rows.load_row_group`, so deleted rows never leave
-the reader, and column names, types and partition values are the table's.
+This is the only module that makes Petastorm readers for tables. Which rows a shard reads in an
+epoch is planned by :mod:`keras_dl.data.shards` (runs of live rows, cut into row-group
+:class:`~keras_dl.data.shards.Piece` objects); Petastorm's ``Reader`` then does what it is good
+at: it ventilates exactly those row groups, in the planned order, to a pool of worker threads
+and hands back their results in that order. Its worker class is ours: each row group is loaded
+by :func:`keras_dl.data.rows.load_row_group`, so deleted rows never leave the reader, column
+names, types and partition values are the table's, and a boundary row group keeps only this
+shard's rows (masked as a deletion vector would be).
 
 Exactness rests on two things: the race fix in ``petastorm_compat.race`` (without it a finite
-read could end with row groups in flight), and :func:`iter_epoch` checking that an epoch read
-exactly the rows the footers and deletion vectors promise. A short or long epoch is an error,
-never silently different rows.
+read could end with row groups in flight), and :func:`read_pieces` checking that every row
+group returned exactly the rows planned. A short or long epoch is an error, never silently
+different rows.
 """
 
 from __future__ import annotations
@@ -23,8 +25,17 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from keras_dl.data import reader_lifecycle
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
-from keras_dl.data.rows import TableStats, load_row_group, one_array
+from keras_dl.data.rows import (
+    TableStats,
+    check_file,
+    group_live_rows,
+    load_row_group,
+    one_array,
+    open_file,
+)
+from keras_dl.data.shards import Piece, keep_mask, plan_epoch, plan_pieces
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
@@ -44,25 +55,68 @@ def iter_epoch(
     shuffle: bool = False,
     seed: int | None = 42,
     workers: int = 2,
+    groups: RowGroupCounts | None = None,
 ) -> Iterator[pa.Table]:
-    """Yield this shard's row groups of one epoch, each as a ``pyarrow.Table`` of ``columns``.
+    """Yield this shard's rows of one epoch, a row group at a time, as ``pyarrow.Table``.
 
-    With ``shuffle``, the row-group order is a seeded permutation (pass a different seed per
-    epoch); either way, results come back in Petastorm's strict round-robin order, so a seeded
+    The shard's rows are planned by :mod:`keras_dl.data.shards` (``seed`` is the epoch's seed:
+    pass a different one per epoch): ``stats.shard_rows(shard, num_shards)`` rows, exactly,
+    which the shards together cover once. Results come back in the planned order, so a seeded
     read is reproducible whatever the number of workers.
 
     Raises:
         DataError: When a file cannot be read, or the epoch did not return exactly this
             shard's rows.
     """
+    pieces = epoch_pieces(snapshot, stats, shard, num_shards, shuffle, seed, groups, columns)
+    for _, table in read_pieces(snapshot, columns, pieces, workers, what=(shard, num_shards)):
+        yield table
+
+
+def epoch_pieces(
+    snapshot: TableSnapshot,
+    stats: TableStats,
+    shard: int = 0,
+    num_shards: int = 1,
+    shuffle: bool = False,
+    seed: int | None = None,
+    groups: RowGroupCounts | None = None,
+    columns: Sequence[str] = (),
+) -> list[Piece]:
+    """The row groups (and masks) of this shard's epoch, in the order they are read.
+
+    Only the footers of the files this shard reads are opened (once per ``groups``).
+    """
+    if stats.rows == 0:
+        return []  # nothing live (a read returns no rows; training refuses an empty split)
     stats.check_shards(num_shards, snapshot.uri)
-    expected = stats.shard_rows(shard, num_shards)
-    if expected == 0:
-        return  # nothing live in this shard (or more shards than row groups): nothing to read
-    reader = open_reader(snapshot, columns, shard, num_shards, shuffle, seed, workers)
+    plan = plan_epoch(stats.file_rows, shard, num_shards, shuffle=shuffle, seed=seed)
+    groups = groups or RowGroupCounts(snapshot, stats, columns)
+    return plan_pieces(plan, groups, shuffle=shuffle, seed=[_seed(seed), shard])
+
+
+def read_pieces(
+    snapshot: TableSnapshot,
+    columns: Sequence[str],
+    pieces: Sequence[Piece],
+    workers: int = 2,
+    what: tuple[int, int] = (0, 1),
+) -> Iterator[tuple[Piece, pa.Table]]:
+    """Read ``pieces`` with Petastorm, in order, each masked to the rows it keeps.
+
+    Raises:
+        DataError: When a file cannot be read, or the rows read are not the rows planned.
+    """
+    if not pieces:
+        return
+    expected = sum(p.rows for p in pieces)
+    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
+    reader = open_reader(snapshot, columns, pieces, workers)
+    reader_lifecycle.track(reader)  # lifecycle: stopped and joined at exit
     read = 0
     try:
-        while True:
+        for piece in pieces:
+            reader_lifecycle.check_open()  # lifecycle: at exit, stop between row groups
             try:
                 table = next(reader)
             except StopIteration:
@@ -72,17 +126,40 @@ def iter_epoch(
             except Exception as exc:
                 raise read_error(snapshot, exc) from exc
             read += table.num_rows
-            yield table
+            if table.num_rows != piece.rows:
+                break  # counted below: the epoch is refused
+            yield piece, table
     finally:
         reader.stop()
         reader.join()
     if read != expected:
+        shard, num_shards = what
         raise DataError(
             f"Reading table {snapshot.uri!r} (shard {shard} of {num_shards}) returned {read} "
-            f"rows where its row groups hold {expected}. The table changed while it was read, "
+            f"rows where its plan holds {expected}. The table changed while it was read, "
             "or the reader lost or repeated row groups: the epoch is refused rather than "
             "trained on. Retry; if it persists, report it with the table."
         )
+
+
+class RowGroupCounts:
+    """``fn(file index) -> live rows of each row group``, from a scan's counts when it has
+    them, else from the file's footer and deletion vector, opened once (and checked)."""
+
+    def __init__(self, snapshot: TableSnapshot, stats: TableStats, columns: Sequence[str] = ()):
+        self.snapshot = snapshot
+        self.stats = stats
+        self.columns = tuple(columns)
+        self.known: dict[int, tuple[int, ...]] = {}
+
+    def __call__(self, index: int) -> tuple[int, ...]:
+        if self.stats.group_rows is not None:
+            return self.stats.group_rows[index]
+        if index not in self.known:
+            pf = open_file(self.snapshot, index)
+            check_file(self.snapshot, index, pf, self.columns)
+            self.known[index] = group_live_rows(self.snapshot, index, pf.metadata)
+        return self.known[index]
 
 
 def iter_epoch_arrays(
@@ -115,40 +192,42 @@ def iter_epoch_arrays(
         ):
             yield to_arrays(table, plan, snapshot)
         return
-    yield from _iter_unischema_rows(
-        snapshot, plan, stats, shard, num_shards, shuffle, seed, workers
-    )
+    yield from iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed, workers)
 
 
-def open_reader(snapshot, columns, shard, num_shards, shuffle, seed, workers):
-    """A Petastorm ``Reader`` of one epoch over ``snapshot`` with keras_dl's row-group worker."""
+def open_reader(snapshot: TableSnapshot, columns, pieces: Sequence[Piece], workers: int):
+    """A Petastorm ``Reader`` of ``pieces`` (in that order) with keras_dl's row-group worker."""
     from petastorm.fs_utils import get_filesystem_and_path_or_paths
-    from petastorm.reader import Reader, normalize_dataset_url_or_urls
+    from petastorm.reader import normalize_dataset_url_or_urls
     from petastorm.workers_pool.thread_pool import ThreadPool
 
     from keras_dl.data import petastorm_compat
 
     petastorm_compat.install()  # the race fix, and every Arrow type in schema inference
-    urls = normalize_dataset_url_or_urls([file_url(f) for f in snapshot.files])
+    files = list(dict.fromkeys(p.file for p in pieces))
+    urls = normalize_dataset_url_or_urls([file_url(snapshot.files[i]) for i in files])
+    keep = {(p.file, p.row_group): p.keep for p in pieces}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             fs, paths = _filesystem_and_paths(urls, get_filesystem_and_path_or_paths)
-            return Reader(
+            paths = paths if isinstance(paths, list) else [paths]
+            index_of = {_key(p): i for p, i in zip(paths, files)}
+            order = [(_key(paths[files.index(p.file)]), p.row_group) for p in pieces]
+            return _planned_reader(order)(
                 fs,
                 paths,
-                worker_class=_worker_class(snapshot, tuple(columns), paths),
+                worker_class=_worker_class(snapshot, tuple(columns), index_of, keep),
                 # Thread workers: blocking, strict round-robin results (a seeded read is
                 # reproducible), and Petastorm buffers at most _RESULTS_QUEUE row groups each.
-                reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False, seed=seed),
-                seed=seed if shuffle else None,
+                reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False),
                 shuffle_rows=False,  # rows are mixed by the shuffle buffer, across row groups
-                shuffle_row_groups=shuffle,
+                shuffle_row_groups=False,  # the pieces come in the planned (seeded) order
                 num_epochs=1,
-                cur_shard=shard if num_shards > 1 else None,
-                shard_count=num_shards if num_shards > 1 else None,
                 is_batched_reader=True,
             )
+        except DataError:
+            raise
         except Exception as exc:
             raise DataError(f"Petastorm cannot open table {snapshot.uri!r}: {exc}") from None
 
@@ -209,8 +288,6 @@ def find_ragged(snapshot: TableSnapshot, column: str):
     """``(file, row group, min length, max length)`` of the first ragged row group, or None."""
     import pyarrow.compute as pc
 
-    from keras_dl.data.rows import open_file
-
     for index, path in enumerate(snapshot.files):
         pf = open_file(snapshot, index)
         for rg in range(pf.num_row_groups):
@@ -221,15 +298,27 @@ def find_ragged(snapshot: TableSnapshot, column: str):
     return None
 
 
-def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed, workers):
+def iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed, workers):
+    """A Petastorm (Unischema) dataset's rows of this shard, decoded by ``make_reader``.
+
+    ``make_reader`` cannot be handed row groups in an order, so every shard reads the whole
+    dataset in one seeded order (the same on every shard) and keeps the positions of its run,
+    as planned for a table of one file: exact, at the cost of every shard decoding every row.
+    """
     from petastorm import make_reader
 
     from keras_dl.data import petastorm_compat
     from keras_dl.data.tables.petastorm_meta import known_unischema
 
     petastorm_compat.install()  # Petastorm's own metadata unpickling is patched too
-    expected = stats.shard_rows(shard, num_shards)
+    if stats.rows == 0:
+        return
+    stats.check_shards(num_shards, snapshot.uri)
+    runs = plan_epoch([stats.rows], shard, num_shards, shuffle=shuffle, seed=seed).files
+    keep = keep_mask(runs[0][1], stats.rows) if runs else np.zeros(stats.rows, bool)
+    expected = int(keep.sum())
     # make_reader would unpickle the Unischema again: hand it the one open_petastorm vetted.
+    reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
     with warnings.catch_warnings(), known_unischema(snapshot.uri, snapshot.unischema):
         warnings.simplefilter("ignore")
         reader = make_reader(
@@ -241,14 +330,16 @@ def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed
             num_epochs=1,
             shuffle_row_groups=shuffle,
             seed=seed if shuffle else None,
-            cur_shard=shard if num_shards > 1 else None,
-            shard_count=num_shards if num_shards > 1 else None,
         )
-    read = 0
+    reader_lifecycle.track(reader)  # lifecycle: stopped at exit
+    read = position = 0
     try:
         rows = []
         for row in reader:
-            rows.append(row)
+            reader_lifecycle.check_open()  # lifecycle: at exit, stop between rows
+            if position < len(keep) and keep[position]:
+                rows.append(row)
+            position += 1
             if len(rows) == CHUNK_ROWS:
                 read += len(rows)
                 yield _stack(rows, plan)
@@ -256,18 +347,19 @@ def _iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed
         if rows:
             read += len(rows)
             yield _stack(rows, plan)
-    except DataError:
+    except (DataError, reader_lifecycle.ReadersClosed):  # lifecycle: not a read error
         raise
     except Exception as exc:
         raise DataError(f"Reading Petastorm dataset {snapshot.uri!r} failed: {exc}") from exc
     finally:
         reader.stop()
         reader.join()
-    if read != expected:
+    if read != expected or position != stats.rows:
         raise DataError(
             f"Reading Petastorm dataset {snapshot.uri!r} (shard {shard} of {num_shards}) "
-            f"returned {read} rows where its row groups hold {expected}. Retry; if it persists, "
-            "report it with the dataset."
+            f"returned {position} rows ({read} of this shard) where its row groups hold "
+            f"{stats.rows} ({expected} of this shard). Retry; if it persists, report it with "
+            "the dataset."
         )
 
 
@@ -312,12 +404,30 @@ def _filesystem_and_paths(urls: list[str], petastorm_resolve):
     return LegacyFileSystem(ArrowFSWrapper(fs)), paths
 
 
-def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], paths):
-    """Petastorm's Arrow worker, loading each row group through ``load_row_group``."""
+def _planned_reader(order: list[tuple[str, int]]):
+    """Petastorm's ``Reader``, ventilating exactly the row groups ``order`` names, in order."""
+    from petastorm.reader import Reader
+
+    class PlannedReader(Reader):
+        def _filter_row_groups(self, dataset, row_groups, *args, **kwargs):
+            at = {(_key(p.path), p.row_group): i for i, p in enumerate(row_groups)}
+            missing = [k for k in order if k not in at]
+            if missing:
+                path, rg = missing[0]
+                raise DataError(
+                    f"File {path!r} has no row group {rg}: it changed after the table was "
+                    "planned. Retry; if it persists, restore the file."
+                )
+            return [at[k] for k in order], None
+
+    return PlannedReader
+
+
+def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, keep):
+    """Petastorm's Arrow worker, loading each row group through ``load_row_group`` and keeping
+    the piece's rows (``keep``: ``(file, row group) -> runs or None``)."""
     from petastorm.arrow_reader_worker import ArrowReaderWorker
     from petastorm.workers_pool import EmptyResultError
-
-    index_of = {_key(p): i for i, p in enumerate(paths if isinstance(paths, list) else [paths])}
 
     class ResultsReader:
         batched_output = True
@@ -335,7 +445,11 @@ def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], paths):
 
         def _load_rows(self, pq_file, piece, shuffle_row_drop_range):
             index = index_of[_key(piece.path)]
-            return load_row_group(snapshot, index, pq_file, piece.row_group, columns)
+            table = load_row_group(snapshot, index, pq_file, piece.row_group, columns)
+            runs = keep.get((index, piece.row_group))
+            if runs is not None:  # a boundary row group: the other shards' rows are masked
+                table = table.filter(pa.array(keep_mask(runs, table.num_rows)))
+            return table
 
     return SnapshotWorker
 
@@ -378,6 +492,10 @@ def _ragged_error(column, path, rg, lo, hi) -> DataError:
         f"{path!r}, row group {rg}. A feature needs a fixed shape: pad or truncate the lists "
         "when writing the table, or drop the column."
     )
+
+
+def _seed(seed) -> int:
+    return 0 if seed is None else int(seed)
 
 
 def _permute(pool: Sequence[dict[str, np.ndarray]], rng: np.random.Generator) -> dict:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from keras_dl.data.filters import row_mask
+from keras_dl.data.shards import shard_sizes
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
@@ -26,38 +27,81 @@ _FIELD_ID = b"PARQUET:field_id"
 
 @dataclass(frozen=True)
 class TableStats:
-    """What the footers and deletion vectors say about the rows a snapshot selects.
+    """How many live rows a snapshot selects: in all, per file, and per row group if known.
 
-    ``group_rows`` lists the rows of every row group in reading order (files in snapshot
-    order, row groups in file order), after deletions and row filters: Petastorm gives row
-    group ``i`` to shard ``i % shards``, so a shard's rows are known before reading.
+    ``file_rows`` is all the shard planner needs (:mod:`keras_dl.data.shards`): shard ``s`` of
+    ``S`` reads ``rows // S`` rows or one more, whatever the row groups. ``group_rows`` (per
+    file, per row group) is known when the footers were read, and needed when row filters
+    decide which rows live.
     """
 
     rows: int
-    row_groups: int
+    row_groups: int | None  # None: counted from the Delta log, no footer opened
     files: int
-    bytes: int
-    group_rows: tuple[int, ...] = ()
+    bytes: int = 0
+    file_rows: tuple[int, ...] = ()
+    group_rows: tuple[tuple[int, ...], ...] | None = None
 
     def check_shards(self, num_shards: int, table: str) -> None:
-        """Refuse more shards than row groups: Petastorm shards by row group.
+        """Refuse more shards than live rows: every rank must read at least one row.
 
         Raises:
             DataError: Naming the table, the counts and the fixes.
         """
-        if self.row_groups < num_shards:
+        if self.rows < num_shards:
             raise DataError(
-                f"Table {table!r} has {self.row_groups} row group(s) but {num_shards} shards "
-                "(ranks) must each read at least one. Rewrite it with more, smaller row groups "
-                "(for example `keras-dl ingest ... --rows-per-group N`, or repartition the Spark "
-                f"DataFrame to >= {2 * num_shards} partitions), or use fewer processes."
+                f"Table {table!r} has {self.rows} live row(s) but {num_shards} shards (ranks) "
+                "must each read at least one. Use at most that many processes, or add rows."
             )
 
     def shard_rows(self, shard: int, num_shards: int) -> int:
-        """Rows that shard ``shard`` of ``num_shards`` reads in one epoch."""
-        if num_shards <= 1:
-            return self.rows
-        return sum(self.group_rows[shard::num_shards])
+        """Rows that shard ``shard`` of ``num_shards`` reads in every epoch."""
+        return shard_sizes(self.rows, max(num_shards, 1))[shard]
+
+
+def count_rows(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableStats:
+    """Live rows per file: from the Delta log when it says (no footer is opened), else from
+    the footers (:func:`scan_table`, which also checks ``columns``)."""
+    live = snapshot.live_records()
+    if live is None:
+        return scan_table(snapshot, columns)
+    return TableStats(rows=sum(live), row_groups=None, files=len(live), file_rows=live)
+
+
+def group_live_rows(snapshot: TableSnapshot, index: int, meta) -> tuple[int, ...]:
+    """Live rows of each row group of file ``index`` from its footer and deletion vector.
+
+    Not for snapshots with row filters (only a read can count those: use a scan's counts).
+    """
+    deleted = snapshot.deletions(index)
+    out, offset = [], 0
+    for rg in range(meta.num_row_groups):
+        count = meta.row_group(rg).num_rows
+        keep = _live_rows(deleted, offset, count)
+        out.append(count if keep is None else int(keep.sum()))
+        offset += count
+    return tuple(out)
+
+
+def check_file(snapshot: TableSnapshot, index: int, pf: pq.ParquetFile, columns) -> None:
+    """Check that file ``index`` holds ``columns`` with the table's types and no nulls (from
+    its footer statistics); each problem is a DataError naming the file (and row group)."""
+    path = snapshot.files[index]
+    stored = _stored_names(snapshot, pf.schema_arrow, columns)
+    _check_columns(snapshot, path, pf, stored, columns)
+    for name in columns:
+        if name in snapshot.partition_columns and snapshot.partitions[index].get(name) is None:
+            raise DataError(
+                f"Partition column {name!r} is null in file {path!r} of table "
+                f"{snapshot.uri!r}. Features and labels cannot be null: filter those rows "
+                f"out (data.filters) or leave {name!r} out of data.features."
+            )
+    if snapshot.deletions(index) is None:  # deleted rows may hold the nulls: the read says
+        meta = pf.metadata
+        leaves = _leaf_columns(meta, stored, columns)
+        for rg in range(meta.num_row_groups):
+            if leaves:
+                _check_nulls(path, meta, rg, leaves)
 
 
 def open_file(snapshot: TableSnapshot, index: int) -> pq.ParquetFile:
@@ -123,42 +167,29 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
         DataError: For a file that is not valid Parquet, or that lacks or retypes one of
             ``columns`` (named by file), or a column with nulls (named by file and row group).
     """
-    rows = size = 0
-    group_rows: list[int] = []
-    for index, path in enumerate(snapshot.files):
+    size = 0
+    per_file: list[tuple[int, ...]] = []
+    for index in range(len(snapshot.files)):
         pf = open_file(snapshot, index)
-        stored = _stored_names(snapshot, pf.schema_arrow, columns)
-        _check_columns(snapshot, path, pf, stored, columns)
-        for name in columns:
-            if name in snapshot.partition_columns and snapshot.partitions[index].get(name) is None:
-                raise DataError(
-                    f"Partition column {name!r} is null in file {path!r} of table "
-                    f"{snapshot.uri!r}. Features and labels cannot be null: filter those rows "
-                    f"out (data.filters) or leave {name!r} out of data.features."
-                )
-        deleted = snapshot.deletions(index)
+        check_file(snapshot, index, pf, columns)
         meta = pf.metadata
-        leaves = _leaf_columns(meta, stored, columns) if deleted is None else {}
-        offset = 0
-        for rg in range(meta.num_row_groups):
-            count = meta.row_group(rg).num_rows
-            if leaves:
-                _check_nulls(path, meta, rg, leaves)
-            if snapshot.row_filters:
-                live = load_row_group(snapshot, index, pf, rg, []).num_rows
-            else:
-                keep = _live_rows(deleted, offset, count)
-                live = count if keep is None else int(keep.sum())
-            group_rows.append(live)
-            offset += count
-            size += meta.row_group(rg).total_byte_size
-        rows += sum(group_rows[len(group_rows) - meta.num_row_groups :])
+        if snapshot.row_filters:
+            groups = tuple(
+                load_row_group(snapshot, index, pf, rg, []).num_rows
+                for rg in range(meta.num_row_groups)
+            )
+        else:
+            groups = group_live_rows(snapshot, index, meta)
+        per_file.append(groups)
+        size += sum(meta.row_group(rg).total_byte_size for rg in range(meta.num_row_groups))
+    file_rows = tuple(sum(g) for g in per_file)
     return TableStats(
-        rows=rows,
-        row_groups=len(group_rows),
+        rows=sum(file_rows),
+        row_groups=sum(len(g) for g in per_file),
         files=len(snapshot.files),
         bytes=size,
-        group_rows=tuple(group_rows),
+        file_rows=file_rows,
+        group_rows=tuple(per_file),
     )
 
 

@@ -44,6 +44,9 @@ class TableSnapshot:
             column mapping: another name, nested names and a field id). None when the files
             use the logical names.
         unischema: Petastorm datasets only: their Unischema (codecs, shapes).
+        file_records: Per file, the rows it holds as the Delta log's ``stats.numRecords``
+            says (deleted rows included), or None where the log has no statistics. Lets the
+            shards be planned without opening any footer. Empty for non-Delta tables.
     """
 
     uri: str
@@ -57,6 +60,7 @@ class TableSnapshot:
     deleted_rows: tuple[np.ndarray | None, ...] = field(default=(), compare=False)
     physical_schema: pa.Schema | None = None
     unischema: Any = None
+    file_records: tuple[int | None, ...] = field(default=(), compare=False)
 
     @property
     def lineage(self) -> dict[str, str]:
@@ -79,11 +83,24 @@ class TableSnapshot:
             files=pick(self.files),
             partitions=pick(self.partitions),
             deleted_rows=pick(self.deleted_rows),
+            file_records=pick(self.file_records),
         )
 
     def deletions(self, index: int) -> np.ndarray | None:
         """The deleted row indexes of file ``index`` (None when none were deleted)."""
         return self.deleted_rows[index] if self.deleted_rows else None
+
+    def live_records(self) -> tuple[int, ...] | None:
+        """Each file's live rows from the log alone (records less deleted rows), or None when
+        the log cannot say (no statistics, or row filters that only a read can apply)."""
+        if self.row_filters or not self.files or len(self.file_records) != len(self.files):
+            return None
+        if any(n is None for n in self.file_records):
+            return None
+        return tuple(
+            int(n) - (0 if self.deletions(i) is None else len(self.deletions(i)))
+            for i, n in enumerate(self.file_records)
+        )
 
     def physical_field(self, column: str) -> pa.Field:
         """The Parquet field that stores logical ``column`` (itself without column mapping)."""

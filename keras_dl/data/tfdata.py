@@ -1,12 +1,18 @@
-"""Row-group batches to a ``tf.data.Dataset`` that ``model.fit`` consumes.
+"""One split of a table to a ``tf.data.Dataset`` that ``model.fit`` consumes.
 
-The generator yields blocks of whole batches, ``(k, batch, ...)`` per column, cut from the
-row groups (already dense) with numpy views; ``from_tensor_slices`` hands them out a batch at
-a time without copying (``rebatch`` copied every slice). The recipe's vectorized preprocessing
-runs in parallel in tf.data, or once per row in the generator when the hook is deterministic
-and its output fits ``data.cache`` (then later epochs replay its output). Training data
-repeats forever, the next epoch's reader opening as one ends, and ``fit`` runs a fixed
-``steps_per_epoch`` computed from row counts, so every rank runs the same number of steps."""
+:class:`EpochStream` owns one shard's epochs: which rows (the shard planner's pieces), read by
+Petastorm or served from memory, mixed, weighted and padded, cut into blocks of whole batches.
+:func:`make_dataset` assembles the dataset around it: ``from_generator`` hands out the blocks,
+``from_tensor_slices`` cuts them into batches without copying, and a recipe's vectorized
+preprocessing runs in parallel in tf.data (or once per row in the generator when it is
+deterministic and its output fits ``data.cache``).
+
+Every training epoch trains every live row of the split exactly once, across all shards, and
+keeps its last partial batch (Keras' own default). With several shards, every shard runs the
+same ``steps``: a shard with fewer rows pads its last batch with copies of its rows whose sample
+weight is 0, so the padding moves no gradient and no weighted metric. Evaluation yields every
+row once, the last batch partial.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,30 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from keras_dl.data import reader_lifecycle
+from keras_dl.data.blocks import (
+    as_block,
+    cut_blocks,
+    gather,
+    num_rows,
+    rows_per_gather,
+    trim,
+    weigh_and_pad,
+)
 from keras_dl.data.cache_memory import EpochCache
-from keras_dl.data.features import BINARY, NUMERIC, ColumnPlan, FeatureSpec
-from keras_dl.data.reader import iter_epoch_arrays, num_rows, shuffle_rows
-from keras_dl.data.rows import TableStats, scan_table
+from keras_dl.data.features import BINARY, ColumnPlan
+from keras_dl.data.hook_cache import cacheable_hook
+from keras_dl.data.read_ahead import ReadAhead
+from keras_dl.data.reader import (
+    RowGroupCounts,
+    epoch_pieces,
+    iter_unischema_rows,
+    read_pieces,
+    shuffle_rows,
+    to_arrays,
+)
+from keras_dl.data.rows import TableStats, count_rows
+from keras_dl.data.signature import input_signature, to_structure
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
@@ -33,16 +57,18 @@ class ReadOptions:
 
     Args:
         batch_size: Rows per batch yielded by the dataset (per replica / per rank).
-        training: Repeat forever, shuffle and drop the last partial batch. Defaults to False.
+        training: Repeat forever and shuffle. Defaults to False.
         shard: This reader's shard (the rank). Defaults to 0.
         num_shards: Number of shards (the world size). Defaults to 1.
-        shuffle: Shuffle row groups and rows, when training. Defaults to True.
+        shuffle: Shuffle the rows, when training. Defaults to True.
         shuffle_buffer: Rows mixed in memory. Defaults to 4096.
         seed: Shuffle seed. Defaults to 42.
         workers: Petastorm reader threads. Defaults to 2.
-        cache_max_bytes: Keep the split's decoded rows in memory after the first epoch when
+        cache_max_bytes: Keep the split's decoded rows in memory after its first read when
             they fit in this many bytes (:mod:`keras_dl.data.cache_memory`). Defaults to 0
             (every epoch is read from the table).
+        pad: Training: yield sample weights and pad each epoch to whole batches with
+            zero-weight rows, even with one shard (several shards always do). Defaults to False.
     """
 
     batch_size: int
@@ -54,6 +80,7 @@ class ReadOptions:
     seed: int = 42
     workers: int = 2
     cache_max_bytes: int = 0
+    pad: bool = False
 
 
 @dataclass
@@ -66,7 +93,11 @@ class DataPosition:
 
 @dataclass
 class SplitData:
-    """A dataset plus what ``fit`` must know about it."""
+    """A dataset plus what ``fit`` must know about it.
+
+    ``rows`` is this shard's live rows per epoch (all of them are trained on every epoch) and
+    ``padded_rows`` the zero-weight rows added to reach ``steps`` whole batches.
+    """
 
     dataset: object
     steps: int
@@ -75,6 +106,9 @@ class SplitData:
     errors: list = field(default_factory=list)
     image_columns: tuple[str, ...] = ()
     position: DataPosition = field(default_factory=DataPosition)
+    rows: int = 0
+    padded_rows: int = 0
+    weighted: bool = False
 
     def start_at(self, global_step: int) -> None:
         """Start the next read of the dataset after ``global_step`` training steps.
@@ -114,12 +148,6 @@ def make_dataset(
 ) -> SplitData:
     """Build the ``tf.data`` pipeline for one split of a table.
 
-    Every epoch reads this shard's rows exactly once, as one Petastorm read (its row-group
-    order seeded by ``seed + epoch``). For training, each epoch then yields exactly
-    ``steps * batch_size`` rows: ``steps`` is the same on every shard (the smallest shard's
-    full batches), and the few rows past it are left out of that epoch -- different rows each
-    epoch when shuffling. Evaluation yields every row once, the last batch partial.
-
     Args:
         snapshot: The table (already filtered to the split).
         plan: Feature and label columns.
@@ -131,129 +159,45 @@ def make_dataset(
         The dataset, its steps per epoch (equal on every shard) and the table's stats.
 
     Raises:
-        DataError: When the split is empty, a shard has less than one batch for training, or
-            there are fewer row groups than shards.
+        DataError: When the split is empty, or has fewer live rows than shards.
     """
     import tensorflow as tf
 
-    stats = scan_table(snapshot, plan.columns)
-    steps = _steps(snapshot, stats, options)
-    errors: list = []
-    position = DataPosition()
-    shuffle = options.training and options.shuffle
-    # Rows per call of the preprocess hook: whole batches, at least PREPROCESS_ROWS.
-    preprocess_rows = options.batch_size * max(1, math.ceil(PREPROCESS_ROWS / options.batch_size))
-    # Outlives each generator run (a re-made iterator, a resumed fit): it is the split's cache.
-    cache = EpochCache(options.cache_max_bytes, shuffle, options.seed + options.shard)
-    raw_signature = _structure({s.name: _tensor_spec(s) for s in _all_specs(plan)}, plan)
-    # A deterministic hook on a split whose output fits the cache runs once per row: the cache
-    # keeps its output (decoded images, not their bytes) and later epochs skip it.
-    cached_hook = _cacheable_hook(preprocess, raw_signature, stats, options)
-
-    def read(epoch: int):
-        chunks = iter_epoch_arrays(
-            snapshot,
-            plan,
-            stats,
-            shard=options.shard,
-            num_shards=options.num_shards,
-            shuffle=shuffle,
-            seed=options.seed + epoch if shuffle else None,
-            workers=options.workers,
-        )
-        if cached_hook is None:
-            return chunks
-        return cached_hook.apply(chunks, plan, preprocess_rows)
-
-    if cached_hook is None:
-
-        def structure(values: dict):
-            return _structure(values, plan)
-
-        signature = _structure(
-            {s.name: _tensor_spec(s, blocked=True) for s in _all_specs(plan)}, plan
-        )
-        in_graph = preprocess
-    else:
-        structure, signature, in_graph = cached_hook.pack, cached_hook.blocked_spec, None
-
-    # Training streams epoch after epoch: the next epoch's reader opens as this one's ends
-    # (about 45 ms on the wide table), while tf.data still holds the epoch's last batches.
-    reads = _ReadAhead(read, ahead=lambda: options.training and cache.disabled)
-
-    def generate():
-        try:
-            yield from _generate()
-        except DataError as exc:  # surfaced by SplitData.raise_error, not as a TF op error
-            errors.append(exc)
-            raise
-        finally:
-            reads.close()
-
-    def _generate():
-        batch = options.batch_size
-        block = preprocess_rows if in_graph is not None else batch
-        epoch, skip = position.epoch, position.step * batch
-        limit = steps * batch if options.training else None
-        while True:
-            if cache.ready(epoch, read):  # from memory: gathered a few blocks at a time
-                buffer = options.shuffle_buffer if shuffle else 0
-                index = cache.order(epoch, buffer, [options.seed, options.shard, epoch])
-                index = index[skip : len(index) if limit is None else min(limit, len(index))]
-                pieces = _gather(cache.columns, index, _rows_per_gather(cache, block))
-            else:
-                pieces = _trim(_stream(epoch), skip, limit)
-            carry: dict | None = None  # the rows of a batch that began in the previous piece
-            for arrays in pieces:
-                blocks, carry = _blocks(arrays, carry, block)
-                if blocks is not None:
-                    yield structure(blocks)
-            if carry is not None:  # evaluation's last, partial batch; a last preprocess chunk
-                yield structure(_as_block(carry))
-            if not options.training:
-                return
-            epoch, skip = epoch + 1, 0
-
-    def _stream(epoch: int):
-        chunks = cache.epoch(epoch, reads)
-        if shuffle and options.shuffle_buffer > 0:
-            chunks = shuffle_rows(
-                chunks, options.shuffle_buffer, [options.seed, options.shard, epoch]
-            )
-        return chunks
-
-    # The generator yields blocks of whole batches, (k, rows, ...) per column, and each block
-    # is handed out one batch at a time by ``from_tensor_slices``, whose slices alias the block
-    # (no copy). ``rebatch`` and ``unbatch`` copy every slice: on the wide table at batch 32
-    # (200 columns) they ran at 0.5-0.6x of this.
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    stream = EpochStream(snapshot, plan, options, preprocess)
+    # lifecycle: the generator ends at its next step when the interpreter exits.
+    generate = reader_lifecycle.guard_generator(stream.generate)
+    ds = tf.data.Dataset.from_generator(generate, output_signature=stream.signature)
     # Let the (Python) generator run ahead of slicing and preprocessing, on its own thread.
-    ds = ds.prefetch(2)
-    ds = ds.flat_map(_slices)
-    if in_graph is not None:
+    # Each block's batches are handed out by ``from_tensor_slices``, whose slices alias the
+    # block (no copy); ``rebatch`` and ``unbatch`` copy every slice.
+    ds = ds.prefetch(2).flat_map(_slices)
+    if stream.in_graph is not None:
         # A vectorized hook costs per call more than per row (image decoding runs a map_fn per
-        # call): run it on chunks of at least PREPROCESS_ROWS rows, then cut the batches (a
-        # hook may drop rows, e.g. undecodable images: rebatch, not a fixed split).
-        ds = ds.map(in_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.rebatch(options.batch_size, drop_remainder=options.training)
+        # call): run it on chunks of at least PREPROCESS_ROWS rows, then cut the batches,
+        # keeping each epoch's last partial batch its own.
+        ds = ds.map(stream.in_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.flat_map(_batches(options.batch_size))
     ds = ds.prefetch(tf.data.AUTOTUNE)
     opts = tf.data.Options()
-    # Sharding is done by row group in the reader: tf.distribute must not shard again.
+    # Sharding is done by rows in the reader: tf.distribute must not shard again.
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     ds = ds.with_options(opts)
     return SplitData(
         dataset=ds,
-        steps=steps,
-        stats=stats,
+        steps=stream.steps,
+        stats=stream.stats,
         snapshot=snapshot,
-        errors=errors,
+        errors=stream.errors,
         image_columns=tuple(f.name for f in plan.features if f.kind == BINARY),
-        position=position,
+        position=stream.position,
+        rows=stream.rows,
+        padded_rows=stream.total - stream.rows,
+        weighted=stream.weighted,
     )
 
 
-def _steps(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:
-    """Steps per epoch: every row once for evaluation; equal full batches on every shard."""
+def steps_per_epoch(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:
+    """Batches per epoch: the largest shard's rows in batches, so every shard runs as many."""
     where = f"Table {snapshot.uri!r} (version {snapshot.version})"
     if stats.rows == 0:
         raise DataError(
@@ -261,246 +205,163 @@ def _steps(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> 
             f"{' matching ' + str(list(snapshot.row_filters)) if snapshot.row_filters else ''}. "
             "Write data to it, or check data.split_column, data.filters and the split names."
         )
-    shards = options.num_shards
-    stats.check_shards(shards, snapshot.uri)
-    if not options.training:
-        return math.ceil(stats.shard_rows(options.shard, shards) / options.batch_size)
-    per_shard = [stats.shard_rows(s, shards) for s in range(shards)]
-    smallest = min(range(shards), key=per_shard.__getitem__)
-    steps = per_shard[smallest] // options.batch_size
-    if steps == 0:
-        raise DataError(
-            f"{where}: shard {smallest} of {shards} has {per_shard[smallest]} row(s) after "
-            f"deletions and filters, fewer than one batch of {options.batch_size}; every "
-            "shard must run the same steps. Lower train.batch_size, use fewer processes, "
-            "or rewrite the table with rows spread over more row groups."
-        )
-    return steps
+    stats.check_shards(options.num_shards, snapshot.uri)
+    largest = stats.shard_rows(0, options.num_shards)
+    return math.ceil(largest / options.batch_size)
 
 
-class _ReadAhead:
-    """``read(epoch)``, where the end of one epoch's read starts opening the next epoch's.
+class EpochStream:
+    """One shard's epochs of one split, as blocks of whole batches for ``from_generator``.
 
-    When ``ahead()`` says the next epoch will be streamed too, a thread opens its reader and
-    pulls its first chunk as soon as this epoch's reader is exhausted, so the reader's start-up
-    overlaps the batches still in the pipeline. The reads are the same, in the same order.
+    Public methods: :meth:`pieces` (which row groups an epoch reads), :meth:`chunks` (an
+    epoch's rows, mixed), :meth:`epoch` (weighted and padded, from a step on) and
+    :meth:`generate` (the blocks, epoch after epoch when training).
     """
 
-    def __init__(self, read: Callable, ahead: Callable[[], bool]):
-        import threading
-
-        self.read = read
-        self.ahead = ahead
-        self.lock = threading.Lock()
-        self.pending = None  # (epoch, thread, result dict)
-
-    def __call__(self, epoch: int):
-        with self.lock:
-            pending, self.pending = self.pending, None
-        if pending is not None and pending[0] == epoch:
-            _, thread, box = pending
-            thread.join()
-            if "error" in box:
-                raise box["error"]
-            it = box["it"]
-            if "first" in box:
-                yield box["first"]
+    def __init__(self, snapshot, plan: ColumnPlan, options: ReadOptions, preprocess=None):
+        self.snapshot, self.plan, self.options = snapshot, plan, options
+        self.stats = count_rows(snapshot, plan.columns)
+        self.steps = steps_per_epoch(snapshot, self.stats, options)
+        self.shuffle = options.training and options.shuffle
+        self.weighted = (
+            options.training and plan.label is not None and (options.num_shards > 1 or options.pad)
+        )
+        self.rows = self.stats.shard_rows(options.shard, options.num_shards)
+        self.total = self.steps * options.batch_size if self.weighted else self.rows
+        self.groups = RowGroupCounts(snapshot, self.stats, plan.columns)
+        self.position = DataPosition()
+        self.errors: list = []
+        table = snapshot.format != "petastorm"  # a Unischema dataset is read row by row
+        self.cache = EpochCache(options.cache_max_bytes if table else 0)
+        # Rows per call of the preprocess hook: whole batches, at least PREPROCESS_ROWS.
+        batch = options.batch_size
+        self.hook_rows = batch * max(1, math.ceil(PREPROCESS_ROWS / batch))
+        raw = input_signature(plan)
+        self.hook = cacheable_hook(preprocess, raw, self.stats.rows, self.cache.max_bytes)
+        if self.hook is None:
+            self.pack = lambda values: to_structure(values, plan)
+            self.signature = input_signature(plan, blocked=True, weighted=self.weighted)
+            self.in_graph = _with_weights(preprocess) if self.weighted else preprocess
         else:
-            _close(pending)
-            it = self.read(epoch)
-        yield from it
-        if self.ahead():
-            self._open(epoch + 1)
+            self.pack, self.in_graph = self.hook.pack, None
+            self.signature = self.hook.signature(self.weighted)
+        self.block_rows = self.hook_rows if self.in_graph is not None else batch
+        if table:
+            # Open (and check) the footers of the files this shard reads first, so a missing
+            # column or a null is refused now, by file, not inside tf.data.
+            self.pieces(0)
+        # Training streams epoch after epoch: the next epoch's reader opens as this one's ends.
+        self.reads = ReadAhead(self._read, ahead=lambda: options.training and self.cache.disabled)
 
-    def _open(self, epoch: int) -> None:
-        import threading
-
-        box: dict = {}
-
-        def start():
-            box["it"] = it = self.read(epoch)
-            try:
-                box["first"] = next(it)
-            except StopIteration:
-                pass
-            except BaseException as exc:  # re-raised by the read that takes it
-                box["error"] = exc
-
-        thread = threading.Thread(target=start, name=f"keras_dl-read-epoch-{epoch}", daemon=True)
-        thread.start()
-        with self.lock:
-            old, self.pending = self.pending, (epoch, thread, box)
-        _close(old)
-
-    def close(self) -> None:
-        """Stop a reader opened ahead and not taken (training stopped, or moved elsewhere)."""
-        with self.lock:
-            pending, self.pending = self.pending, None
-        _close(pending)
-
-
-def _close(pending) -> None:
-    if pending is None:
-        return
-    _, thread, box = pending
-    thread.join()
-    it = box.get("it")
-    if it is not None and hasattr(it, "close"):
-        it.close()  # the reader's finally: stop and join its threads
-
-
-GATHER_BYTES = 8 << 20  # a cached epoch is gathered about this much at a time
-
-
-def _trim(chunks, skip: int, limit: int | None):
-    """The rows ``skip`` to ``limit`` of an epoch's chunks (a resumed epoch; whole batches)."""
-    at = 0  # rows of this epoch seen so far
-    for arrays in chunks:
-        n = num_rows(arrays)
-        lo, hi = max(skip - at, 0), n if limit is None else min(limit - at, n)
-        at += n
-        if hi > lo:
-            yield _slice(arrays, lo, hi, n)
-
-
-def _gather(columns: dict, index: np.ndarray, rows: int):
-    """``columns`` at ``index``, ``rows`` rows at a time (one copy, never the whole epoch).
-
-    Numeric columns are gathered into 64-byte aligned arrays, which TensorFlow can take as
-    tensors without a copy (measured: 5-10% less CPU per row replaying the wide table and the
-    decoded images). ``mode="clip"``: with ``out``, the default mode buffers the result.
-    """
-    for lo in range(0, len(index), rows):
-        part = index[lo : lo + rows]
-        out = {}
-        for k, v in columns.items():
-            if v.dtype == object:
-                out[k] = np.take(v, part, axis=0)
-            else:
-                out[k] = np.take(
-                    v, part, axis=0, out=_aligned((len(part), *v.shape[1:]), v.dtype), mode="clip"
-                )
-        yield out
-
-
-def _aligned(shape: tuple, dtype: np.dtype, align: int = 64) -> np.ndarray:
-    """An uninitialized array whose data starts on an ``align``-byte boundary."""
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    buffer = np.empty(size + align, dtype=np.uint8)
-    start = -buffer.ctypes.data % align
-    return buffer[start : start + size].view(dtype).reshape(shape)
-
-
-def _rows_per_gather(cache: EpochCache, block: int) -> int:
-    rows = max(len(cache.bounds) and int(cache.bounds[-1]), 1)
-    per_row = max(cache.nbytes / rows, 1.0)
-    return block * max(1, int(GATHER_BYTES / per_row) // block)
-
-
-class _CachedHook:
-    """A deterministic preprocess hook run in the generator, so the cache keeps its output.
-
-    ``apply`` runs the hook (traced once) on each chunk, ``preprocess_rows`` rows per call, and
-    returns ``{position: array}`` of its flattened outputs; ``pack`` rebuilds the hook's output
-    structure from such a dict.
-    """
-
-    def __init__(self, concrete, out_spec):
-        import tensorflow as tf
-
-        self.concrete = concrete
-        self.out_spec = out_spec
-        flat = tf.nest.flatten(out_spec)
-        self.keys = [str(i) for i in range(len(flat))]
-        self.blocked_spec = tf.nest.pack_sequence_as(
-            out_spec, [tf.TensorSpec((None, *s.shape), s.dtype) for s in flat]
+    def pieces(self, epoch: int):
+        """The row groups (and masks) this shard reads in ``epoch``, in order."""
+        o = self.options
+        seed = o.seed + epoch if self.shuffle else None
+        return epoch_pieces(
+            self.snapshot, self.stats, o.shard, o.num_shards, self.shuffle, seed, self.groups
         )
 
-    def apply(self, chunks, plan: ColumnPlan, rows: int):
+    def chunks(self, epoch: int):
+        """Epoch ``epoch``'s rows of this shard, mixed by the shuffle buffer, as chunks."""
+        o = self.options
+        buffer = o.shuffle_buffer if self.shuffle else 0
+        mix_seed = [o.seed, o.shard, epoch]
+        if self.cache.ready or self._fill_from_whole_split():
+            index = self.cache.order(self.pieces(epoch), buffer, mix_seed)
+            if len(index) != self.rows:
+                raise DataError(
+                    f"Table {self.snapshot.uri!r}: the cached epoch has {len(index)} rows where "
+                    f"shard {o.shard} of {o.num_shards} holds {self.rows}. Report it."
+                )
+            columns = self.cache.columns
+            return gather(columns, index, rows_per_gather(columns, self.block_rows))
+        chunks = (arrays for _, arrays in self.reads(epoch))
+        return shuffle_rows(chunks, buffer, mix_seed) if buffer > 0 else chunks
+
+    def epoch(self, epoch: int, skip: int = 0):
+        """An epoch's chunks with sample weights and padding (when weighted), after ``skip``."""
+        chunks = self.chunks(epoch)
+        if self.weighted:
+            chunks = weigh_and_pad(chunks, self.rows, self.total)
+        return trim(chunks, skip) if skip else chunks
+
+    def generate(self):
+        """The blocks of batches of every epoch from :attr:`position` (one epoch to evaluate)."""
+        try:
+            epoch, skip = self.position.epoch, self.position.step * self.options.batch_size
+            while True:
+                carry = None  # the rows of a batch that began in the previous chunk
+                for arrays in self.epoch(epoch, skip):
+                    blocks, carry = cut_blocks(arrays, carry, self.block_rows)
+                    if blocks is not None:
+                        yield self.pack(blocks)
+                if carry is not None:  # the epoch's last, partial batch (or hook chunk)
+                    yield self.pack(as_block(carry))
+                if not self.options.training:
+                    return
+                epoch, skip = epoch + 1, 0
+        except DataError as exc:  # surfaced by SplitData.raise_error, not as a TF op error
+            self.errors.append(exc)
+            raise
+        finally:
+            self.reads.close()
+
+    def _read(self, epoch: int):
+        """``(piece, arrays)`` of one epoch, streamed (and kept when it is the whole split)."""
+        o = self.options
+        if self.snapshot.format == "petastorm":
+            seed = o.seed + epoch if self.shuffle else None
+            args = (self.snapshot, self.plan, self.stats, o.shard, o.num_shards, self.shuffle)
+            return ((None, a) for a in iter_unischema_rows(*args, seed, o.workers))
+        pieces = self.pieces(epoch)
+        chunks = self._arrays(pieces)
+        if not self.cache.disabled and sum(p.rows for p in pieces) == self.stats.rows:
+            chunks = self.cache.fill(chunks)  # kept only if every row group came whole
+        return chunks
+
+    def _arrays(self, pieces):
+        read = read_pieces(self.snapshot, self.plan.columns, pieces, self.options.workers)
+        chunks = ((p, to_arrays(t, self.plan, self.snapshot)) for p, t in read)
+        return self.hook.apply(chunks, self.plan, self.hook_rows) if self.hook else chunks
+
+    def _fill_from_whole_split(self) -> bool:
+        """With several shards a rank reads only its rows: fill the cache with one read of the
+        whole split instead, then serve every epoch from memory (if it fits)."""
+        if self.cache.disabled or self.options.num_shards == 1:
+            return False
+        pieces = epoch_pieces(self.snapshot, self.stats, groups=self.groups)
+        for _ in self.cache.fill(self._arrays(pieces), emit=False):
+            pass
+        return self.cache.ready
+
+
+def _with_weights(preprocess: Callable | None):
+    """``preprocess`` on ``(features, label, weight)``: the hook sees ``(features, label)``
+    (or all three, if it says ``takes_weights``) and must keep every row."""
+    if preprocess is None:
+        return None
+    if getattr(preprocess, "takes_weights", False):
+        return preprocess
+
+    def apply(features, label, weight):
         import tensorflow as tf
 
-        for arrays in chunks:
-            n = num_rows(arrays)
-            parts = []
-            for lo in range(0, n, rows):
-                args = _structure(_slice(arrays, lo, min(lo + rows, n), n), plan)
-                out = self.concrete(*args) if isinstance(args, tuple) else self.concrete(args)
-                parts.append([t.numpy() for t in tf.nest.flatten(out)])
-            if parts:
-                yield {
-                    k: parts[0][i] if len(parts) == 1 else np.concatenate([p[i] for p in parts])
-                    for i, k in enumerate(self.keys)
-                }
+        features, label = preprocess(features, label)
+        with tf.control_dependencies(
+            [
+                tf.debugging.assert_equal(
+                    tf.shape(label)[0],
+                    tf.shape(weight)[0],
+                    message="The recipe's preprocess hook dropped or added rows; with several "
+                    "ranks a hook must keep every row (or take and return sample weights: "
+                    "set its attribute takes_weights).",
+                )
+            ]
+        ):
+            weight = tf.identity(weight)
+        return features, label, weight
 
-    def pack(self, values: dict):
-        import tensorflow as tf
-
-        return tf.nest.pack_sequence_as(self.out_spec, [values[k] for k in self.keys])
-
-
-def _cacheable_hook(preprocess, signature, stats: TableStats, options: ReadOptions):
-    """A :class:`_CachedHook` when ``preprocess`` says it is deterministic (its attribute
-    ``deterministic``), its outputs have fixed shapes per row, and this shard's outputs fit
-    ``cache_max_bytes``; otherwise None (the hook runs in tf.data, every epoch)."""
-    if preprocess is None or options.cache_max_bytes <= 0:
-        return None
-    if not getattr(preprocess, "deterministic", False):
-        return None
-    import tensorflow as tf
-
-    fn = tf.function(lambda *args: preprocess(*args))
-    args = signature if isinstance(signature, tuple) else (signature,)
-    concrete = fn.get_concrete_function(*args)
-    outputs = tf.nest.flatten(concrete.structured_outputs)
-    per_row = 0
-    for t in outputs:
-        if t.dtype == tf.string or not t.shape[1:].is_fully_defined():
-            return None
-        per_row += int(np.prod(t.shape[1:], dtype=np.int64)) * t.dtype.size
-    rows = stats.shard_rows(options.shard, options.num_shards)
-    if rows * per_row > options.cache_max_bytes:
-        return None
-    out_spec = tf.nest.map_structure(
-        lambda t: tf.TensorSpec((None, *t.shape[1:]), t.dtype), concrete.structured_outputs
-    )
-    return _CachedHook(concrete, out_spec)
-
-
-def _slice(arrays: dict, lo: int, hi: int, n: int) -> dict:
-    if lo == 0 and hi == n:
-        return arrays
-    return {k: v[lo:hi] for k, v in arrays.items()}
-
-
-def _blocks(arrays: dict, carry: dict | None, rows: int) -> tuple[dict | None, dict | None]:
-    """``arrays`` (after ``carry``) as whole ``rows``-row blocks, ``(k, rows, ...)`` per column,
-    and the rows left over for the next chunk (None when none are).
-
-    Only a batch that straddles two chunks is copied; the rest are views.
-    """
-    n = num_rows(arrays)
-    head = 0
-    lead = None
-    if carry is not None:
-        need = rows - num_rows(carry)
-        if n < need:
-            return None, {k: np.concatenate([carry[k], v]) for k, v in arrays.items()}
-        lead = {k: np.concatenate([carry[k], v[:need]]) for k, v in arrays.items()}
-        head = need
-    whole = (n - head) // rows
-    end = head + whole * rows
-    rest = {k: v[end:] for k, v in arrays.items()} if end < n else None
-    if lead is None and whole == 0:
-        return None, rest
-    if lead is None:
-        body = {k: v[head:end] for k, v in arrays.items()}
-    elif whole == 0:
-        body = lead
-    else:
-        # One copy of the chunk beats a second generator element (a conversion per column).
-        body = {k: np.concatenate([lead[k], v[head:end]]) for k, v in arrays.items()}
-    k = (end - head) // rows + (lead is not None)
-    return {c: v.reshape(k, rows, *v.shape[1:]) for c, v in body.items()}, rest
+    return apply
 
 
 def _slices(*parts):
@@ -510,28 +371,26 @@ def _slices(*parts):
     return tf.data.Dataset.from_tensor_slices(parts[0] if len(parts) == 1 else parts)
 
 
-def _as_block(arrays: dict) -> dict:
-    """A last, partial batch as a block of one: ``(1, rows, ...)`` per column."""
-    return {k: v[None] for k, v in arrays.items()}
-
-
-def _structure(values: dict, plan: ColumnPlan):
-    """(features, label): one feature is a bare tensor, several are a dict keyed by column."""
-    if len(plan.features) == 1:
-        features = values[plan.features[0].name]
-    else:
-        features = {f.name: values[f.name] for f in plan.features}
-    if plan.label is None:
-        return features
-    return features, values[plan.label.name]
-
-
-def _tensor_spec(spec: FeatureSpec, blocked: bool = False):
-    """A column's batches, ``(None, ...)``; ``blocked``: blocks of batches, ``(None, None, ...)``."""
+def _batches(batch: int):
+    """A hook's output chunk as batches of ``batch`` rows, the last one partial if it is."""
     import tensorflow as tf
 
-    dtype = tf.as_dtype(spec.dtype) if spec.kind == NUMERIC else tf.string
-    return tf.TensorSpec(shape=(None, *([None] if blocked else []), *spec.shape), dtype=dtype)
+    def split(*parts):
+        element = parts[0] if len(parts) == 1 else parts
+        n = tf.shape(tf.nest.flatten(element)[0])[0]
+        k = n // batch
+
+        def whole(t):
+            return tf.reshape(t[: k * batch], tf.concat([[k, batch], tf.shape(t)[1:]], 0))
+
+        full = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(whole, element))
+        rest = tf.nest.map_structure(lambda t: t[k * batch :], element)
+        tail = tf.data.Dataset.from_tensors(rest).filter(
+            lambda *r: tf.shape(tf.nest.flatten(r)[0])[0] > 0
+        )
+        return full.concatenate(tail)
+
+    return split
 
 
 def _is_image_error(exc: BaseException) -> bool:
@@ -543,5 +402,4 @@ def _is_image_error(exc: BaseException) -> bool:
     )
 
 
-def _all_specs(plan: ColumnPlan) -> list[FeatureSpec]:
-    return list(plan.features) + ([plan.label] if plan.label else [])
+__all__ = ["DataPosition", "EpochStream", "ReadOptions", "SplitData", "make_dataset", "num_rows"]

@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from keras_dl.errors import DistributedError, KerasDLError, Preempted
+from keras_dl.errors import DistributedError, DivergenceError, KerasDLError, Preempted
 
 _MARKER = "keras_dl rank failed:"
 _MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) secondary=([01]) cause=(.*)")
@@ -68,7 +68,9 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
         return Preempted(preempted[0].group(1), int(preempted[0].group(2)))
     if primary:
         rank = first_rank if first_rank in primary else min(primary)
-        return DistributedError(
+        # A diverged model stays a DivergenceError (exit code 3, tagged diverged, not retried).
+        kind = DivergenceError if primary[rank].startswith("DivergenceError:") else DistributedError
+        return kind(
             f"Horovod rank {rank} failed: {primary[rank]} (its traceback is above, lines "
             f"prefixed [{rank}]). The other ranks were stopped."
         )

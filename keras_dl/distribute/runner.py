@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keras_dl import storage
+from keras_dl import storage, tracking
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address, spark_conf
 from keras_dl.distribute.mainguard import check_main_guard
@@ -188,6 +188,12 @@ def launch(exp, main: Callable | None = None) -> Any:
     from keras_dl.distribute.horovod import import_horovod
 
     import_horovod()  # fail before creating a run that could never start
+    if exp.train.batch_size is None or exp.train.epochs is None:
+        from keras_dl.recipe import configure, load_recipe
+
+        # Settings the recipe chooses from the table (tabular: batch size, epochs), chosen once
+        # here, so the run's params and config.yaml hold them and every rank gets the same.
+        exp = configure(exp, load_recipe(exp.recipe))
     runner = HorovodRunner(
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,
@@ -219,7 +225,7 @@ def launch(exp, main: Callable | None = None) -> Any:
             _end_run(exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name})
             raise
         except BaseException as exc:
-            _end_run(exp.tracking.uri, run_id, "FAILED", {"keras_dl.failure": str(exc)[:5000]})
+            _end_run(exp.tracking.uri, run_id, "FAILED", tracking.failure_tags(exc))
             raise
     finally:
         lock.release()

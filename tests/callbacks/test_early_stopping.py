@@ -48,7 +48,8 @@ def test_divergence_threshold_stops_a_diverging_training():
     losses = losses.history["loss"]
     assert all(np.isfinite(losses)) and losses[-1] > 1e3 * losses[0]
     first = next(i for i, v in enumerate(losses) if v > 1e6)
-    stop = EarlyStopping(monitor="loss", divergence_threshold=1e6)
+    # divergence_factor=0: the default factor (10x the first epoch) would stop it earlier.
+    stop = EarlyStopping(monitor="loss", divergence_threshold=1e6, divergence_factor=0)
     history = diverging().fit(
         x, y, epochs=5, batch_size=16, shuffle=False, verbose=0, callbacks=[stop]
     )

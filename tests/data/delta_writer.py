@@ -50,6 +50,7 @@ def write_delta(
     mapping: bool = False,
     inline: bool = False,
     partition: tuple[str, list] | None = None,
+    stats: bool = True,
 ) -> None:
     """Write version 0 of a table: ``files[i]`` is the row groups of file ``i``.
 
@@ -60,6 +61,7 @@ def write_delta(
         mapping: Column mapping in name mode: physical names ``col-<uuid>`` and field ids.
         inline: Store deletion vectors inline in the log instead of in a DV file.
         partition: ``(column, values per file)``: a string partition column.
+        stats: Write each file's ``stats.numRecords`` (readers then plan without footers).
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -117,8 +119,9 @@ def write_delta(
             "size": target.stat().st_size,
             "modificationTime": 0,
             "dataChange": True,
-            "stats": json.dumps({"numRecords": rows}),
         }
+        if stats:
+            add["stats"] = json.dumps({"numRecords": rows})
         if partition:
             add["partitionValues"] = {physical[partition[0]]: partition[1][i]}
         rows_deleted = (deleted or [[]] * len(files))[i]
@@ -170,3 +173,48 @@ def _physical_schema(schema: pa.Schema, physical: dict, mapping: bool) -> pa.Sch
         meta = {b"PARQUET:field_id": str(i + 1).encode()} if mapping else None
         out.append(pa.field(physical[f.name], f.type, metadata=meta))
     return pa.schema(out)
+
+
+def write_partition_values(path: str | Path, kind: str, values: list, features=()) -> None:
+    """Version 0 of a table partitioned by ``p`` of Delta type ``kind``: file ``i`` holds one row
+    ``id = i`` and the partition value ``values[i]`` exactly as given (a string, "" or None)."""
+    root = Path(path)
+    (root / "_delta_log").mkdir(parents=True, exist_ok=True)
+    fields = [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "p", "type": kind, "nullable": True, "metadata": {}},
+    ]
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    if features:
+        protocol = {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": list(features),
+            "writerFeatures": list(features),
+        }
+    actions = [
+        {"protocol": protocol},
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps({"type": "struct", "fields": fields}),
+                "partitionColumns": ["p"],
+                "configuration": {},
+                "createdTime": 0,
+            }
+        },
+    ]
+    for i, value in enumerate(values):
+        name = f"part-{i:05d}.parquet"  # the folder is irrelevant: values come from the log
+        pq.write_table(pa.table({"id": pa.array([i], pa.int64())}), root / name)
+        add = {
+            "path": name,
+            "partitionValues": {"p": value},
+            "size": (root / name).stat().st_size,
+            "modificationTime": 0,
+            "dataChange": True,
+        }
+        actions.append({"add": add})
+    text = "\n".join(json.dumps(a, ensure_ascii=False) for a in actions) + "\n"  # raw UTF-8
+    (root / "_delta_log" / f"{0:020d}.json").write_text(text, encoding="utf-8")

@@ -70,6 +70,8 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     ):
         assert set(report[table]["batches"]) == {"32", "256"}
         for figures in report[table]["batches"].values():
+            if table != "images":  # every row trains once per epoch, at every batch size
+                assert figures["rows_trained_per_epoch_fraction"] == 1.0
             assert set(figures["rows_per_s"]) == set(figures["spread"]) == paths
             assert all(v > 0 for v in figures["rows_per_s"].values())
             assert all(v > 0 for v in figures["mb_per_s"].values())
@@ -99,3 +101,18 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     }
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     assert "keras_dl/reader_alone" in done.stderr  # the targets, printed as a table
+
+
+def test_bench_plan_plans_every_rank_from_the_log_alone(tmp_path):
+    out = tmp_path / "plan.json"
+    done = run_cli("bench", "plan", "--files", "300", "--ranks", "16", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    planning = report["planning"]
+    # The log names 300 files that do not exist: planning read none of them.
+    assert planning["rows_sum_over_ranks"] == planning["rows"] and planning["footers_opened"] == 0
+    low, high = planning["rows_per_rank_min_max"]
+    assert high - low <= 1 and planning["target_met"] is True
+    layouts = report["layouts"]
+    assert {row["row_exact_fraction_trained"] for row in layouts} == {1.0}
+    assert any(row["old_rule_fraction_trained"] == "refused" for row in layouts)

@@ -5,53 +5,39 @@ import pyarrow as pa
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, tfdata
 from keras_dl.data.cache_memory import EpochCache, chunk_bytes
+from keras_dl.data.shards import Piece
 from tests.conftest import write_delta
 
 
-def _reads():
-    """A fake table of 6 chunks of 10 rows; ``calls`` records which epochs were read."""
-    calls = []
-
-    def read(epoch):
-        calls.append(epoch)
-        for i in range(6):
-            yield {"x": np.arange(10 * i, 10 * i + 10, dtype=np.float32)}
-
-    return read, calls
+def _chunks(keep=None):
+    """A fake split of 6 row groups of 10 rows, as ``(piece, arrays)``."""
+    for i in range(6):
+        yield (
+            Piece(i // 3, i % 3, keep, 10),
+            {"x": np.arange(10 * i, 10 * i + 10, dtype=np.float32)},
+        )
 
 
-def _epoch(cache, epoch, read):
-    return [int(c["x"][0]) for c in cache.epoch(epoch, read)]
-
-
-def test_first_epoch_streams_and_later_epochs_replay_reshuffled_chunks():
-    read, calls = _reads()
-    cache = EpochCache(max_bytes=10_000, shuffle=True, seed=3)
-    orders = [_epoch(cache, e, read) for e in range(4)]
-    assert calls == [0]  # the table was read once
-    assert all(sorted(o) == [0, 10, 20, 30, 40, 50] for o in orders)
-    assert orders[0] == [0, 10, 20, 30, 40, 50] and len({tuple(o) for o in orders}) == 4
+def test_a_whole_split_is_kept_per_row_group_and_any_plan_is_served_from_it():
+    cache = EpochCache(max_bytes=10_000)
+    streamed = [int(c["x"][0]) for _, c in cache.fill(_chunks())]
+    assert streamed == [0, 10, 20, 30, 40, 50] and cache.ready
     assert cache.nbytes == 6 * chunk_bytes({"x": np.zeros(10, np.float32)})
+    # A plan's pieces (another order, masked boundary row groups) are indices into the split.
+    pieces = [Piece(1, 0, ((5, 10),), 5), Piece(0, 2, None, 10), Piece(0, 0, ((0, 2),), 2)]
+    index = cache.order(pieces)
+    assert cache.columns["x"][index].tolist() == [*range(35, 40), *range(20, 30), 0, 1]
+    # Mixed like the streamed pieces would be: the same pools, the same permutations.
+    mixed = cache.order(pieces, buffer_rows=7, seed=[3, 0, 1])
+    assert sorted(mixed.tolist()) == sorted(index.tolist()) and mixed.tolist() != index.tolist()
 
 
-def test_a_resumed_run_refills_from_epoch_zero_and_serves_the_same_order():
-    read, _ = _reads()
-    cache = EpochCache(max_bytes=10_000, shuffle=True, seed=3)
-    original = [_epoch(cache, e, read) for e in range(3)]
-    read2, calls2 = _reads()
-    resumed = EpochCache(max_bytes=10_000, shuffle=True, seed=3)
-    assert _epoch(resumed, 2, read2) == original[2] and calls2 == [0]
-
-
-def test_a_split_over_budget_streams_every_epoch_as_without_the_cache():
-    read, calls = _reads()
-    cache = EpochCache(max_bytes=100, shuffle=True, seed=3)  # 6 chunks of 40 bytes do not fit
-    assert [_epoch(cache, e, read) for e in range(3)] == [[0, 10, 20, 30, 40, 50]] * 3
-    assert calls == [0, 1, 2] and cache.disabled and cache.chunks is None
-    off = EpochCache(max_bytes=0, shuffle=False)
-    read, calls = _reads()
-    _epoch(off, 0, read), _epoch(off, 1, read)
-    assert calls == [0, 1]
+def test_a_split_over_budget_or_read_in_part_is_never_cached():
+    over = EpochCache(max_bytes=100)  # 6 chunks of 40 bytes do not fit
+    assert len(list(over.fill(_chunks()))) == 6 and over.disabled and not over.ready
+    part = EpochCache(max_bytes=10_000)  # masked pieces: another shard holds the rest
+    assert len(list(part.fill(_chunks(keep=((0, 5),))))) == 6 and not part.ready
+    assert not EpochCache(max_bytes=0).ready and EpochCache(max_bytes=0).disabled
 
 
 def test_binary_columns_count_their_bytes():
@@ -66,11 +52,13 @@ def _table(path, n=1000, rows_per_group=100):
 
 
 def _record_reads(monkeypatch) -> list:
-    """The seed of every read of the table (one per streamed epoch), as they happen."""
+    """The row groups of every read of the table (one per streamed epoch), as they happen."""
     opened = []
-    real = tfdata.iter_epoch_arrays
+    real = tfdata.read_pieces
     monkeypatch.setattr(
-        tfdata, "iter_epoch_arrays", lambda *a, **k: opened.append(k["seed"]) or real(*a, **k)
+        tfdata,
+        "read_pieces",
+        lambda s, c, pieces, *a, **k: opened.append(pieces) or real(s, c, pieces, *a, **k),
     )
     return opened
 
@@ -89,24 +77,21 @@ def test_cached_training_epochs_are_exact_reshuffled_and_resume_where_they_stopp
     split = make_dataset(snap, plan, options)
     rows = _rows(split, 4 * split.steps)
     assert len(opened) == 1  # one read of the table for four epochs
-    epochs = rows.reshape(4, split.steps * 32)
+    epochs = rows.reshape(4, 1000)  # 31 batches of 32 and one of 8 each
     for epoch in epochs:
-        assert len(set(epoch.tolist())) == split.steps * 32  # each row at most once, none twice
+        assert sorted(epoch.tolist()) == list(range(1000))  # every row once, none twice
     assert len({tuple(e) for e in epochs.tolist()}) == 4  # a new order every epoch
     # A new process resumed after 2.5 epochs continues with exactly the same rows.
     resumed = make_dataset(snap, plan, options)
     at = 2 * split.steps + split.steps // 2
     resumed.start_at(at)
-    np.testing.assert_array_equal(_rows(resumed, split.steps), rows[at * 32 :][: split.steps * 32])
+    expected = rows[2000 + (at - 2 * split.steps) * 32 :][:1000]
+    np.testing.assert_array_equal(_rows(resumed, split.steps), expected)
 
 
 def test_cache_off_reads_the_table_every_epoch(tmp_path, monkeypatch):
     snap = _table(str(tmp_path / "t"))
-    opened = []
-    real = tfdata.iter_epoch_arrays
-    monkeypatch.setattr(
-        tfdata, "iter_epoch_arrays", lambda *a, **k: opened.append(1) or real(*a, **k)
-    )
+    opened = _record_reads(monkeypatch)
     split = make_dataset(snap, plan_columns(snap, ("f",), "label"), ReadOptions(32, training=True))
     _rows(split, 3 * split.steps)
     assert len(opened) >= 3
@@ -146,11 +131,13 @@ def test_a_deterministic_hook_runs_once_per_row_and_the_cache_keeps_its_output(
     plain = _rows(make_dataset(snap, plan, options), 4 * split.steps)
     np.testing.assert_array_equal(rows, 2 * plain)
     for epoch in rows.reshape(4, -1):
-        assert len(set(epoch.tolist())) == split.steps * 32
+        assert sorted((epoch / 2).tolist()) == list(range(1000))
     resumed = make_dataset(snap, plan, options, _Hook())
     at = 3 * split.steps - 5
-    resumed.start_at(at)
-    np.testing.assert_array_equal(_rows(resumed, 10), rows[at * 32 :][: 10 * 32])
+    resumed.start_at(at)  # 5 steps before the end of epoch 2: 4 whole batches and one of 8
+    np.testing.assert_array_equal(
+        _rows(resumed, 10), rows[3000 - 4 * 32 - 8 :][: 4 * 32 + 8 + 5 * 32]
+    )
 
 
 def test_a_hook_that_is_random_or_too_big_to_cache_runs_in_tf_data_every_epoch(tmp_path):
@@ -160,7 +147,7 @@ def test_a_hook_that_is_random_or_too_big_to_cache_runs_in_tf_data_every_epoch(t
     for hook in (_Hook(deterministic=False), _Hook(width=10)):  # 48 bytes a row: over budget
         split = make_dataset(snap, plan, options, hook)
         rows = _rows(split, 3 * split.steps)
-        assert int(hook.rows.numpy()) >= 2 * 1000 and rows.shape[0] == 3 * split.steps * 32
+        assert int(hook.rows.numpy()) >= 2 * 1000 and rows.shape[0] == 3 * 1000
 
 
 def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_stops(
@@ -171,24 +158,25 @@ def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_s
     snap = _table(str(tmp_path / "t"))
     plan = plan_columns(snap, ("f",), "label")
     opened, closed = [], []
-    real = tfdata.iter_epoch_arrays
+    real = tfdata.read_pieces
 
     def tracked(*a, **k):
-        opened.append(k["seed"])
+        opened.append(len(opened))
         try:
             yield from real(*a, **k)
         finally:
-            closed.append(k["seed"])
+            closed.append(opened[-1])
 
-    monkeypatch.setattr(tfdata, "iter_epoch_arrays", tracked)
+    monkeypatch.setattr(tfdata, "read_pieces", tracked)
     options = ReadOptions(32, training=True, shuffle_buffer=100)  # cache off: every epoch streams
     split = make_dataset(snap, plan, options)
     rows = _rows(split, 2 * split.steps + 3)
     gc.collect()
     # Epoch 2 was opened ahead (as epoch 1's reader ended), then every reader was stopped.
-    assert opened == [42, 43, 44] and sorted(closed) == sorted(opened)
-    epochs = rows[: 2 * split.steps * 32].reshape(2, -1)
-    assert all(len(set(e.tolist())) == split.steps * 32 for e in epochs)
+    assert opened == [0, 1, 2] and sorted(closed) == sorted(opened)
+    epochs = rows[:2000].reshape(2, -1)
+    assert all(sorted(e.tolist()) == list(range(1000)) for e in epochs)
     # The same rows as reading each epoch when it starts.
-    monkeypatch.setattr(tfdata._ReadAhead, "_open", lambda self, epoch: None)
-    np.testing.assert_array_equal(_rows(make_dataset(snap, plan, options), len(rows) // 32), rows)
+    monkeypatch.setattr(tfdata.ReadAhead, "_open", lambda self, epoch: None)
+    again = _rows(make_dataset(snap, plan, options), 2 * split.steps + 3)
+    np.testing.assert_array_equal(again, rows)

@@ -139,10 +139,11 @@ def test_skip_policy_drops_and_counts_bad_images(tmp_path):
     split = make_dataset(snap, plan, ReadOptions(batch_size=8), hook)  # one pass
     rows = sum(int(x.shape[0]) for x, _ in split.dataset)
     assert rows == 24 - len(bad) and hook.skipped() == len(bad)
-    # Training: batches stay full (cut after the skip), and the count grows with every read.
+    # Training: a skipped image leaves its batch one row short (batches never cross an epoch),
+    # and the count grows with every read.
     data = _splits(path, make_image_preprocess("image", (8, 8)), on_bad_image="skip")
     kept = [int(x.shape[0]) for x, _ in data.train.dataset.take(2 * data.train.steps)]
-    assert kept == [8] * (2 * data.train.steps)
+    assert all(0 < k <= 8 for k in kept) and sum(kept) < 2 * data.train.stats.rows
     assert data.bad_images_skipped() >= len(bad)
 
 

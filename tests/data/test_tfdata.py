@@ -38,12 +38,28 @@ def test_every_row_arrives_once_per_epoch_as_dense_batches(tmp_path):
         ("v", "float32", (4,)),
     ]
     split = make_dataset(snap, plan, ReadOptions(batch_size=32))
-    assert split.steps == 32 and split.stats.rows == 1000 and split.stats.row_groups == 10
+    # Counted from the Delta log alone (numRecords): no footer is opened to plan the epoch.
+    assert split.steps == 32 and split.stats.rows == 1000 and split.stats.file_rows == (1000,)
     xs, _ = _collect(split, split.steps)
     f = np.concatenate([x["f"].numpy() for x in xs])
     v = np.concatenate([x["v"].numpy() for x in xs])
     assert sorted(f.tolist()) == list(range(1000))
     assert v.shape == (1000, 4) and np.all(v[:, 0] == f)
+
+
+def _epochs(split, epochs):
+    """Per epoch: the real rows (weight 1) and the weights of the padding (weight 0)."""
+    out = []
+    it = iter(split.dataset)
+    for _ in range(epochs):
+        rows, pad = [], []
+        for _ in range(split.steps):
+            x, _, w = next(it)
+            x, w = x.numpy(), w.numpy()
+            rows.extend(x[w > 0].tolist())
+            pad.extend(w[w == 0].tolist())
+        out.append((rows, pad))
+    return out
 
 
 def test_training_split_repeats_shuffled_with_equal_steps_per_shard(tmp_path):
@@ -57,23 +73,39 @@ def test_training_split_repeats_shuffled_with_equal_steps_per_shard(tmp_path):
         )
         for r in range(2)
     ]
-    # Steps come from row counts over the whole world: the same on every rank.
-    assert shards[0].steps == shards[1].steps == 1000 // 32
-    seen = []
-    for s in shards:
-        batches = [x.numpy() for x, _ in s.dataset.take(s.steps * 3)]  # three epochs, no re-open
-        assert all(b.shape == (16,) for b in batches)
-        seen.append(np.concatenate(batches[: s.steps]))
-    # The shards read disjoint row groups, and the order is shuffled.
-    assert not set(seen[0][:100].tolist()) & set(seen[1][:100].tolist())
-    assert not np.all(np.diff(seen[0]) > 0)
+    # Steps come from row counts over the whole world: the same on every rank, every row.
+    assert shards[0].steps == shards[1].steps == -(-500 // 16)
+    epochs = [_epochs(s, 3) for s in shards]
+    for e in range(3):
+        both = epochs[0][e][0] + epochs[1][e][0]
+        assert sorted(both) == list(range(1000))  # every row once, on exactly one rank
+        assert all(len(epochs[r][e][1]) == 32 * 16 - 500 for r in range(2))  # zero weights
+    # Which rows go to which rank changes from epoch to epoch, and the order is shuffled.
+    assert set(epochs[0][0][0]) != set(epochs[0][1][0])
+    assert not np.all(np.diff(epochs[0][0][0]) > 0)
 
 
-def test_fewer_row_groups_than_shards_says_how_to_fix(tmp_path):
+@pytest.mark.parametrize("shards", [2, 3, 8])
+def test_a_table_of_one_row_group_trains_on_any_number_of_ranks(tmp_path, shards):
     snap = open_table(_write(str(tmp_path / "t"), n=100, rows_per_group=100))
     plan = plan_columns(snap, ("f",), "label")
-    with pytest.raises(DataError, match=r"1 row group\(s\) but 2 shards.*more, smaller row groups"):
-        make_dataset(snap, plan, ReadOptions(batch_size=8, training=True, shard=0, num_shards=2))
+    splits = [
+        make_dataset(snap, plan, ReadOptions(8, training=True, shard=r, num_shards=shards))
+        for r in range(shards)
+    ]
+    assert len({s.steps for s in splits}) == 1
+    for e, per_rank in enumerate(zip(*[_epochs(s, 2) for s in splits])):
+        rows = [r for rank_rows, _ in per_rank for r in rank_rows]
+        assert sorted(rows) == list(range(100)), e
+        sizes = [len(rank_rows) for rank_rows, _ in per_rank]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_more_ranks_than_rows_says_how_to_fix(tmp_path):
+    snap = open_table(_write(str(tmp_path / "t"), n=3, rows_per_group=3))
+    plan = plan_columns(snap, ("f",), "label")
+    with pytest.raises(DataError, match=r"3 live row\(s\) but 4 shards.*at most that many"):
+        make_dataset(snap, plan, ReadOptions(batch_size=8, training=True, shard=0, num_shards=4))
 
 
 def test_missing_column_lists_the_columns_the_table_has(tmp_path):
@@ -110,10 +142,10 @@ def test_digits_splits_come_from_the_split_partition(digits_table):
     assert data.snapshot.lineage["data.version"] == "0"
 
 
-def test_uneven_shards_still_run_equal_full_steps_and_split_the_row_groups(tmp_path):
+def test_uneven_shards_run_equal_steps_and_split_the_rows_within_one(tmp_path):
     snap = open_table(_write(str(tmp_path / "t")))  # 10 row groups of 100 rows
     plan = plan_columns(snap, ("f",), "label")
-    # One pass per rank: the 10 row groups split 4/3/3, disjoint, covering every row.
+    # One pass per rank: 334/333/333 rows, disjoint, covering every row.
     passes = [
         np.concatenate(
             [
@@ -125,22 +157,18 @@ def test_uneven_shards_still_run_equal_full_steps_and_split_the_row_groups(tmp_p
         )
         for r in range(3)
     ]
-    assert sorted(len(p) for p in passes) == [300, 300, 400]
+    assert [len(p) for p in passes] == [334, 333, 333]
     assert sorted(np.concatenate(passes).tolist()) == list(range(1000))
-    # Training: every rank runs the same steps of full batches, as many as the smallest shard
-    # fills (300 // 16), and no row comes twice within one epoch of a rank.
-    for r in range(3):
-        split = make_dataset(
-            snap, plan, ReadOptions(batch_size=16, training=True, shard=r, num_shards=3)
-        )
-        assert split.steps == 300 // 16
-        epochs = [[], []]
-        for i, (x, _) in enumerate(split.dataset.take(2 * split.steps)):
-            assert int(x.shape[0]) == 16
-            epochs[i // split.steps].extend(x.numpy().tolist())
-        for rows in epochs:
-            assert len(set(rows)) == len(rows) == split.steps * 16
-            assert set(rows) <= set(passes[r].tolist())
+    # Training: every rank runs the same steps of full batches (ceil(334 / 16)); together the
+    # ranks train on every row once per epoch, the shorter ones padded with zero weights.
+    splits = [
+        make_dataset(snap, plan, ReadOptions(batch_size=16, training=True, shard=r, num_shards=3))
+        for r in range(3)
+    ]
+    assert {s.steps for s in splits} == {21}
+    assert [s.padded_rows for s in splits] == [21 * 16 - 334, 21 * 16 - 333, 21 * 16 - 333]
+    for per_rank in zip(*[_epochs(s, 2) for s in splits]):
+        assert sorted(r for rows, _ in per_rank for r in rows) == list(range(1000))
 
 
 def test_deterministic_order_repeats_run_after_run_and_follows_the_seed(tmp_path):
@@ -165,13 +193,14 @@ def test_deterministic_order_repeats_run_after_run_and_follows_the_seed(tmp_path
 
 
 def test_each_training_epoch_reads_every_row_once_and_reshuffles(tmp_path):
-    snap = open_table(_write(str(tmp_path / "t")))  # 1000 rows: 31 batches of 32, 8 left out
+    snap = open_table(_write(str(tmp_path / "t")))  # 1000 rows: 31 batches of 32, then 8
     split = make_dataset(snap, plan_columns(snap, ("f",), "label"), ReadOptions(32, training=True))
-    assert split.steps == 31
-    rows = np.concatenate([x.numpy() for x, _ in split.dataset.take(3 * split.steps)])
-    epochs = rows.reshape(3, 31 * 32).tolist()
+    assert split.steps == 32 and split.padded_rows == 0 and not split.weighted
+    batches = [x.numpy() for x, _ in split.dataset.take(3 * split.steps)]
+    assert [len(b) for b in batches] == ([32] * 31 + [8]) * 3  # the last batch kept, partial
+    epochs = [np.concatenate(batches[e * 32 : (e + 1) * 32]).tolist() for e in range(3)]
     for epoch in epochs:
-        assert len(set(epoch)) == 31 * 32 and set(epoch) <= set(range(1000))
+        assert sorted(epoch) == list(range(1000))
     assert epochs[0] != epochs[1] != epochs[2]  # a new seeded order every epoch
 
 
@@ -185,21 +214,21 @@ def test_validation_can_come_from_a_second_table(tmp_path):
     assert rows == 300
 
 
-def test_a_shard_left_empty_by_filters_is_refused_before_training(tmp_path):
-    # 10 row groups of 100 rows; the filter keeps rows of even row groups only, which all go to
-    # shard 0 of 2: shard 1 would wait forever in its first collective.
+def test_filters_that_empty_whole_row_groups_still_split_the_rows_evenly(tmp_path):
+    # 10 row groups of 100 rows; the filter keeps rows of even row groups only. Shards are cut
+    # by rows, so both ranks get 250 of them and run the same steps.
     path = _write(str(tmp_path / "t"), group=np.repeat(np.arange(10), 100))
     data = DataConfig(table=path, features=("f",), filters=("group in 0|2|4|6|8",))
-    with pytest.raises(DataError, match=r"shard 1 of 2 has 0 row\(s\) after deletions and filters"):
-        make_splits(data, batch_size=16, rank=0, world_size=2)
-    # Every rank refuses, not only the empty one: they must agree before any step.
-    with pytest.raises(DataError, match=r"shard 1 of 2 has 0 row"):
-        make_splits(data, batch_size=16, rank=1, world_size=2)
+    splits = [make_splits(data, batch_size=16, rank=r, world_size=2).train for r in range(2)]
+    assert [s.rows for s in splits] == [250, 250] and {s.steps for s in splits} == {16}
+    rows = [r for s in splits for r in _epochs(s, 1)[0][0]]
+    assert sorted(rows) == sorted(i for i in range(1000) if (i // 100) % 2 == 0)
 
 
 @pytest.mark.parametrize("batch", [1, 7, 32, 300])
 def test_blocks_cut_any_chunk_sizes_into_whole_batches_in_order(batch):
-    from keras_dl.data.tfdata import _as_block, _blocks
+    from keras_dl.data.blocks import as_block as _as_block
+    from keras_dl.data.blocks import cut_blocks as _blocks
 
     rng = np.random.default_rng(batch)
     sizes = rng.integers(1, 700, size=12)
@@ -233,8 +262,8 @@ def test_a_preprocess_hook_sees_the_same_rows_in_the_same_order(tmp_path, traini
         np.array_equal(fa, fb) and np.array_equal(ya + 10, yb) for (fa, ya), (fb, yb) in zip(a, b)
     )
     sizes = [len(f) for f, _ in a]
-    if training:
-        assert set(sizes) == {24} and len(a) == 2 * (1000 // 24)
+    if training:  # each epoch keeps its last partial batch: it never merges with the next
+        assert sizes == ([24] * (1000 // 24) + [1000 % 24]) * 2
     else:
         assert sizes == [24] * (1000 // 24) + [1000 % 24]
         assert sorted(np.concatenate([f for f, _ in a]).tolist()) == list(range(1000))

@@ -43,3 +43,19 @@ def test_the_failing_rank_and_its_cause_are_named(tmp_path, first, reports, expe
     exc = RuntimeError(HOROVOD.format(rank=first[0], code=first[1]))
     error = explain_failure(exc, _logs(tmp_path, reports), size=3 if first[0] == 2 else 2)
     assert re.search(expected, str(error)), str(error)
+
+
+def test_a_rank_that_diverged_fails_the_job_as_diverged_not_as_a_distributed_error(tmp_path):
+    from keras_dl.distribute.recovery import restartable
+    from keras_dl.errors import DistributedError, DivergenceError
+    from keras_dl.tracking import failure_tags
+
+    exc = RuntimeError(HOROVOD.format(rank=1, code=1))
+    reports = {0: (0, "DivergenceError: Training diverged: loss grew"), 1: (1, SHUTDOWN)}
+    error = explain_failure(exc, _logs(tmp_path, reports), size=2)
+    assert type(error) is DivergenceError and error.exit_code == 3
+    assert str(error).startswith("Horovod rank 0 failed: DivergenceError: Training diverged")
+    assert failure_tags(error)["keras_dl.failure"] == "diverged" and not restartable(error)
+    (tmp_path / "b").mkdir()
+    other = explain_failure(exc, _logs(tmp_path / "b", {0: (0, "ValueError: x")}), size=2)
+    assert type(other) is DistributedError

@@ -56,14 +56,17 @@ def test_a_failing_rank_fails_the_job_within_60s(digits_exp, tmp_path, mode, mes
 
 
 @pytest.mark.slow
-def test_more_ranks_than_row_groups_is_a_clear_error(tmp_path):
-    from keras_dl.data.ingest import ingest_sklearn_digits
+def test_more_ranks_than_rows_is_a_clear_error(tmp_path):
+    import pyarrow as pa
 
-    table = str(tmp_path / "digits_one_group")
-    ingest_sklearn_digits(table, rows_per_group=4096)  # the train split is one row group
+    from tests.conftest import write_delta
+
+    table = str(tmp_path / "one_row")  # one training row for two ranks
+    rows = pa.table({"pixels": [[0.0] * 64], "label": [1], "split": ["train"]})
+    write_delta(table, rows, rows_per_group=1)
     exp = digits_experiment(table, tmp_path, "runtime.strategy=horovod", "runtime.np=-2")
     with pytest.raises(
-        DistributedError, match=r"rank \d failed: DataError: .*1 row group\(s\) but 2"
+        DistributedError, match=r"rank \d failed: DataError: .*1 live row\(s\) but 2 shards"
     ):
         launch(exp)
     (run,) = runs_in(exp.tracking.uri)

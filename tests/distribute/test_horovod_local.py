@@ -85,3 +85,74 @@ def test_unpicklable_function_is_a_clear_error():
 def test_np_zero_is_a_clear_error():
     with pytest.raises(DistributedError, match=r"np=0\) runs nothing: use np=-N .* or np=N"):
         HorovodRunner(np=0)
+
+
+@pytest.mark.slow
+def test_two_ranks_train_every_row_of_a_one_row_group_table_once_per_epoch(digits_exp, tmp_path):
+    """A table written in one row group (pandas' and deltalake's default shape for a small
+    table) trains on 2 ranks: each epoch, every row once, on exactly one rank."""
+    from keras_dl.data import read_table
+    from tests.conftest import write_delta
+    from tests.distribute.workers import train_counting_rows
+
+    exp = digits_exp("runtime.strategy=horovod", "runtime.np=-2", "train.epochs=2")
+    rows = read_table(exp.data.table)
+    one = write_delta(str(tmp_path / "one"), rows, rows_per_group=rows.num_rows)
+    exp = digits_exp(
+        f"data.table={one}",
+        "data.split_column=split",
+        "runtime.strategy=horovod",
+        "runtime.np=-2",
+        "train.epochs=2",
+        "train.batch_size=128",  # 1257 train rows: 629 and 628 per rank, 10 steps of 64
+        "tracking.log_model=false",
+    )
+    ranks = launch(exp, main=train_counting_rows)
+    train_rows = 1257
+    for epoch in range(2):
+        seen = [r["rows"][epoch] for r in ranks]
+        assert sum(seen) == train_rows and max(seen) - min(seen) <= 1, seen
+        # The logged value is the ranks' mean (MetricAverage): the padding counts nowhere.
+        assert ranks[0]["logged"][epoch] == pytest.approx(train_rows / 2)
+
+
+def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
+    """The driver fills in the tabular recipe's batch size before it logs the config, so the
+    run's params and config.yaml hold what both ranks trained with."""
+    import numpy as np
+    import pyarrow as pa
+    import yaml
+
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from tests.conftest import write_delta
+
+    rng = np.random.default_rng(0)
+    rows = 300
+    split = np.where(np.arange(rows) % 5 == 0, "validation", "train")
+    table = pa.table(
+        {"x": rng.normal(size=rows), "label": rng.integers(0, 2, rows), "split": split}
+    )
+    path = write_delta(str(tmp_path / "t"), table, rows_per_group=32)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = resolve(
+        load_recipe("tabular").defaults,
+        sets=[
+            f"data.table={path}",
+            "data.split_column=split",
+            f"tracking.uri={uri}",
+            f"runtime.run_dir={tmp_path / 'run'}",
+            "tracking.registered_model=none",
+            "train.epochs=1",
+            "train.verbose=0",
+            "runtime.strategy=horovod",
+            "runtime.np=-2",
+        ],
+    )
+    assert exp.train.batch_size is None
+    result = launch(exp)
+    run = mlflow.MlflowClient(uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["train.batch_size"] == "16"  # 240 training rows / 16, over 2 ranks
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["train"]["batch_size"] == 16 and saved["train"]["epochs"] == 1

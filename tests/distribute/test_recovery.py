@@ -14,9 +14,9 @@ from keras_dl.errors import DistributedError, Preempted
 from tests.conftest import runs_in
 from tests.distribute.workers import train_with_fault
 
-# Each of 2 ranks reads every other row group of the 1,257 training rows (row groups of 128);
-# every rank runs the smaller shard's full batches of 16: 617 // 16 = 38 steps per epoch.
-STEPS = 38
+# The 1,257 training rows split 629/628 between 2 ranks; every rank runs the larger shard's
+# batches of 16, the last one padded: ceil(629 / 16) = 40 steps per epoch.
+STEPS = 40
 # The fault lands at epoch 1, batch 1, seen by the driver's callbacks 2 steps later: the ranks
 # stop together after this step.
 STOP = STEPS + 3

@@ -9,7 +9,7 @@ protocol requires of a reader:
   ``timestamp`` is UTC, ``timestamp_ntz`` has no zone.
 - **Column mapping** (``name`` and ``id`` modes): the physical names (and field ids) inside the
   Parquet files are kept beside the logical schema; partition values are keyed by physical name.
-- **Partition values** from the log, typed by the schema; an empty or missing value is a null.
+- **Partition values** from the log, typed by the schema as delta-kernel types them.
 - **Deletion vectors**: each live file's deleted rows, decoded and checked.
 """
 
@@ -21,10 +21,10 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from keras_dl.data.filters import to_type
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables.deletion_vectors import read_deletion_vector
 from keras_dl.data.tables.delta_log import LOG, replay
+from keras_dl.data.tables.partition_values import BadValue, parse_partition_text
 from keras_dl.errors import DataError
 from keras_dl.storage import Storage
 
@@ -98,7 +98,7 @@ def open_delta(
         physical = pa.schema([_arrow_field(f, physical=True, table=storage.uri) for f in fields])
     partition_columns = tuple(meta.get("partitionColumns") or ())
     keys = {c: _physical_name(schema, physical, c) for c in partition_columns}
-    files, parts, deleted = [], [], []
+    files, parts, deleted, records = [], [], [], []
     for add in sorted(state.adds, key=lambda a: unquote(a["path"])):
         path = unquote(add["path"])
         files.append(
@@ -113,6 +113,7 @@ def open_delta(
         )
         dv = add.get("deletionVector")
         deleted.append(read_deletion_vector(dv, storage.uri, storage.read_bytes) if dv else None)
+        records.append(_num_records(add))
     return TableSnapshot(
         uri=storage.uri,
         format="delta",
@@ -123,6 +124,7 @@ def open_delta(
         partition_columns=partition_columns,
         deleted_rows=tuple(deleted),
         physical_schema=physical,
+        file_records=tuple(records),
     )
 
 
@@ -147,20 +149,22 @@ def check_protocol(protocol: dict, table: str) -> None:
 
 
 def parse_partition_value(value: str | None, kind: pa.DataType, column: str, table: str) -> Any:
-    """A partition value from the log, typed as ``kind``; empty or missing is None (null).
+    """A partition value from the log, typed as ``kind``; missing is None (null).
 
-    Follows the protocol's "Partition Value Serialization": numbers as text, dates as
-    ``YYYY-MM-DD``, timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (the writer's zone, UTC for
-    Spark) or ISO 8601 in UTC, booleans as ``true``/``false``, binary as escaped characters.
+    Read as delta-kernel reads it (:mod:`.partition_values`): numbers as text, dates as
+    ``YYYY-MM-DD``, timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (UTC) or RFC 3339,
+    booleans as ``true``/``false``, binary as the UTF-8 bytes of the text; an empty text is
+    a null, or the empty value of a string or binary column.
     """
-    if value is None or value == "":
-        return None  # "An empty string for any type translates to a null partition value"
+    if value is None:
+        return None
     try:
-        return to_type(value, kind, column)
-    except DataError:
+        return parse_partition_text(value, kind)
+    except BadValue:
         raise DataError(
             f"Delta table {table!r} has the partition value {value!r} for column {column!r}, "
-            f"which is not a {kind} value. The log is damaged or its writer does not conform."
+            f"which is not a {kind} value as the Delta protocol serializes them (delta-kernel "
+            "refuses it too). The log is damaged or its writer does not conform."
         ) from None
 
 
@@ -199,6 +203,18 @@ def _arrow_field(spec: dict, physical: bool, table: str) -> pa.Field:
         field_meta = {b"PARQUET:field_id": str(meta[FIELD_ID]).encode()}
     kind = delta_type(spec["type"], physical, table)
     return pa.field(name, kind, nullable=spec.get("nullable", True), metadata=field_meta)
+
+
+def _num_records(add: dict) -> int | None:
+    """``stats.numRecords`` of an ``add`` action (a JSON string in the log), or None."""
+    stats = add.get("stats")
+    if isinstance(stats, str):
+        try:
+            stats = json.loads(stats)
+        except ValueError:
+            return None
+    number = stats.get("numRecords") if isinstance(stats, dict) else None
+    return int(number) if isinstance(number, int) and number >= 0 else None
 
 
 def _physical_name(schema: pa.Schema, physical: pa.Schema | None, column: str) -> str:

@@ -1,0 +1,278 @@
+"""The registry gate: only a model that earned it becomes a registered version.
+
+:func:`keras_dl.finish.finish` calls :func:`decide` after the test evaluation and the model's
+logging, before it registers the model. The model's evaluation metrics are its test metrics
+(``test_*``), or, without a test split, the validation split's (``val_*``, evaluated here).
+The model must pass, in this order:
+
+1. ``registry.min_metric``, a floor such as ``test_accuracy>=0.95``, when set;
+2. the trivial predictor on the same evaluation rows, always. The task comes from the compiled
+   metrics and loss: an accuracy metric (``accuracy``, ``acc``, ``sparse_categorical_accuracy``,
+   ``categorical_accuracy``, ``binary_accuracy``) means classification, and the model's
+   accuracy must be higher than that of always predicting the training split's majority class
+   (on a tie, the tied class that scores best on the evaluation rows); else an MSE or RMSE
+   metric, or a mean-squared-error loss, means regression, and the model's MSE must be lower
+   than that of always predicting the training labels' mean. A model with neither is not
+   checked against a trivial predictor (the ``keras_dl.gate`` tag says so);
+3. ``registry.must_beat``, an alias such as ``champion``, when set: the version holding it is
+   loaded, compiled with this model's loss and metrics and evaluated on the same rows, and this
+   model must do better on the same metric (accuracy, MSE, or else the loss). When no version
+   holds the alias yet, the model passes.
+
+The baselines read the label column of the split snapshots training read, through the same
+reader. A recipe may map labels to class indices in its preprocessing (the tabular recipe does,
+for string labels); a one-to-one mapping does not change which predictions are right, so the
+majority class's accuracy in the table's labels is its accuracy in the model's.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from keras_dl.config import parse_min_metric
+from keras_dl.data.features import ColumnPlan
+from keras_dl.data.reader import iter_epoch_arrays
+from keras_dl.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ACCURACY = (
+    "accuracy",
+    "acc",
+    "sparse_categorical_accuracy",
+    "categorical_accuracy",
+    "binary_accuracy",
+)
+MSE = ("mse", "mean_squared_error")
+RMSE = ("rmse", "root_mean_squared_error")
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether the model may be registered.
+
+    Attributes:
+        passed: True when every check passed.
+        reason: Why it may not (the first failed check); "" when it passed.
+        checks: What was checked, one sentence each (the run's ``keras_dl.gate`` tag).
+    """
+
+    passed: bool
+    reason: str
+    checks: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        return "; ".join(self.checks)
+
+
+@dataclass(frozen=True)
+class Score:
+    """The metric the gate compares: its name, value, direction and the task it implies."""
+
+    name: str
+    value: float
+    higher_is_better: bool
+    task: str | None  # "classification", "regression", or None (the loss of another task)
+
+    def beats(self, other: float) -> bool:
+        return self.value > other if self.higher_is_better else self.value < other
+
+
+def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
+    """Check the trained ``model`` against ``exp.registry`` and the trivial predictor.
+
+    Args:
+        exp: The resolved experiment (``registry``, ``tracking.registered_model``).
+        model: The trained, compiled Keras model.
+        data: The run's :class:`~keras_dl.data.splits.DataSplits`.
+        metrics: The test metrics ``finish`` logged (``test_*``).
+
+    Returns:
+        The :class:`Decision`.
+
+    Raises:
+        ConfigError: ``registry.min_metric`` names a metric the run does not have.
+    """
+    reg = exp.registry
+    split, prefix, scores = _evaluation(model, data, metrics)
+    checks: list[str] = []
+    refused: list[str] = []
+
+    def check(ok: bool, text: str) -> None:
+        checks.append(text)
+        if not ok:
+            refused.append(text)
+
+    if reg.min_metric:
+        name, op, floor = parse_min_metric(reg.min_metric)
+        if name not in scores:
+            have = ", ".join(sorted(scores)) or "none (no test or validation split)"
+            raise ConfigError(
+                f"registry.min_metric={reg.min_metric!r} names {name!r}, which this run does not "
+                f"have. Its evaluation metrics: {have}. Set it to one of them and run again: "
+                "the trained model is kept, nothing trains again."
+            )
+        ok = _OPS[op](scores[name], floor)
+        check(ok, f"{name}={scores[name]:.4g} {'meets' if ok else 'fails'} {name}{op}{floor:g}")
+    if split is None:
+        checks.append("no test or validation split: not compared with a trivial predictor")
+        if reg.must_beat:
+            check(False, f"no test or validation split to compare with @{reg.must_beat} on")
+        return Decision(not refused, refused[0] if refused else "", tuple(checks))
+    score = main_score(model, scores, prefix)
+    if score is None or score.task is None:
+        checks.append("no accuracy or MSE metric: not compared with a trivial predictor")
+    else:
+        ok, text = _against_trivial(score, _labels(data.train, data), _labels(split, data))
+        check(ok, text)
+    if reg.must_beat and not refused:
+        check(*_against_champion(exp, model, split, prefix, score))
+    return Decision(not refused, refused[0] if refused else "", tuple(checks))
+
+
+def main_score(model, scores: Mapping[str, float], prefix: str) -> Score | None:
+    """The metric the gate compares: accuracy (classification), MSE (regression), else the loss.
+
+    Args:
+        model: The compiled model (its loss tells a mean-squared-error regression apart).
+        scores: One split's metrics, each named ``prefix`` + the compiled name.
+        prefix: "test_" or "val_".
+    """
+    for name in ACCURACY:
+        if prefix + name in scores:
+            return Score(prefix + name, scores[prefix + name], True, "classification")
+    for name in MSE:
+        if prefix + name in scores:
+            return Score(prefix + name, scores[prefix + name], False, "regression")
+    for name in RMSE:
+        if prefix + name in scores:
+            value = scores[prefix + name] ** 2
+            return Score(f"{prefix}{name}^2", value, False, "regression")
+    if prefix + "loss" not in scores:
+        return None
+    loss = getattr(model, "loss", None)
+    if loss in MSE or type(loss).__name__ == "MeanSquaredError":
+        return Score(f"{prefix}loss (MSE)", scores[prefix + "loss"], False, "regression")
+    return Score(prefix + "loss", scores[prefix + "loss"], False, None)
+
+
+def _evaluation(model, data, metrics: Mapping[str, float]):
+    """The evaluation split, its metrics' prefix and its metrics: the test split's (as
+    ``finish`` logged them), else the validation split's (evaluated here)."""
+    if data.test is not None:
+        return data.test, "test_", {k: v for k, v in metrics.items() if k.startswith("test_")}
+    if data.validation is not None:
+        split = data.validation
+        got = model.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
+        return split, "val_", {f"val_{k}": float(v) for k, v in got.items()}
+    return None, "", {}
+
+
+def _labels(split, data) -> np.ndarray:
+    """Every label of ``split``, read from its snapshot as training reads it."""
+    plan = ColumnPlan(features=(), label=data.plan.label)
+    chunks = [
+        c[plan.label.name] for c in iter_epoch_arrays(split.snapshot, plan, split.stats, seed=None)
+    ]
+    return np.concatenate(chunks) if chunks else np.array([])
+
+
+def _against_trivial(score: Score, train: np.ndarray, rows: np.ndarray) -> tuple[bool, str]:
+    """Compare ``score`` with the trivial predictor fitted on ``train``, scored on ``rows``."""
+    n = len(rows)
+    if score.task == "classification":
+        train, rows = _rows(train), _rows(rows)
+        values, counts = np.unique(train, axis=0 if train.ndim > 1 else None, return_counts=True)
+        majority = values[counts == counts.max()]
+        hits = [_hits(rows, v) for v in majority]
+        best = int(np.argmax(hits))
+        baseline, label = hits[best] / max(n, 1), _text(majority[best])
+        what = f"the training majority class {label} ({baseline:.4g})"
+    else:
+        mean = train.astype(np.float64).mean(axis=0)
+        baseline = float(np.mean((rows.astype(np.float64) - mean) ** 2))
+        what = f"predicting the training mean {_text(mean)} (MSE {baseline:.4g})"
+    ok = score.beats(baseline)
+    verb = "beats" if ok else "does not beat"
+    return ok, f"{score.name}={score.value:.4g} {verb} {what} on the same {n} rows"
+
+
+def _against_champion(exp, model, split, prefix: str, score: Score | None) -> tuple[bool, str]:
+    """Evaluate the holder of ``registry.must_beat`` on ``split``; compare the main metric."""
+    import mlflow
+
+    name, alias = exp.tracking.registered_model, exp.registry.must_beat
+    client = mlflow.MlflowClient()
+    try:
+        version = client.get_registered_model(name).aliases.get(alias)
+    except mlflow.exceptions.MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        version = None
+    if version is None:
+        return True, f"no version of {name!r} holds @{alias} yet: nothing to beat"
+    try:
+        champion = _load_keras(f"models:/{name}/{version}")
+        _compile_like(champion, model)
+        got = champion.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
+    except Exception as exc:
+        return False, (
+            f"{name}@{alias} (version {version}) could not be evaluated on these rows "
+            f"({type(exc).__name__}: {exc}); promote a version by hand or drop registry.must_beat"
+        )
+    theirs = main_score(champion, {f"{prefix}{k}": float(v) for k, v in got.items()}, prefix)
+    if score is None or theirs is None:
+        return False, f"no common metric to compare with {name}@{alias} (version {version})"
+    ok = score.beats(theirs.value)
+    verb = "beats" if ok else "does not beat"
+    return ok, (
+        f"{score.name}={score.value:.4g} {verb} {name}@{alias} (version {version}): "
+        f"{theirs.value:.4g} on the same rows"
+    )
+
+
+def _load_keras(uri: str):
+    """The Keras model of a registered version (Keras flavor, or keras_dl's frame pyfunc)."""
+    import mlflow
+
+    if "keras" in mlflow.models.get_model_info(uri).flavors:
+        return mlflow.keras.load_model(uri)
+    return mlflow.pyfunc.load_model(uri).unwrap_python_model().model
+
+
+def _compile_like(champion, model) -> None:
+    """Compile ``champion`` with ``model``'s loss and metrics, so both report the same names."""
+    import keras
+
+    config = model.get_compile_config() or {}
+    keys = ("loss", "loss_weights", "metrics", "weighted_metrics")
+    kept = {k: config[k] for k in keys if config.get(k) is not None}
+    champion.compile(**keras.saving.deserialize_keras_object(kept))
+
+
+def _rows(labels: np.ndarray) -> np.ndarray:
+    """Labels as one value per row, or one flat vector per row (one-hot or multi-dimensional)."""
+    return labels.reshape(len(labels), -1) if labels.ndim > 1 else labels
+
+
+def _hits(rows: np.ndarray, value) -> int:
+    """Rows whose label equals ``value`` (a whole vector for vector labels)."""
+    equal = rows == value
+    return int(equal.all(axis=1).sum() if equal.ndim > 1 else equal.sum())
+
+
+def _text(value) -> str:
+    value = np.asarray(value)
+    if value.ndim == 0:
+        item = value.item()
+        if isinstance(item, float):
+            return f"{item:.4g}"
+        return repr(item.decode() if isinstance(item, bytes) else item)
+    return np.array2string(value, precision=4, threshold=8)
