@@ -131,7 +131,8 @@ def check_reachable(uri: str) -> None:
 
 
 def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = None) -> str:
-    """Start (or, with ``run_id``, resume) the run of ``exp``; log its config as params.
+    """Start (or, with ``run_id``, resume) the run of ``exp``; a new run gets its config as
+    params and as the ``config.yaml`` artifact.
 
     Returns:
         The run id.
@@ -146,10 +147,45 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     nested = mlflow.active_run() is not None
     run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id, nested=nested)
     if run_id is None:
-        mlflow.log_params({k: _param(v) for k, v in to_flat_dict(exp).items()})
-        mlflow.log_dict(to_dict(exp), "config.yaml")  # the resolved config, for lineage
+        _log_config(mlflow.MlflowClient(exp.tracking.uri), run.info.run_id, exp)
     mlflow.set_tags({"keras_dl.recipe": exp.recipe, **tags, **git_tags()})
     return run.info.run_id
+
+
+def create_run(exp: Experiment, tags: Mapping[str, str]) -> str:
+    """Create, without activating it in this process, the run of ``exp`` with its config (as
+    params and the ``config.yaml`` artifact) and ``tags``: how a launcher makes the run its
+    ranks attach to. Returns the run id."""
+    import mlflow
+
+    experiment_id = setup_mlflow(
+        exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location
+    )
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    run = client.create_run(
+        experiment_id, tags={"keras_dl.recipe": exp.recipe, **tags, **git_tags()}
+    )
+    _log_config(client, run.info.run_id, exp)
+    return run.info.run_id
+
+
+def _log_config(client: Any, run_id: str, exp: Experiment) -> None:
+    from mlflow.entities import Param
+
+    params = [Param(k, _param(v)) for k, v in to_flat_dict(exp).items()]
+    for i in range(0, len(params), 100):  # MLflow's limit per batch
+        client.log_batch(run_id, params=params[i : i + 100])
+    client.log_dict(run_id, to_dict(exp), "config.yaml")  # the resolved config, for lineage
+
+
+def terminate_run(uri: str, run_id: str, status: str, tags: Mapping[str, str] = ()) -> None:
+    """End run ``run_id`` (not active in this process) with ``status`` and ``tags``."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    for key, value in dict(tags).items():
+        client.set_tag(run_id, key, value)
+    client.set_terminated(run_id, status)
 
 
 def end_run(

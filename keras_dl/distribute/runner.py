@@ -208,12 +208,14 @@ def launch(exp, main: Callable | None = None) -> Any:
     lock.acquire()
     try:
         spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
-        from keras_dl.callbacks.defaults import resume_run_id
-        from keras_dl.tracking import check_reachable
+        from keras_dl.callbacks.defaults import record_config, resume_run_id
 
-        check_reachable(exp.tracking.uri)  # before asking the store for a run to resume
+        tracking.check_reachable(exp.tracking.uri)  # before asking for a run to resume
         # An interrupted job with a checkpoint in runtime.run_dir continues its own run.
-        run_id = resume_run_id(exp) or _create_run(exp)
+        run_id = resume_run_id(exp)
+        if run_id is None:
+            record_config(exp)
+            run_id = tracking.create_run(exp, {"keras_dl.np": str(exp.runtime.np)})
         lock.update(run_id)
         try:
             return run_with_recovery(
@@ -222,10 +224,12 @@ def launch(exp, main: Callable | None = None) -> Any:
                 lambda count, cause: _log_restart(exp, run_id, count, cause),
             )
         except Preempted as exc:  # KILLED, not FAILED: rerunning the command resumes it
-            _end_run(exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name})
+            tracking.terminate_run(
+                exp.tracking.uri, run_id, "KILLED", {"preempted": exc.signal_name}
+            )
             raise
         except BaseException as exc:
-            _end_run(exp.tracking.uri, run_id, "FAILED", tracking.failure_tags(exc))
+            tracking.terminate_run(exp.tracking.uri, run_id, "FAILED", tracking.failure_tags(exc))
             raise
     finally:
         lock.release()
@@ -335,36 +339,6 @@ def _environ(values: dict):
                 os.environ[k] = v
 
 
-def _create_run(exp) -> str:
-    """Create (not activate) the job's MLflow run in the driver, with the config as params."""
-    import mlflow
-    from mlflow.entities import Param
-
-    from keras_dl import config, tracking
-    from keras_dl.callbacks.defaults import record_config
-
-    record_config(exp)
-    experiment_id = tracking.setup_mlflow(
-        exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location
-    )
-    client = mlflow.MlflowClient(exp.tracking.uri)
-    tags = {"keras_dl.recipe": exp.recipe, "keras_dl.np": str(exp.runtime.np)}
-    run = client.create_run(experiment_id, tags={**tags, **tracking.git_tags()})
-    params = [Param(k, _param(v)) for k, v in config.to_flat_dict(exp).items()]
-    for i in range(0, len(params), 100):  # MLflow's limit per batch
-        client.log_batch(run.info.run_id, params=params[i : i + 100])
-    return run.info.run_id
-
-
-def _end_run(uri: str, run_id: str, status: str, tags: dict | None = None) -> None:
-    import mlflow
-
-    client = mlflow.MlflowClient(uri)
-    for key, value in (tags or {}).items():
-        client.set_tag(run_id, key, value)
-    client.set_terminated(run_id, status)
-
-
 def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
     """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
     import mlflow
@@ -377,12 +351,6 @@ def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
     client = mlflow.MlflowClient(exp.tracking.uri)
     client.log_metric(run_id, "keras_dl.restarts", count, step=count)
     client.set_tag(run_id, f"keras_dl.restart.{count}", cause[:5000])
-
-
-def _param(value: Any) -> str:
-    if isinstance(value, (tuple, list)):
-        return ",".join(map(str, value))
-    return "" if value is None else str(value)
 
 
 class _Tee:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import keras
 import mlflow
@@ -156,3 +157,6 @@ def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
     assert run.data.params["train.batch_size"] == "16"  # 240 training rows / 16, over 2 ranks
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["train"]["batch_size"] == 16 and saved["train"]["epochs"] == 1
+    # The run the launcher created holds the config artifact too (as a run fit starts does).
+    local = mlflow.MlflowClient(uri).download_artifacts(result.run_id, "config.yaml", tmp_path)
+    assert yaml.safe_load(Path(local).read_text()) == saved

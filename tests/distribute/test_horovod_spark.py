@@ -140,7 +140,9 @@ def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
     assert re.search(
         r"needs 3 free Spark task slots, but .* has [12] free of [12]", out["too_many"]
     )
-    assert out["too_many_seconds"] < 40  # a new session on the cluster, then an immediate no
+    # Refused by the free-slot check, not after runtime.start_timeout (600 s) of waiting; the
+    # bound is half that timeout, loose enough for a loaded machine (timings are for benchmarks).
+    assert out["too_many_seconds"] < 300
 
 
 @pytest.mark.slow

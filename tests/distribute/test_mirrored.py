@@ -105,7 +105,7 @@ def _run(script: str, table: str, tmp_path) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
