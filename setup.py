@@ -2,9 +2,10 @@
 
 Everything else is declared in setup.cfg. The .pth file makes every Python process of the
 environment (Petastorm's process-pool workers, Spark's Python workers, Horovod ranks) register
-keras_dl's Petastorm import hook at start-up, before anything imports Petastorm: on pyarrow >= 16
-``import petastorm`` fails without it. The hook itself is lazy and does nothing until Petastorm
-is imported (see keras_dl/petastorm_hook.py).
+the Petastorm import hook at start-up, before anything imports Petastorm: on pyarrow >= 16
+``import petastorm`` fails without it. The hook is the top-level module keras_dl_petastorm_hook
+(setup.cfg ``py_modules``): the .pth file imports it and not keras_dl, and it does nothing until
+Petastorm is imported.
 """
 
 from pathlib import Path

@@ -41,7 +41,8 @@ echo ">>> installing keras-dl[$extra,dev] with the pins in requirements/constrai
 "$VENV/bin/pip" install -q -c requirements/constraints.txt -e ".[$extra,dev]"
 # An editable install does not ship the package's .pth file (a wheel does): copy it, so every
 # Python process of the venv (Petastorm's process pool, Spark's Python workers, Horovod ranks)
-# loads keras_dl's Petastorm compatibility hook before anything imports Petastorm.
+# registers the Petastorm import hook (the top-level keras_dl_petastorm_hook, not keras_dl)
+# before anything imports Petastorm.
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 cp keras_dl_petastorm_compat.pth "$site/"
 bash scripts/build_horovod.sh "$VENV"

@@ -211,6 +211,32 @@ def _die_with_parent():
     return lambda: libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+# petastorm_files: this many files, row groups per file and rows per row group.
+PETASTORM_FILES = (5, 4, 10)
+
+
+@pytest.fixture(scope="session")
+def petastorm_files(tmp_path_factory) -> list[str]:
+    """Parquet files of ids 0, 1, ... in order (columns id, x = id / 2, name = f"n{id}").
+
+    Named in reverse of the order given, so a sorted listing would read them wrongly.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files, groups, rows = PETASTORM_FILES
+    root = tmp_path_factory.mktemp("petastorm_files")
+    paths = []
+    for k in range(files):
+        ids = np.arange(k * groups * rows, (k + 1) * groups * rows)
+        table = pa.table({"id": ids, "x": ids * 0.5, "name": [f"n{i}" for i in ids]})
+        path = str(root / f"part-{files - k}.parquet")
+        pq.write_table(table, path, row_group_size=rows)
+        paths.append(path)
+    return paths
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The suite's one local[2] SparkSession per pytest process (keras_dl's own: loopback, no

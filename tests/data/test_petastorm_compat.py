@@ -8,8 +8,6 @@ layer adds nothing and the same tests check Petastorm's own legacy path.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -18,23 +16,10 @@ import pytest
 
 from keras_dl.data import petastorm_compat
 from keras_dl.data.petastorm_compat import parquet_dataset
+from tests.conftest import PETASTORM_FILES
 
-FILES, GROUPS, ROWS = 5, 4, 10  # per file: GROUPS row groups of ROWS rows
+FILES, GROUPS, ROWS = PETASTORM_FILES  # per file: GROUPS row groups of ROWS rows
 POOLS = ["thread", "process", "dummy"]
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> list[str]:
-    """Files named in reverse of the order given, so a sorted listing would read them wrongly."""
-    root = tmp_path_factory.mktemp("compat")
-    paths = []
-    for k in range(FILES):
-        ids = np.arange(k * GROUPS * ROWS, (k + 1) * GROUPS * ROWS)
-        table = pa.table({"id": ids, "x": ids * 0.5, "name": [f"n{i}" for i in ids]})
-        path = str(root / f"part-{FILES - k}.parquet")
-        pq.write_table(table, path, row_group_size=ROWS)
-        paths.append(path)
-    return paths
 
 
 def _ids_written() -> list[int]:
@@ -52,32 +37,17 @@ def _batch_ids(urls, **kwargs) -> list[int]:
     return ids
 
 
-def test_a_fresh_interpreter_imports_petastorm_through_the_layer():
-    # No keras_dl import here: only the .pth file installed with the package can load the hook.
-    code = "import petastorm.reader as r, petastorm.arrow_reader_worker as w; print(r.pq.__name__, w.pq.__name__)"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
-    assert out.returncode == 0, out.stderr
-    expected = parquet_dataset.__name__ if parquet_dataset.needed() else "pyarrow.parquet"
-    assert out.stdout.split() == [expected, expected]
-
-
 @pytest.mark.parametrize("pool", POOLS)
-def test_make_batch_reader_reads_files_in_the_order_given(files, pool):
-    urls = ["file://" + f for f in files]
+def test_make_batch_reader_reads_files_in_the_order_given(petastorm_files, pool):
+    urls = ["file://" + f for f in petastorm_files]
     # One worker keeps Petastorm's ventilation order: files as listed, row groups in order.
     assert _batch_ids(urls, reader_pool_type=pool, workers_count=1) == _ids_written()
     ids = _batch_ids(urls, reader_pool_type=pool, workers_count=2)
     assert sorted(ids) == _ids_written()
 
 
-def test_shards_take_row_group_i_modulo_shard_count(files):
-    urls = ["file://" + f for f in files]
+def test_shards_take_row_group_i_modulo_shard_count(petastorm_files):
+    urls = ["file://" + f for f in petastorm_files]
     groups = [list(range(g * ROWS, (g + 1) * ROWS)) for g in range(FILES * GROUPS)]
     for shard in range(3):
         ids = _batch_ids(
@@ -162,13 +132,13 @@ def _string_file() -> str:
 
 
 @pytest.mark.slow
-def test_make_petastorm_dataset_feeds_tf_every_row(files):
+def test_make_petastorm_dataset_feeds_tf_every_row(petastorm_files):
     import tensorflow as tf
     from petastorm import make_batch_reader
     from petastorm.tf_utils import make_petastorm_dataset
 
     petastorm_compat.install()
-    urls = ["file://" + f for f in files]
+    urls = ["file://" + f for f in petastorm_files]
     ids, names = [], []
     with make_batch_reader(urls, num_epochs=1, workers_count=1, shuffle_row_groups=False) as r:
         for batch in make_petastorm_dataset(r):

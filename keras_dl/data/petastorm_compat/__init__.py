@@ -7,19 +7,28 @@ Each submodule fixes one thing and names the Petastorm lines it replaces:
   large lists, large strings and binaries), and a catch-all so an unknown type never drops a column.
 - :mod:`.race`: the thread pool's end-of-read race, which ended finite reads with row groups
   still in flight.
-- :mod:`.unpickle`: metadata pickles (the Unischema) read by an unpickler that builds only data.
-- :mod:`.numpy_aliases`: ``np.unicode_``, ``np.string_``, ``np.in1d`` (removed by numpy 2).
+- :mod:`.unpickle`: metadata pickles (the Unischema) read by the unpickler that builds only data
+  (:mod:`keras_dl.data.tables.petastorm_meta`), which also reads the datasets Petastorm 0.4-0.7
+  wrote (their fields were pickled through ``pyspark.serializers._restore``, gone in pyspark 4).
+- :mod:`.numpy_aliases`: ``np.unicode_``, ``np.string_``, ``np.in1d`` (removed by numpy 2) and
+  ``np.float`` (removed by numpy 1.24).
 - :mod:`.filesystem`: ``pyarrow.filesystem``, ``localfs``, ``LocalFileSystem`` and ``hdfs``
   (removed by pyarrow 16; without them ``import petastorm`` fails).
 - :mod:`.parquet_dataset`: the legacy ``pq.ParquetDataset``/``ParquetDatasetPiece`` (removed by
   pyarrow 15), given to Petastorm's modules as their ``pq``.
 
 The last three add only what the installed pyarrow/numpy lack, so on the old pins they do
-nothing. They must be in place before Petastorm is imported: :mod:`keras_dl.petastorm_hook` calls
-:func:`prepare` and :func:`patch_module` from an import hook that every process of the
-environment registers at start-up (``keras_dl_petastorm_compat.pth``) and ``import keras_dl``
-registers too. :func:`install` applies the reader patches (types, race) once per process; it is
-called before any Petastorm reader is made (``keras_dl.data.reader``).
+nothing (``np.float`` excepted: numpy 1.26 lacks it too, so Petastorm's ``WeightedSamplingReader``
+failed there as well).
+
+The layer must be in place before Petastorm is imported, in every process that uses it. The
+top-level module ``keras_dl_petastorm_hook`` does that: it is registered at interpreter start by
+``keras_dl_petastorm_compat.pth`` (installed into site-packages with the package) and by
+``import keras_dl``, and when a ``petastorm`` module is imported it calls :func:`prepare` first
+and :func:`patch_module` on the module once loaded. So every patch applies wherever Petastorm
+is used (a user's own ``make_reader``/``make_batch_reader`` included), not only under
+keras_dl's reader. The arrows go one way: the hook imports this package; this package never
+imports the hook. :func:`install` is for callers about to make a reader (``keras_dl.data.reader``).
 """
 
 from __future__ import annotations
@@ -27,7 +36,6 @@ from __future__ import annotations
 import sys
 import warnings
 
-_installed = False
 _prepared = False
 
 
@@ -43,43 +51,42 @@ def prepare() -> None:
     _prepared = True
 
 
-def patches_modules() -> bool:
-    """True when Petastorm's modules need patching: their ``pq`` (pyarrow >= 15) or their float
-    predicates (numpy >= 2)."""
-    from keras_dl.data.petastorm_compat import numpy_aliases, parquet_dataset
-
-    return parquet_dataset.needed() or numpy_aliases.needed_for_predicates()
-
-
 def patch_module(module) -> None:
-    """Swap one freshly imported Petastorm module's references to what pyarrow or numpy changed."""
-    from keras_dl.data.petastorm_compat import numpy_aliases, parquet_dataset
+    """Patch one freshly imported Petastorm module (idempotent): each patch picks its module.
+
+    Its ``pq`` (pyarrow >= 15), its float predicates (numpy >= 2), the thread pool's "done"
+    checks, the Arrow types schema inference knows, and its metadata unpickling.
+    """
+    from keras_dl.data.petastorm_compat import (
+        numpy_aliases,
+        parquet_dataset,
+        race,
+        types,
+        unpickle,
+    )
 
     parquet_dataset.patch_module(module)
     numpy_aliases.patch_module(module)
+    race.patch_module(module)
+    types.patch_module(module)
+    unpickle.patch_module(module)
 
 
 def install() -> None:
-    """Apply every patch (idempotent, thread-safe enough: patches are plain attribute sets)."""
-    global _installed
-    if _installed:
-        return
-    from keras_dl import petastorm_hook
+    """Make sure every patch is in place in this process (idempotent).
 
-    petastorm_hook.register()  # a no-op when keras_dl's import or the .pth already did it
+    The import hook (registered by ``import keras_dl``) patches Petastorm's modules as they
+    load; this also patches those imported before it was registered (possible only where
+    pyarrow < 16 let ``import petastorm`` succeed without it), and keeps Petastorm's workers'
+    FutureWarnings about pyarrow's legacy dataset off stderr (they warn from their own threads,
+    where a caller's ``catch_warnings`` does not reach).
+    """
     prepare()
-    # Petastorm modules imported before the hook was registered (possible only where pyarrow
-    # still let `import petastorm` succeed) get their references swapped here.
+    import petastorm.etl.rowgroup_indexing  # noqa: F401  (the modules keras_dl's reader uses)
+    import petastorm.reader  # noqa: F401
+    import petastorm.workers_pool.thread_pool  # noqa: F401
+
     for name, module in list(sys.modules.items()):
         if module is not None and (name == "petastorm" or name.startswith("petastorm.")):
             patch_module(module)
-
-    from keras_dl.data.petastorm_compat import race, types, unpickle
-
-    types.install()
-    race.install()
-    # Petastorm's workers warn about pyarrow's legacy dataset on every read, from their own
-    # threads (where a caller's catch_warnings does not reach): keep them off stderr.
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
-    unpickle.install()
-    _installed = True

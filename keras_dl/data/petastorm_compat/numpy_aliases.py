@@ -1,10 +1,12 @@
-"""Put back the numpy names that Petastorm 0.13.1 uses and numpy 2 removed.
+"""Put back the numpy names that Petastorm 0.13.1 uses and numpy removed.
 
-Each one is a synonym of something numpy still has, so adding it back changes the meaning of no
-existing name; only code probing ``hasattr(np, "unicode_")`` to tell numpy 1 from 2 could notice
-(none in keras_dl's environment does). They are set on the numpy module itself because
+Every ``np.<name>`` in the installed Petastorm (its tests included) that the installed numpy
+lacks is here; ``tests/test_petastorm_hook.py`` checks that by scanning its source. Each
+one is a synonym of something Python or numpy still has, so adding it back changes the meaning of
+no existing name; only code probing ``hasattr(np, "unicode_")`` to tell numpy 1 from 2 could
+notice (none in keras_dl's environment does). They are set on the numpy module itself because
 ``petastorm/tf_utils.py:37`` reads ``np.string_`` while the module is being imported. On numpy
-1.26 every name exists and nothing is touched.
+1.26 only ``np.float`` is missing (removed in 1.24).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ALIASES = {
     ),
     "string_": (np.bytes_, "unischema.py:148,491,493, tf_utils.py:37", "numpy 2.0"),
     "in1d": (_in1d, "predicates.py:71 (in_set, in_intersection)", "numpy 2.4 (deprecated in 2.0)"),
+    "float": (float, "weighted_sampling_reader.py:62 (WeightedSamplingReader)", "numpy 1.24"),
 }
 
 
@@ -35,7 +38,7 @@ def missing() -> list[str]:
 
 
 def install() -> list[str]:
-    """Add the missing aliases to numpy; returns their names (empty on numpy 1.26)."""
+    """Add the missing aliases to numpy; returns their names."""
     added = missing()
     for name in added:
         # Set in the module dict: numpy 2's module __getattr__ would raise for these names.

@@ -28,18 +28,19 @@ back in exactly the order they were ventilated, and a seeded read (a resumed epo
 
 from __future__ import annotations
 
-_installed = False
 
+def patch_module(module) -> bool:
+    """Make ``ThreadPool``'s "done" checks wait for the ventilator (idempotent).
 
-def install() -> None:
-    """Make ``ThreadPool``'s "done" checks wait for the ventilator (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    from petastorm.workers_pool.thread_pool import ThreadPool
-
-    counters_done = ThreadPool.all_workers_done
-    worker_counters_done = ThreadPool.current_worker_done
+    Applies to ``petastorm.workers_pool.thread_pool`` only; returns whether it patched it now.
+    """
+    if module.__name__ != "petastorm.workers_pool.thread_pool":
+        return False
+    pool = module.ThreadPool
+    if getattr(pool.all_workers_done, "_keras_dl_patched", False):
+        return False
+    counters_done = pool.all_workers_done
+    worker_counters_done = pool.current_worker_done
 
     def current_worker_done(self, worker_id) -> bool:
         ventilator = getattr(self, "_ventilator", None)
@@ -53,8 +54,9 @@ def install() -> None:
             return False  # items may still be handed out: the counters are not final yet
         return counters_done(self)
 
-    all_workers_done.__doc__ = counters_done.__doc__
-    ThreadPool.all_workers_done = all_workers_done
-    current_worker_done.__doc__ = worker_counters_done.__doc__
-    ThreadPool.current_worker_done = current_worker_done
-    _installed = True
+    originals = ((all_workers_done, counters_done), (current_worker_done, worker_counters_done))
+    for patched, original in originals:
+        patched.__doc__ = original.__doc__
+        patched._keras_dl_patched = True
+        setattr(pool, original.__name__, patched)
+    return True

@@ -3,7 +3,7 @@
 Petastorm infers a Unischema from the Parquet schema and silently drops the columns whose Arrow
 type it does not know: unsigned 16/32/64-bit integers, fixed-size lists and the "large" string,
 binary and list variants, all of which Spark, pyarrow and delta-rs write. A dropped column
-would surface as a missing key mid-read. :func:`install` teaches Petastorm's type inference
+would surface as a missing key mid-read. :func:`patch_module` teaches Petastorm's type inference
 those types; the values themselves convert fine. It only adds types Petastorm refused, so
 Petastorm's behaviour on the types it knew is unchanged.
 """
@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-_installed = False
 
-
-def install() -> None:
-    """Extend Petastorm's Arrow -> numpy type inference (idempotent)."""
-    global _installed
-    if _installed:
-        return
+def patch_module(module) -> bool:
+    """Extend Petastorm's Arrow -> numpy type inference in ``petastorm.unischema`` (idempotent)."""
+    if module.__name__ != "petastorm.unischema":
+        return False
+    original = module._numpy_and_codec_from_arrow_type
+    if getattr(original, "_keras_dl_patched", False):
+        return False
     import pyarrow as pa
-    from petastorm import unischema
-
-    original = unischema._numpy_and_codec_from_arrow_type
 
     def infer(field_type):
         t = pa.types
@@ -41,6 +38,7 @@ def install() -> None:
             return infer(field_type.value_type)
         return original(field_type)
 
+    infer._keras_dl_patched = True
     # Unischema.from_arrow_schema looks the function up by its module-level name.
-    unischema._numpy_and_codec_from_arrow_type = infer
-    _installed = True
+    module._numpy_and_codec_from_arrow_type = infer
+    return True

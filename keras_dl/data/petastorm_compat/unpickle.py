@@ -10,9 +10,11 @@ pickle calls ``builtins.exec`` runs it. ``make_reader``, ``make_batch_reader`` (
 ``get_schema_from_dataset_url`` and ``Reader``'s ``infer_or_load_unischema``) and row-group
 indexes (``etl/rowgroup_indexing.py`` line 157) all get there.
 
-:func:`install` replaces ``get_schema`` (so errors name the dataset folder, and a Unischema
+:func:`patch_module` replaces ``get_schema`` (so errors name the dataset folder, and a Unischema
 keras_dl already read is reused, see :func:`~keras_dl.data.tables.petastorm_meta.known_unischema`)
-and ``depickle_legacy_package_name_compatible`` wherever a loaded Petastorm module holds them.
+and ``depickle_legacy_package_name_compatible`` wherever a Petastorm module holds them. The
+import hook calls it for every Petastorm module as it loads, so ``make_reader`` called directly
+gets the restricted loader too.
 Within :func:`~keras_dl.data.tables.petastorm_meta.trusting` Petastorm's own loader is used.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 import sys
 import warnings
 
-_installed = False
 # Row-group indexes (etl/rowgroup_indexers.py) are data too: the indexers and their sets.
 _INDEX_CLASSES = frozenset(
     {
@@ -30,23 +31,36 @@ _INDEX_CLASSES = frozenset(
         ("collections", "defaultdict"),
     }
 )
+# id(Petastorm's function) -> (it, keras_dl's replacement), once its module has loaded.
+_replaced: dict[int, tuple] = {}
 
 
-def install() -> None:
-    """Patch Petastorm's metadata unpickling to the restricted loader (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    # Import every Petastorm module that holds a reference, so none keeps the original.
-    import petastorm.etl.rowgroup_indexing  # noqa: F401
-    import petastorm.reader  # noqa: F401
-    from petastorm.etl import dataset_metadata, legacy
+def patch_module(module) -> bool:
+    """Swap Petastorm's metadata loaders in ``module`` for the restricted ones (idempotent).
 
-    _replace(
-        legacy.depickle_legacy_package_name_compatible, depickle_legacy_package_name_compatible
-    )
-    _replace(dataset_metadata.get_schema, get_schema)
-    _installed = True
+    ``petastorm.etl.legacy`` and ``petastorm.etl.dataset_metadata`` get the replacements; every
+    other Petastorm module gets its copies of them swapped (``from ... import name`` copies a
+    function into the importing module).
+    """
+    targets = {
+        "petastorm.etl.legacy": (
+            "depickle_legacy_package_name_compatible",
+            depickle_legacy_package_name_compatible,
+        ),
+        "petastorm.etl.dataset_metadata": ("get_schema", get_schema),
+    }
+    if module.__name__ not in targets:
+        return _swap(module)
+    name, replacement = targets[module.__name__]
+    original = getattr(module, name)
+    if original is replacement:
+        return False
+    _replaced[id(original)] = (original, replacement)
+    setattr(module, name, replacement)
+    for other_name, other in list(sys.modules.items()):
+        if other is not None and (other_name == "petastorm" or other_name.startswith("petastorm.")):
+            _swap(other)
+    return True
 
 
 def get_schema(dataset):
@@ -89,13 +103,14 @@ def depickle_legacy_package_name_compatible(pickled_string: bytes):
     )
 
 
-def _replace(original, patched) -> None:
-    # `from ... import name` copies the function into each importing module: swap every copy.
-    for name, module in list(sys.modules.items()):
-        if name == "petastorm" or name.startswith("petastorm."):
-            for attr, value in list(vars(module).items()):
-                if value is original:
-                    setattr(module, attr, patched)
+def _swap(module) -> bool:
+    swapped = False
+    for attr, value in list(vars(module).items()):
+        entry = _replaced.get(id(value))
+        if entry is not None and entry[0] is value:
+            setattr(module, attr, entry[1])
+            swapped = True
+    return swapped
 
 
 def _folder(dataset) -> str:

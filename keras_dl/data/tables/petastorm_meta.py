@@ -23,6 +23,7 @@ from __future__ import annotations
 import _compat_pickle
 import contextlib
 import contextvars
+import functools
 import importlib
 import io
 import logging
@@ -45,6 +46,9 @@ _known: contextvars.ContextVar[tuple] = contextvars.ContextVar("known_unischemas
 # Petastorm's old package names, rewritten as petastorm.etl.legacy does.
 _LEGACY_PACKAGES = ("av.experimental.deepdrive.dataset_toolkit", "av.ml.dataset_toolkit")
 _LEGACY_MODULES = ("codecs", "unischema", "sequence")
+# Petastorm 0.4-0.7 wrote each UnischemaField as pyspark's pickled namedtuple,
+# _restore(name, fields, values); pyspark 4 removed _restore, so it is rebuilt here (data only).
+_PYSPARK_RESTORE = ("pyspark.serializers", "_restore")
 # Modules whose own classes (not what they import) are Petastorm's data.
 _PETASTORM_CLASS_MODULES = ("petastorm.unischema", "petastorm.codecs")
 _SAFE_GLOBALS = frozenset(
@@ -149,9 +153,7 @@ def loads(data: bytes, source: str, *, trust: bool = False, extra: frozenset = f
     """
     try:
         if trust:
-            from petastorm.etl.legacy import restricted_loads
-
-            return restricted_loads(_rename_legacy_bytes(data))
+            return _trusted_loads(_rename_legacy_bytes(data), source)
         return _DataUnpickler(io.BytesIO(data), source, extra).load()
     except DataError:
         raise
@@ -214,6 +216,8 @@ class _DataUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str):
         module, name = _rename(module, name)
+        if (module, name) == _PYSPARK_RESTORE:
+            return functools.partial(_restore_unischema_field, self._source)
         if (module, name) in _SAFE_GLOBALS or (module, name) in self._extra:
             return super().find_class(module, name)
         obj = _data_class(module, name)
@@ -225,6 +229,35 @@ class _DataUnpickler(pickle.Unpickler):
                 "Set data.trust_petastorm_metadata=true only if you trust who wrote the table."
             )
         return obj
+
+
+def _trusted_loads(data: bytes, source: str):
+    """Petastorm's own ``restricted_loads``, plus the fields of Petastorm 0.4-0.7 datasets."""
+    from petastorm.etl.legacy import RestrictedUnpickler
+
+    class Unpickler(RestrictedUnpickler):
+        def find_class(self, module, name):
+            if (module, name) == _PYSPARK_RESTORE:
+                return functools.partial(_restore_unischema_field, source)
+            return super().find_class(module, name)
+
+    return Unpickler(io.BytesIO(data)).load()
+
+
+def _restore_unischema_field(source: str, name: str, fields, values):
+    """A ``UnischemaField`` from the namedtuple pickle of Petastorm 0.4-0.7 (pyspark's ``_restore``)."""
+    from petastorm.unischema import UnischemaField
+
+    fields = tuple(fields)
+    if name != "UnischemaField" or not {"name", "numpy_dtype", "shape"} <= set(fields) <= set(
+        UnischemaField._fields
+    ):
+        raise DataError(
+            f"Petastorm dataset {source!r}: its metadata pickle (from Petastorm 0.4-0.7) holds a "
+            f"pyspark namedtuple {name}{fields}, not a UnischemaField. Regenerate the metadata with "
+            f"`petastorm-generate-metadata --dataset_url {source}` (Petastorm's own tool)."
+        )
+    return UnischemaField(**dict(zip(fields, values)))
 
 
 def _data_class(module: str, name: str):
