@@ -95,6 +95,8 @@ class Run:
             return
         if isinstance(error, Preempted):  # not FAILED: nothing is wrong, rerunning resumes
             status, tags = "KILLED", {tracking.PREEMPTED_TAG: error.signal_name}
+            if not self.driver:  # the rank that stopped says where (the driver only which signal)
+                tags.update(tracking.failure_tags(error))
         elif error is not None:
             status, tags = "FAILED", tracking.failure_tags(error)
         elif self.driver:

@@ -71,6 +71,7 @@ def test_a_preempted_run_ends_killed_with_the_signal(tmp_path, mlflow_uri):
         raise Preempted("SIGTERM", 12)
     got = _run(mlflow_uri, run_id)
     assert got.info.status == "KILLED" and got.data.tags["preempted"] == "SIGTERM"
+    assert got.data.tags["keras_dl.failure"].startswith("Preempted: Preempted by SIGTERM")
 
 
 def test_an_error_before_the_run_starts_leaves_no_mlflow_run(tmp_path, mlflow_uri):
