@@ -19,6 +19,28 @@ REPO = Path(__file__).resolve().parent.parent
 HEAVY = pytest.mark.xdist_group("heavy")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Give each xdist_group test the ``@group`` suffix --dist loadgroup schedules by.
+
+    pytest-xdist 3.8.0 appends it by setting ``item._nodeid``, which pytest 9 no longer reads
+    (a node's id is ``item._id``): without this the groups are silently ignored and HEAVY tests
+    run side by side. Only under --dist loadgroup, on the workers (where xdist sets
+    ``config.option.loadgroup``), and never twice.
+    """
+    from _pytest.nodeid import coerce_node_id
+
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        if names and not item.nodeid.endswith(f"@{'_'.join(sorted(names))}"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(names))}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _sqlite_stores_start_migrated(tmp_path_factory):
     """New SQLite MLflow stores this process opens start as a copy of one already migrated.
