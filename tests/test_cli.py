@@ -7,11 +7,11 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.conftest import run_cli, runs_in, seed_store
+from tests.conftest import run_cli, runs_in
 
 
 def _train(table, tmp_path, *sets):
-    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = run_cli(
         "train",
         "digits",

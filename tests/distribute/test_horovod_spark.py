@@ -38,6 +38,24 @@ def _wait_for_port(port: int, timeout: float = 60) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+def _wait_for_workers(ui_port: int, count: int, timeout: float = 300) -> None:
+    """Until the master lists ``count`` alive workers (its web UI's JSON). A job submitted
+    before they registered finds 0 free task slots (a loaded host: 30 s were not enough)."""
+    import requests
+
+    deadline = time.monotonic() + timeout
+    alive = None
+    while time.monotonic() < deadline:
+        try:
+            alive = requests.get(f"http://127.0.0.1:{ui_port}/json/", timeout=5).json()
+            if alive.get("aliveworkers", 0) >= count:
+                return
+        except (requests.RequestException, ValueError):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"the master has not {count} alive workers after {timeout} s: {alive}")
+
+
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory):
     """``spark://127.0.0.1:PORT``: a standalone master and two 1-core workers, stopped after."""
@@ -54,7 +72,7 @@ def spark_cluster(tmp_path_factory):
         "SPARK_LOG_DIR": str(tmp),
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
-    port = _free_port()
+    port, ui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     commands = [
@@ -66,7 +84,7 @@ def spark_cluster(tmp_path_factory):
             "--port",
             str(port),
             "--webui-port",
-            str(_free_port()),
+            str(ui),
         ],
     ] + [
         [
@@ -97,6 +115,7 @@ def spark_cluster(tmp_path_factory):
             )
             if i == 0:
                 _wait_for_port(port)
+        _wait_for_workers(ui, 2)
         yield master, env
     finally:
         # Stop exactly the daemons started here (each leads its own process group).

@@ -11,15 +11,11 @@ import pytest
 
 from tests.conftest import REPO, seed_store
 
-# Logical devices must be configured before TensorFlow initializes, hence a fresh interpreter:
-# one for both tests (HEADER, then each test's part; each part prints its RESULT line).
-HEADER = """
-import dataclasses, json, sys
+# Logical devices must be configured before TensorFlow initializes, hence a fresh interpreter.
+SCRIPT = """
+import json, sys
 from keras_dl.distribute.strategy import use_logical_cpus
 use_logical_cpus(2)
-"""
-
-SCRIPT = """
 from keras_dl.config import resolve
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
@@ -52,22 +48,13 @@ for strategy in ("none", "mirrored"):
     replicas = result.model.distribute_strategy.num_replicas_in_sync
     out[strategy] = {"loss": result.history["loss"], "replicas": replicas,
                      "test_accuracy": result.metrics["test_accuracy"]}
-print("RESULT match " + json.dumps(out))
+print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def results(digits_table, tmp_path_factory) -> dict:
-    """Both tests' trainings, run in one fresh interpreter with 2 logical CPUs."""
-    tmp = tmp_path_factory.mktemp("mirrored")
-    for store in ("none.db", "mirrored.db", "m.db"):
-        seed_store(tmp / store)
-    return _run(HEADER + SCRIPT + ONE_GROUP, digits_table, tmp)
-
-
 @pytest.mark.slow
-def test_two_logical_devices_match_one_device(results):
-    out = results["match"]
+def test_two_logical_devices_match_one_device(digits_table, tmp_path):
+    out = _run(SCRIPT, digits_table, tmp_path)
     assert out["none"]["replicas"] == 1 and out["mirrored"]["replicas"] == 2
     one, two = out["none"]["loss"], out["mirrored"]["loss"]
     # Same data order, same global batch of 64 (32 per replica), averaged gradients: the losses
@@ -77,6 +64,9 @@ def test_two_logical_devices_match_one_device(results):
 
 
 ONE_GROUP = """
+import dataclasses, json, sys
+from keras_dl.distribute.strategy import use_logical_cpus
+use_logical_cpus(2)
 from keras_dl.config import resolve
 from keras_dl.data import read_table
 from keras_dl.recipe import load_recipe
@@ -95,21 +85,22 @@ exp = resolve(recipe.defaults, sets=[
     f"runtime.run_dir={tmp}/run", f"tracking.uri=sqlite:///{tmp}/m.db", "tracking.log_model=false",
 ])
 result = fit(exp, recipe=recipe)
-print("RESULT one_group " + json.dumps({"rows": result.history["rows_seen"],
+print("RESULT " + json.dumps({"rows": result.history["rows_seen"],
       "replicas": result.model.distribute_strategy.num_replicas_in_sync}))
 """
 
 
 @pytest.mark.slow
-def test_two_replicas_train_every_row_of_a_one_row_group_table(results):
-    out = results["one_group"]
+def test_two_replicas_train_every_row_of_a_one_row_group_table(digits_table, tmp_path):
+    out = _run(ONE_GROUP, digits_table, tmp_path)
     # 1257 train rows: 19 batches of 64 and a last one of 41, split over the two replicas.
     assert out["replicas"] == 2 and out["rows"] == [1257.0, 1257.0]
 
 
 def _run(script: str, table: str, tmp_path) -> dict:
-    """Run ``script`` in a fresh interpreter (logical devices must be set before TF starts);
-    return its ``RESULT name {json}`` lines as ``{name: value}``."""
+    """Run ``script`` in a fresh interpreter (logical devices must be set before TF starts)."""
+    for store in ("none.db", "mirrored.db", "m.db"):  # the scripts' tracking stores
+        seed_store(tmp_path / store)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
         [sys.executable, "-c", script, table, str(tmp_path)],
@@ -120,5 +111,5 @@ def _run(script: str, table: str, tmp_path) -> dict:
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [x.split(" ", 2)[1:] for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    return {name: json.loads(value) for name, value in lines}
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
