@@ -4,7 +4,8 @@ lint-imports sees only ``import`` statements. A module loaded with ``importlib.i
 ``__import__`` hides its arrow from it, so this test reads the source: a constant name of a
 keras_dl module must point down the layers (or within one), and a name built at run time, or
 one of the first-party packages above keras_dl (``recipes``), must be on ``ALLOWED`` with its
-reason. It also checks the Petastorm import hook, which lives outside the package.
+reason. It also checks that every module is placed in a layer, and the Petastorm import hook,
+which lives outside the package.
 """
 
 from __future__ import annotations
@@ -54,6 +55,26 @@ def test_the_check_catches_an_upward_load_by_string():
     assert "keras_dl.train" in problems[0] and "keras_dl.data.tfdata" in problems[1]
     downward = "import importlib\nimportlib.import_module('keras_dl.errors')\n"
     assert string_import_problems(downward, "keras_dl.data.reader", "keras_dl/data/reader.py") == []
+
+
+def test_every_module_is_in_a_layer_of_importlinter():
+    # A package's __init__ that no layer names is its folder (keras_dl, keras_dl.distribute,
+    # whose modules sit in several layers); every module in it is placed. keras_dl.data's
+    # modules are placed in the data contract's layers as well.
+    contracts = list(_contracts())
+    modules = [_module_name(p) for p in _sources() if p.name != "keras_dl_petastorm_hook.py"]
+    folders = {m for m in modules if any(n.startswith(m + ".") for n in modules)}
+    unplaced = [m for m in modules if not any(_layer_of(m, ls) for _, ls in contracts)]
+    assert set(unplaced) <= folders, f"in no layer of .importlinter: {set(unplaced) - folders}"
+    data_layers = next(ls for name, ls in contracts if name.startswith("keras_dl.data:"))
+    in_data = [m for m in modules if m.startswith("keras_dl.data.")]
+    assert [m for m in in_data if _layer_of(m, data_layers) is None] == []
+    # The hook is a module outside the package, which import-linter cannot take as a root: its
+    # contract forbids the layer to import it (its own imports are checked below).
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    hook = config["importlinter:contract:petastorm-hook"]
+    assert hook["forbidden_modules"].split() == ["keras_dl_petastorm_hook"]
 
 
 def test_the_petastorm_hook_imports_only_the_standard_library():

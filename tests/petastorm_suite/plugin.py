@@ -10,17 +10,25 @@ installed petastorm's tests>`` in a subprocess. This plugin:
   longer gives (pytest < 8, pandas 1, Python < 3.11, pytest-logger, pytest-forked), and gives
   process-pool workers longer to start on a loaded machine: test helpers only, never what
   Petastorm computes;
+- under pytest-xdist, has the workers share the session's synthetic datasets: the first worker
+  to need one makes it with Petastorm's own fixture code (a Spark job, about 45 CPU-seconds
+  here for ``synthetic_dataset``), the others wait for it and read the same files;
 - marks the tests listed in ``expected_failures.txt`` as expected failures, each with its
-  one-line reason (strict unless the reason starts with ``flaky:``), and writes a JSON summary (outcome counts, listed tests not collected) to
-  ``$KERAS_DL_PETASTORM_SUITE_REPORT``.
+  one-line reason (strict unless the reason starts with ``flaky:``), and deselects those listed
+  in ``duplicates.txt`` (each with why another test covers it);
+- writes a JSON summary (outcome counts, how many were deselected, listed tests not collected)
+  to ``$KERAS_DL_PETASTORM_SUITE_REPORT``. Under pytest-xdist the workers collect and send what
+  they found to the controller, which writes the summary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import inspect
 import json
 import os
+import pickle
 import sys
 import warnings
 from pathlib import Path
@@ -28,21 +36,33 @@ from pathlib import Path
 import pytest
 
 EXPECTED_FAILURES = Path(__file__).with_name("expected_failures.txt")
+DUPLICATES = Path(__file__).with_name("duplicates.txt")
 REPORT_ENV = "KERAS_DL_PETASTORM_SUITE_REPORT"
 _WORKER_START_S = 120
 
 
 def read_expected_failures() -> dict[str, str]:
     """``{"tests/test_x.py::test_name[param]": reason}`` from ``expected_failures.txt``."""
-    expected = {}
-    for line in EXPECTED_FAILURES.read_text().splitlines():
+    return _read_listed(EXPECTED_FAILURES)
+
+
+def read_duplicates() -> dict[str, str]:
+    """``{"tests/test_x.py::test_name[param]": why}`` from ``duplicates.txt``."""
+    return _read_listed(DUPLICATES)
+
+
+def _read_listed(path: Path) -> dict[str, str]:
+    listed = {}
+    for line in path.read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             test, sep, reason = (part.strip() for part in line.partition(" | "))
             if not sep or not reason:
-                raise pytest.UsageError(f"{EXPECTED_FAILURES}: no ' | reason' in {line!r}")
-            expected[test] = reason
-    return expected
+                raise pytest.UsageError(f"{path}: no ' | reason' in {line!r}")
+            if test in listed:
+                raise pytest.UsageError(f"{path}: {test} is listed twice")
+            listed[test] = reason
+    return listed
 
 
 def pytest_addhooks(pluginmanager):
@@ -56,32 +76,60 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    expected = read_expected_failures()
-    seen = set()
+    expected, duplicates = read_expected_failures(), read_duplicates()
+    both = set(expected) & set(duplicates)
+    if both:
+        raise pytest.UsageError(f"both expected to fail and left out as duplicates: {both}")
+    seen, kept, deselected = set(), [], []
     for item in items:
         key = _key(item)
+        if key in duplicates:
+            seen.add(key)
+            deselected.append(item)
+            continue
         if key in expected:
             seen.add(key)
             reason = expected[key]
             item.add_marker(
                 pytest.mark.xfail(reason=reason, strict=not reason.startswith("flaky:"))
             )
-    config.stash[_unmatched] = sorted(set(expected) - seen)
+        kept.append(item)
+    if hasattr(config, "workerinput"):
+        _share_the_synthetic_datasets(config)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+    found = {"unmatched": sorted((set(expected) | set(duplicates)) - seen)}
+    found["deselected"] = len(deselected)
+    config.stash[_found] = found
+    if hasattr(config, "workeroutput"):  # an xdist worker: the controller writes the summary
+        config.workeroutput[_FOUND_KEY] = found
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: keep what a worker found at collection (each collects every test)."""
+    found = getattr(node, "workeroutput", {}).get(_FOUND_KEY)
+    if found is not None:
+        node.config.stash[_found] = found
 
 
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get(REPORT_ENV)
-    if path:
+    if path and not hasattr(session.config, "workerinput"):
         stats = session.config.pluginmanager.get_plugin("terminalreporter").stats
+        found = session.config.stash.get(_found, {"unmatched": None, "deselected": None})
         summary = {
-            "outcomes": {k: len(v) for k, v in stats.items() if k and k != "warnings"},
-            "unmatched": session.config.stash.get(_unmatched, []),
+            "outcomes": {k: len(v) for k, v in stats.items() if k and k not in _NOT_OUTCOMES},
+            **found,
             "exitstatus": int(exitstatus),
         }
         Path(path).write_text(json.dumps(summary, indent=1))
 
 
-_unmatched = pytest.StashKey[list]()
+_found = pytest.StashKey[dict]()
+_FOUND_KEY = "keras_dl_petastorm_suite"
+_NOT_OUTCOMES = ("warnings", "deselected")
 
 
 class _LoggerHookSpec:
@@ -145,6 +193,37 @@ def _shim_the_test_environment() -> None:
             process_pool._KEEP_TRYING_WHILE_ZMQ_AGAIN_IS_RAIZED_TIMEOUT_S = budget
 
     process_pool.ProcessPool._wait_for_workers_to_start = patient_wait_for_workers
+
+
+def _share_the_synthetic_datasets(config) -> None:
+    """Make each session dataset of Petastorm's conftest once for all xdist workers.
+
+    Its session fixtures (``synthetic_dataset``, ``scalar_dataset``...) each call
+    ``maybe_cached_dataset(config, name, generating_func)`` (``tests/conftest.py:57``), which is
+    where Petastorm's own ``--cache-synthetic-dataset`` reuses a dataset made before. Here the
+    first worker calls ``generating_func`` under a lock in the run's root folder and pickles the
+    result (the dataset's URL, path and rows) beside it; the others load that once the lock is
+    free. Every worker starts a new session, so nothing outlives the run.
+    """
+    conftest = sys.modules.get("petastorm.tests.conftest")
+    if conftest is None or getattr(conftest.maybe_cached_dataset, "_shared", False):
+        return
+    folder = Path(config.rootpath, "shared-datasets")
+    folder.mkdir(exist_ok=True)
+
+    def shared_dataset(config, name, generating_func):
+        made = folder / f"{name}.pickle"
+        with open(folder / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if made.exists():
+                return pickle.loads(made.read_bytes())
+            dataset = generating_func()
+            made.with_suffix(".tmp").write_bytes(pickle.dumps(dataset))
+            made.with_suffix(".tmp").rename(made)
+            return dataset
+
+    shared_dataset._shared = True
+    conftest.maybe_cached_dataset = shared_dataset
 
 
 @contextlib.contextmanager
