@@ -41,6 +41,10 @@ class DataError(KerasDLError):
     """A table, file, column or row group that cannot be read as asked."""
 
 
+class RunError(KerasDLError):
+    """The run folder (``runtime.run_dir``) cannot take a write: a full disk, a quota."""
+
+
 class DistributedError(KerasDLError):
     """A distributed setup that cannot run (too few shards, missing Horovod, no free slots...)."""
 

@@ -8,7 +8,9 @@ It holds:
   and ``FINISHING.json``, the post-training steps done so far (see :mod:`keras_dl.finish`).
 
 Every file is written whole (:meth:`keras_dl.storage.Store.write`): after a kill a reader sees
-the old file or the new one. The lock or lease on the folder is :mod:`keras_dl.runlock`'s.
+the old file or the new one. A full disk is a :class:`~keras_dl.errors.RunError` (exit 2), and
+the partial files a killed or failed writer left are removed before a rerun writes anything
+(:meth:`RunFolder.remove_temporaries`), so they cannot keep the disk full. The lock or lease on the folder is :mod:`keras_dl.runlock`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import os
 
 from keras_dl import config
-from keras_dl.checkpoints import FINISHING
+from keras_dl.checkpoints import FINISHING, Checkpoints
 from keras_dl.storage import Store, open_store
 
 CONFIG_FILE = "config.yaml"
@@ -34,6 +36,12 @@ class RunFolder:
 
     def __repr__(self) -> str:
         return f"RunFolder({self.uri!r})"
+
+    def remove_temporaries(self) -> list[str]:
+        """Delete the partial files killed writers left here and in ``checkpoints/``; their
+        names. Call it before writing anything, while holding the folder's lock."""
+        names = self.store.remove_temporaries()
+        return names + Checkpoints(self.checkpoints).remove_temporaries()
 
     def record_config(self, exp) -> None:
         """Write the resolved config as ``config.yaml``."""

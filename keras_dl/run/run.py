@@ -74,6 +74,7 @@ class Run:
         if not self.world.is_chief:
             return None
         exp = self.exp
+        self.folder.remove_temporaries()  # first: a killed writer's leftovers may fill the disk
         self.folder.record_config(exp)
         tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
         attach = self._attach or resume_run_id(exp, self.folder)

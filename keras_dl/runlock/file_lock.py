@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from keras_dl.runlock.base import Owner, RunLock
+from keras_dl.storage import disk_full_is_run_error
 
 LOCK_FILE = ".lock"
 
@@ -35,7 +36,11 @@ class FileLock(RunLock):
             os.close(fd)
             raise self._locked_error() from None
         self._fd = fd
-        self._write(Owner.me(run_id))  # replaces a dead holder's stale record
+        try:
+            self._write(Owner.me(run_id))  # replaces a dead holder's stale record
+        except BaseException:
+            self.release()  # a full disk: not held, as no run will end to release it
+            raise
 
     def update(self, run_id: str) -> None:
         if self._fd is not None and self.owner is not None:
@@ -55,7 +60,10 @@ class FileLock(RunLock):
 
     def _write(self, owner: Owner) -> None:
         data = json.dumps(dataclasses.asdict(owner)).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
-        os.fsync(self._fd)
+        with disk_full_is_run_error(str(self.path.parent), LOCK_FILE, len(data)):
+            # Over the old record, then cut to length: the blocks a rerun's lock file already
+            # has are reused, so retaking the lock needs no free space on a full disk.
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
+            os.fsync(self._fd)
         self.owner = owner

@@ -17,7 +17,15 @@ from keras_dl.storage.engines import (
     environment,
     use_environment,
 )
-from keras_dl.storage.files import fsync_dir, join, list_files, read_file, remove, write_atomic
+from keras_dl.storage.files import (
+    disk_full_is_run_error,
+    fsync_dir,
+    join,
+    list_files,
+    read_file,
+    remove,
+    write_atomic,
+)
 from keras_dl.storage.filesystems import (
     S3_SCHEMES,
     Storage,
@@ -42,6 +50,7 @@ __all__ = [
     "check_safe_delta_writes",
     "delta_row_group_options",
     "delta_storage_options",
+    "disk_full_is_run_error",
     "environment",
     "file_url",
     "filesystem",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
+from collections.abc import Iterator
 
+from keras_dl.errors import RunError
 from keras_dl.storage.filesystems import filesystem, local_path, open_storage
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full filesystem, an exhausted quota
 
 
 def write_atomic(uri: str, data: bytes) -> None:
@@ -20,19 +27,46 @@ def write_atomic(uri: str, data: bytes) -> None:
         os.makedirs(folder, exist_ok=True)
         tmp = f"{local}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, local)
+            with disk_full_is_run_error(folder, os.path.basename(local), len(data)):
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, local)
         finally:
-            if os.path.exists(tmp):
+            if os.path.exists(tmp):  # a failed write leaves no partial file behind
                 os.remove(tmp)
         fsync_dir(folder)
         return
     fs, path = filesystem(uri)
     with fs.open_output_stream(path) as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def disk_full_is_run_error(folder: str, name: str, size: int) -> Iterator[None]:
+    """Turn a full disk (ENOSPC) or quota (EDQUOT) while writing ``name`` into ``folder`` into
+    a :class:`~keras_dl.errors.RunError` naming the folder, the bytes needed and the fix."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        raise no_space_error(folder, name, size, exc.strerror or str(exc)) from exc
+
+
+def no_space_error(folder: str, name: str, size: int, why: str = "No space left") -> RunError:
+    """The :class:`~keras_dl.errors.RunError` of a write that did not fit in ``folder``."""
+    try:
+        free = f"{shutil.disk_usage(folder).free} bytes are free there"
+    except OSError:
+        free = "its free space is unknown"
+    return RunError(
+        f"The run folder {folder!r} is full ({why}): writing {name!r} needed {size} bytes, and "
+        f"{free}. Nothing partial was left behind. Free space on that filesystem (or set "
+        "runtime.run_dir to a folder on a disk with room), then run the same command again: "
+        "it resumes from the last checkpoint."
+    )
 
 
 def read_file(uri: str) -> bytes:

@@ -12,6 +12,9 @@ Everything that touches a run folder (``runtime.run_dir``: ``config.yaml``, ``ru
 - :meth:`Store.move` moves a file into another folder of the same store, and
   :meth:`Store.remove_temporaries` deletes what a local writer killed mid-write left behind.
 - :meth:`Store.read` raises ``FileNotFoundError`` for a missing file on both.
+- A local write that finds the disk full (ENOSPC, or a quota's EDQUOT) removes its temporary
+  file and raises :class:`~keras_dl.errors.RunError` (exit 2) naming the folder, the bytes it
+  needed and the fix.
 
 :func:`open_store` picks the implementation from the URI: a local path or ``file://`` gives a
 :class:`LocalStore`, anything else (``s3://``) an :class:`ObjectStore`.
@@ -28,7 +31,15 @@ from abc import ABC, abstractmethod
 from functools import partial
 from typing import Any
 
-from keras_dl.storage.files import fsync_dir, join, list_files, read_file, remove, write_atomic
+from keras_dl.storage.files import (
+    disk_full_is_run_error,
+    fsync_dir,
+    join,
+    list_files,
+    read_file,
+    remove,
+    write_atomic,
+)
 from keras_dl.storage.filesystems import filesystem, local_path
 
 _CHUNK = 8 << 20
@@ -134,10 +145,13 @@ class LocalStore(Store):
         target = self.path(name)
         tmp = f"{target}.{os.getpid()}.tmp"
         try:
-            result = _copy(partial(open, local_file, "rb"), partial(open, tmp, "wb"), fsync=True)
-            os.replace(tmp, target)
+            with disk_full_is_run_error(self.uri, name, os.path.getsize(local_file)):
+                result = _copy(
+                    partial(open, local_file, "rb"), partial(open, tmp, "wb"), fsync=True
+                )
+                os.replace(tmp, target)
         finally:
-            if os.path.exists(tmp):
+            if os.path.exists(tmp):  # a failed write leaves no partial file behind
                 os.remove(tmp)
         fsync_dir(self.uri)
         return result
