@@ -7,7 +7,8 @@ and returns one small row per file: its path, size and row count. The driver col
 those, and commits them as one Delta transaction through deltalake (``create_table_with_add_actions``
 for a new table, ``DeltaTable.create_write_transaction`` for an existing one), the way
 delta-rs' own Dask and Ray integrations commit files written elsewhere. Files of a failed job are never committed: readers
-never see them.
+never see them. Every page the tasks write carries a CRC checksum, which keras_dl's readers
+verify.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def _file_writer(to: str, schema, rows_per_file: int):
             if writer is None:
                 path = f"{root}/part-{uuid.uuid4()}.parquet"
                 sink = fs.open_output_stream(path)
-                writer, rows = pq.ParquetWriter(sink, schema), 0
+                # Page checksums: readers verify them (keras_dl.data.rows.open_file).
+                writer, rows = pq.ParquetWriter(sink, schema, write_page_checksum=True), 0
             writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
             rows += batch.num_rows
             if rows >= rows_per_file:

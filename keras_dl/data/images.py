@@ -233,7 +233,7 @@ def locate_bad_images(snapshot, column: str, limit: int = 5) -> list[tuple[str, 
 
     found = []
     for path in snapshot.files:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
         for rg in range(pf.num_row_groups):
             values = pf.read_row_group(rg, columns=[column]).column(0).to_pylist()
             ok = check_image_bytes(values)

@@ -297,6 +297,8 @@ def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, k
 
         def _load_rows(self, pq_file, piece, shuffle_row_drop_range):
             index = index_of[_key(piece.path)]
+            # Petastorm opened it without checking page checksums: reopened with its footer.
+            pq_file = open_file(snapshot, index, metadata=pq_file.metadata)
             table = load_row_group(snapshot, index, pq_file, piece.row_group, columns)
             runs = keep.get((index, piece.row_group))
             if runs is not None:  # a boundary row group: the other shards' rows are masked

@@ -104,11 +104,19 @@ def check_file(snapshot: TableSnapshot, index: int, pf: pq.ParquetFile, columns)
                 _check_nulls(path, meta, rg, leaves)
 
 
-def open_file(snapshot: TableSnapshot, index: int) -> pq.ParquetFile:
-    """The Parquet file ``index`` of ``snapshot``, or a DataError naming it."""
+def open_file(snapshot: TableSnapshot, index: int, metadata=None) -> pq.ParquetFile:
+    """The Parquet file ``index`` of ``snapshot``, or a DataError naming it.
+
+    Its pages are checked against their CRC checksums where the file has them. ``metadata``:
+    its footer, when already read (it is not read again).
+    """
     path = snapshot.files[index]
     try:
-        return pq.ParquetFile(path if "://" not in path else _open_uri(path))
+        return pq.ParquetFile(
+            path if "://" not in path else _open_uri(path),
+            metadata=metadata,
+            page_checksum_verification=True,
+        )
     except Exception as exc:
         raise DataError(
             f"File {path!r} in table {snapshot.uri!r} is not readable Parquet ({exc}). Restore "
@@ -126,7 +134,8 @@ def load_row_group(
     """Row group ``row_group`` of file ``index`` as the table's rows, for logical ``columns``.
 
     Raises:
-        DataError: When a column cannot be converted to the table's type.
+        DataError: When the row group cannot be read (a damaged page, a failed page checksum),
+            naming the file and row group, or a column cannot be converted to the table's type.
     """
     meta = pf.metadata
     offset = sum(meta.row_group(i).num_rows for i in range(row_group))
@@ -134,7 +143,14 @@ def load_row_group(
     wanted = list(dict.fromkeys([*columns, *(c for c, _, _ in snapshot.row_filters)]))
     stored = _stored_names(snapshot, pf.schema_arrow, wanted)
     data_cols = [stored[c] for c in wanted if stored.get(c) is not None]
-    raw = pf.read_row_group(row_group, columns=data_cols) if data_cols else None
+    try:
+        raw = pf.read_row_group(row_group, columns=data_cols) if data_cols else None
+    except Exception as exc:  # a damaged page: a failed checksum, or data that does not decode
+        raise DataError(
+            f"Reading file {snapshot.files[index]!r}, row group {row_group}, of table "
+            f"{snapshot.uri!r} failed: {exc}. If the file is damaged, restore it from a copy, "
+            "or restore an earlier version of the table (Delta's RESTORE), then retry."
+        ) from None
     arrays = []
     for name in wanted:
         kind = snapshot.schema.field(name).type

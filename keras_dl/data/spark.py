@@ -35,6 +35,8 @@ from keras_dl.errors import DataError
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _cache: dict[tuple, SparkConverter] = {}  # (semantic hash, schema, ...) -> live converter
+# parquet-mr's page checksums (Spark passes writer options into the Hadoop configuration).
+CHECKSUMS = "parquet.page.write-checksum.enabled"
 _FIRST_COMMIT = "00000000000000000000.json"  # a Delta table's version 0: its write completed
 
 
@@ -157,7 +159,7 @@ def make_spark_converter(
             _remove(path)
             raise DataError("The Spark DataFrame has no rows: there is nothing to materialize.")
     else:
-        df.write.mode("error").parquet(path)
+        df.write.mode("error").option(CHECKSUMS, "true").parquet(path)
         rows = spark.read.parquet(path).count()
     converter = _remember(SparkConverter(key, plan, path, rows, partitions), persistent)
     log.info("Materialized a DataFrame of %d rows to %s (%d files)", rows, path, partitions)

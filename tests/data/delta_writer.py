@@ -51,6 +51,7 @@ def write_delta(
     inline: bool = False,
     partition: tuple[str, list] | None = None,
     stats: bool = True,
+    parquet_options: dict | None = None,
 ) -> None:
     """Write version 0 of a table: ``files[i]`` is the row groups of file ``i``.
 
@@ -62,6 +63,8 @@ def write_delta(
         inline: Store deletion vectors inline in the log instead of in a DV file.
         partition: ``(column, values per file)``: a string partition column.
         stats: Write each file's ``stats.numRecords`` (readers then plan without footers).
+        parquet_options: More ``pq.ParquetWriter`` options (``write_page_checksum``,
+            ``compression``...). Defaults to None: pyarrow's defaults.
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -109,7 +112,8 @@ def write_delta(
             )
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        with pq.ParquetWriter(target, _physical_schema(schema, physical, mapping)) as writer:
+        file_schema = _physical_schema(schema, physical, mapping)
+        with pq.ParquetWriter(target, file_schema, **(parquet_options or {})) as writer:
             for group in groups:
                 writer.write_table(group.rename_columns([physical[n] for n in schema.names]))
         rows = sum(g.num_rows for g in groups)

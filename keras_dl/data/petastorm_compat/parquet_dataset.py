@@ -55,7 +55,8 @@ class ParquetDatasetPiece:
     Args:
         path: The file's path on the dataset's filesystem.
         open_file_func: Opens ``path`` for reading. Defaults to Python's ``open``.
-        file_options: Keyword arguments for ``pq.ParquetFile``.
+        file_options: Keyword arguments for ``pq.ParquetFile``. Defaults to verifying page
+            checksums (``page_checksum_verification=True``).
         row_group: The row group to read, or None for the whole file.
         partition_keys: ``(name, index into the partition's keys)`` per directory level.
     """
@@ -64,7 +65,8 @@ class ParquetDatasetPiece:
                  row_group=None, partition_keys=None):  # fmt: skip
         self.path = str(path)
         self.open_file_func = open_file_func
-        self.file_options = file_options or {}
+        # Pages are checked against their CRC checksums where the file has them.
+        self.file_options = {"page_checksum_verification": True, **(file_options or {})}
         self.row_group = row_group
         self.partition_keys = partition_keys or []
 

@@ -174,7 +174,9 @@ def _read_checkpoint_file(storage: Storage, name: str) -> list[dict]:
 def _read_parquet_actions(storage: Storage, relative: str) -> list[dict]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(storage.path(relative), filesystem=storage.fs)
+    table = pq.read_table(
+        storage.path(relative), filesystem=storage.fs, page_checksum_verification=True
+    )
     out = []
     for name in ("add", "remove", "metaData", "protocol", "sidecar"):
         if name not in table.column_names:
