@@ -105,3 +105,32 @@ def test_persistent_delta_tables_are_named_by_their_rows_and_kept(spark, tmp_pat
     shutil.rmtree(conv.path)  # removed behind the converter's back: the same plan writes it again
     rewritten = make_spark_converter(df, **opts)
     assert rewritten.path == conv.path and rewritten.open().version == 0
+
+
+@pytest.mark.parametrize("table_format", ["parquet", "delta"])
+def test_the_converter_writes_page_checksums_that_the_reader_verifies(
+    spark, tmp_path, table_format
+):
+    import pyarrow.parquet as pq
+
+    from keras_dl.data import open_table, read_table
+
+    df = spark.range(4000).selectExpr("id * 1.25 AS x", "CAST(id % 3 AS INT) AS label")
+    conv = make_spark_converter(df, cache_dir=str(tmp_path), workers=1, table_format=table_format)
+    victim = open_table(conv.path).files[0]
+    chunk = pq.ParquetFile(victim).metadata.row_group(0).column(0)
+    start = chunk.data_page_offset
+    if chunk.has_dictionary_page:
+        start = min(start, chunk.dictionary_page_offset)
+    at = start + chunk.total_compressed_size // 2  # inside a page of x, past its header
+    with open(victim, "r+b") as f:
+        f.seek(at)
+        f.write(b"\0" * 16)
+
+    with pytest.raises(DataError) as err:
+        read_table(conv.path)
+
+    message = str(err.value)
+    assert f"file {victim!r}, row group 0," in message
+    assert "CRC checksum verification failed" in message
+    conv.delete()
