@@ -150,7 +150,7 @@ def load_row_group(
             f"Reading file {snapshot.files[index]!r}, row group {row_group}, of table "
             f"{snapshot.uri!r} failed: {exc}. If the file is damaged, restore it from a copy, "
             "or restore an earlier version of the table (Delta's RESTORE), then retry."
-        ) from None
+        ) from exc  # the cause stays inspectable (a store's transient error, say)
     arrays = []
     for name in wanted:
         kind = snapshot.schema.field(name).type
