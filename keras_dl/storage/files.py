@@ -24,10 +24,10 @@ def write_atomic(uri: str, data: bytes) -> None:
     local = local_path(uri)
     if local is not None:
         folder = os.path.dirname(os.path.abspath(local))
-        os.makedirs(folder, exist_ok=True)
         tmp = f"{local}.{os.getpid()}.tmp"
         try:
             with disk_full_is_run_error(folder, os.path.basename(local), len(data)):
+                os.makedirs(folder, exist_ok=True)  # a new folder takes a block too
                 with open(tmp, "wb") as f:
                     f.write(data)
                     f.flush()

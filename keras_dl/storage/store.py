@@ -141,11 +141,11 @@ class LocalStore(Store):
         return os.path.isfile(self.path(name))
 
     def upload(self, local_file, name):
-        os.makedirs(self.uri, exist_ok=True)
         target = self.path(name)
         tmp = f"{target}.{os.getpid()}.tmp"
         try:
             with disk_full_is_run_error(self.uri, name, os.path.getsize(local_file)):
+                os.makedirs(self.uri, exist_ok=True)  # a new folder takes a block too
                 result = _copy(
                     partial(open, local_file, "rb"), partial(open, tmp, "wb"), fsync=True
                 )
