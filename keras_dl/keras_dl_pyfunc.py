@@ -76,7 +76,7 @@ class KerasDLModel:
             columns = {n: model_input.get(n) for n in names}
         else:
             columns = {names[0]: model_input}
-        rows = max(len(v) for v in columns.values() if v is not None)
+        rows = max((len(v) for v in columns.values() if v is not None), default=len(model_input))
         out = {}
         for name, values in columns.items():
             if values is None:  # an optional column left out of the request
