@@ -1,36 +1,34 @@
-"""A Keras model whose inputs are named table columns, as an MLflow pyfunc that takes a DataFrame.
+"""Logging a Keras model so that it loads anywhere its own ``requirements.txt`` is installed.
 
-MLflow's Keras flavor feeds ``model.predict`` numpy arrays, and Keras 3 rejects numpy string
-arrays ("Invalid dtype: str"), so a model with a ``StringLookup`` on a raw string column cannot be
-served by it. This pyfunc converts each column to a tensor of the model input's dtype first, and
-declares a column-based signature (one typed column per input), which is what a table model's
-callers have: a DataFrame, a Spark row, a ``dataframe_split`` JSON request.
+Every model is logged with :mod:`keras_dl.keras_dl_pyfunc` as its pyfunc ``loader_module``,
+shipped in the model's ``code/`` folder (``code_paths``): that standalone module, not keras_dl,
+is what MLflow imports to load it, and its ``predict`` refuses null and NaN features (or imputes
+a column the model declares optional). Two kinds:
+
+- A model whose inputs are named scalar columns (a table model) gets a column-based signature
+  (one typed column per input; an optional column is declared ``required=False``): MLflow's
+  Keras flavor cannot feed Keras 3 string columns, so it has the pyfunc flavor only.
+- Any other model keeps MLflow's Keras flavor (``mlflow.keras.load_model`` works) and a tensor
+  signature; only its pyfunc flavor is pointed at the shipped loader.
+
+A recipe declares optional columns by setting :data:`IMPUTE_ATTRIBUTE` on the model it builds:
+``{column: training-time fill value}``, written to the model's ``keras_dl.json``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import tempfile
 from typing import Any
 
 import mlflow.pyfunc
 
+from keras_dl import keras_dl_pyfunc
 
-class KerasFrameModel(mlflow.pyfunc.PythonModel):
-    """Scores a DataFrame of raw columns with a Keras model that has one input per column."""
-
-    def load_context(self, context) -> None:
-        import keras
-
-        self.model = keras.saving.load_model(context.artifacts["keras_model"], compile=False)
-
-    def predict(self, context, model_input, params=None):
-        """Probabilities (classification) or values (regression) as a float32 numpy array."""
-        import numpy as np
-
-        inputs = to_model_inputs(self.model, model_input)
-        rows = len(model_input)
-        return np.asarray(self.model.predict(inputs, batch_size=max(1, min(rows, 4096)), verbose=0))
+IMPUTE_ATTRIBUTE = keras_dl_pyfunc.IMPUTE_ATTRIBUTE
+LOADER = keras_dl_pyfunc.LOADER
 
 
 def to_model_inputs(model: Any, frame) -> dict:
@@ -57,29 +55,92 @@ def is_frame_input(sample_input: Any) -> bool:
     )
 
 
-def log_frame_model(model: Any, sample_input: dict):
-    """Log ``model`` to the active run as a :class:`KerasFrameModel` with a column signature.
+def log_model(model: Any, signature, frame: bool):
+    """Log ``model`` to the active run with the shipped loader; returns MLflow's ``ModelInfo``.
 
-    Returns:
-        The MLflow ``ModelInfo`` (registration is :func:`keras_dl.tracking.register_model`'s).
+    Args:
+        model: A Keras 3 model (with :data:`IMPUTE_ATTRIBUTE` when it has optional columns).
+        signature: Its signature (column-based when ``frame``, else tensor-based).
+        frame: Whether it is a table model (pyfunc only) or keeps the Keras flavor.
     """
+    from mlflow.models import Model
+
+    return Model.log(
+        artifact_path=None,
+        name="model",
+        flavor=_Flavor,
+        keras_model=model,
+        frame=frame,
+        signature=signature,
+        pip_requirements=model_requirements(),
+    )
+
+
+class _Flavor:
+    """What ``Model.log`` calls to write the model folder (a flavor module's interface)."""
+
+    __name__ = "keras_dl"
+
+    @staticmethod
+    def save_model(path, mlflow_model, keras_model, frame, signature, pip_requirements):
+        code = keras_dl_pyfunc.__file__
+        if frame:
+            with tempfile.TemporaryDirectory() as tmp:
+                data = os.path.join(tmp, "data")
+                _write_data(keras_model, data)
+                mlflow.pyfunc.save_model(
+                    path,
+                    loader_module=LOADER,
+                    data_path=data,
+                    code_paths=[code],
+                    mlflow_model=mlflow_model,
+                    signature=signature,
+                    pip_requirements=pip_requirements,
+                )
+            return
+        import mlflow.keras as mlflow_keras
+
+        mlflow_keras.save_model(
+            keras_model,
+            path,
+            mlflow_model=mlflow_model,
+            signature=signature,
+            pip_requirements=pip_requirements,
+        )
+        _write_data(keras_model, os.path.join(path, "data"), model_file=False)
+        os.makedirs(os.path.join(path, "code"))
+        shutil.copy(code, os.path.join(path, "code", os.path.basename(code)))
+        conf = mlflow_model.flavors["python_function"]
+        conf.update(loader_module=LOADER, data="data", code="code")
+        mlflow_model.save(os.path.join(path, "MLmodel"))
+
+
+def _write_data(model: Any, folder: str, model_file: bool = True) -> None:
+    """``model.keras`` and ``keras_dl.json`` (the optional columns' fill values) in ``folder``."""
+    os.makedirs(folder, exist_ok=True)
+    if model_file:
+        model.save(os.path.join(folder, keras_dl_pyfunc.MODEL_FILE))
+    spec = {"impute": dict(getattr(model, IMPUTE_ATTRIBUTE, None) or {})}
+    with open(os.path.join(folder, keras_dl_pyfunc.SPEC_FILE), "w") as f:
+        json.dump(spec, f, indent=1, sort_keys=True)
+
+
+def frame_signature(model: Any, sample_input: dict):
+    """The column-based signature of a table model: one typed column per input, optional
+    columns (those with a fill value) declared ``required=False``."""
     import numpy as np
     import pandas as pd
-    from mlflow.models import infer_signature
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types import ColSpec, Schema
 
     frame = pd.DataFrame({k: _widen(np.asarray(v)) for k, v in sample_input.items()})
     prediction = model.predict(to_model_inputs(model, frame), verbose=0)
-    signature = infer_signature(frame, np.asarray(prediction))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.keras")
-        model.save(path)
-        return mlflow.pyfunc.log_model(
-            name="model",
-            python_model=KerasFrameModel(),
-            artifacts={"keras_model": path},
-            signature=signature,
-            pip_requirements=model_requirements(),
-        )
+    inferred = infer_signature(frame, np.asarray(prediction))
+    optional = set(getattr(model, IMPUTE_ATTRIBUTE, None) or {})
+    inputs = Schema(
+        [ColSpec(c.type, c.name, required=c.name not in optional) for c in inferred.inputs.inputs]
+    )
+    return ModelSignature(inputs=inputs, outputs=inferred.outputs)
 
 
 def _widen(values):

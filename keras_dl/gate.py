@@ -239,12 +239,12 @@ def _against_champion(exp, model, split, prefix: str, score: Score | None) -> tu
 
 
 def _load_keras(uri: str):
-    """The Keras model of a registered version (Keras flavor, or keras_dl's frame pyfunc)."""
+    """The Keras model of a registered version (Keras flavor, or keras_dl's pyfunc loader)."""
     import mlflow
 
     if "keras" in mlflow.models.get_model_info(uri).flavors:
         return mlflow.keras.load_model(uri)
-    return mlflow.pyfunc.load_model(uri).unwrap_python_model().model
+    return mlflow.pyfunc.load_model(uri).get_raw_model()
 
 
 def _compile_like(champion, model) -> None:

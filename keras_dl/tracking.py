@@ -162,10 +162,11 @@ def log_keras_model(
 ) -> tuple[str, int | None]:
     """Log ``model`` to the active run with a signature inferred from ``sample_input``.
 
-    A model whose inputs are named scalar columns (a dict of 1-D arrays) is logged as a
-    :class:`keras_dl.frame_model.KerasFrameModel` pyfunc with a column-based signature, because
-    MLflow's Keras flavor cannot feed string columns to Keras 3; any other model with the Keras
-    flavor and a tensor signature.
+    Every model loads without keras_dl: its pyfunc loader (:mod:`keras_dl.keras_dl_pyfunc`)
+    travels in its ``code/`` folder, and refuses null and NaN features. A model whose inputs are
+    named scalar columns (a dict of 1-D arrays) gets a column-based signature and the pyfunc
+    flavor only, because MLflow's Keras flavor cannot feed string columns to Keras 3; any other
+    keeps the Keras flavor beside it, with a tensor signature (:mod:`keras_dl.frame_model`).
 
     Args:
         model: A Keras 3 model.
@@ -178,22 +179,14 @@ def log_keras_model(
     Returns:
         The model URI and the registered version (None when not registered).
     """
-    import mlflow
-
-    from keras_dl.frame_model import is_frame_input, log_frame_model, model_requirements
+    from keras_dl.frame_model import frame_signature, is_frame_input, log_model
 
     register = registered_model if registered_model and registered_model != "none" else None
     if is_frame_input(sample_input):
-        info = log_frame_model(model, sample_input)
+        info = log_model(model, frame_signature(model, sample_input), frame=True)
     else:
         prediction = model.predict(sample_input, verbose=0)
-        signature = make_signature(sample_input, prediction)
-        info = mlflow.keras.log_model(
-            model,
-            name="model",
-            signature=signature,
-            pip_requirements=model_requirements(),
-        )
+        info = log_model(model, make_signature(sample_input, prediction), frame=False)
     if register is None:
         return info.model_uri, None
     return info.model_uri, register_model(info.model_uri, register, tags, description)

@@ -45,6 +45,7 @@ from keras_dl.data.features import NUMERIC, STRING
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
 from keras_dl.errors import ConfigError, DataError
+from keras_dl.keras_dl_pyfunc import IMPUTE_ATTRIBUTE
 from keras_dl.recipe import Recipe
 from keras_dl.sizing import fill_in_sizes
 
@@ -71,6 +72,10 @@ class TabularModel:
         embedding_dim: Size of those embeddings. Defaults to 8.
         stats_rows: Training rows read to fit the normalization and vocabularies.
             Defaults to 100000.
+        optional: Feature columns that may be null or NaN when the model scores: a missing
+            value is filled with the column's training mean (numeric) or most frequent value
+            (string), computed on the same rows. Any other column's missing value is refused.
+            Defaults to none.
     """
 
     task: str = "auto"
@@ -80,6 +85,7 @@ class TabularModel:
     embed_above: int = 32
     embedding_dim: int = 8
     stats_rows: int = 100_000
+    optional: tuple[str, ...] = ()
 
 
 DEFAULTS = Experiment(
@@ -127,6 +133,12 @@ def prepare(exp: Experiment) -> Recipe:
         for n in snapshot.schema.names
         if n not in {label, exp.data.split_column, *snapshot.partition_columns}
     ]
+    unknown = [c for c in m.optional if c not in names]
+    if unknown:
+        raise ConfigError(
+            f"model.optional names {', '.join(map(repr, unknown))}, not a feature of table "
+            f"{snapshot.uri!r}. Its features: {', '.join(names)}. Name feature columns only."
+        )
     single = names[0] if len(names) == 1 else None
     preprocess = partial(_encode_label, _make_label_table(target), single)
     return dataclasses.replace(
@@ -170,12 +182,14 @@ def build_model(data, exp: Experiment, target: Target | None = None):
         )
     m: TabularModel = exp.model
     columns = _read_features(data.snapshot, data.plan.features, m.stats_rows)
-    inputs, encoded = {}, []
+    inputs, encoded, impute = {}, [], {}
     for spec in data.plan.features:
         values = columns[spec.name]
         if spec.kind == STRING:
             inp = keras.Input(shape=(), dtype="string", name=_input_name(spec.name))
             vocab = _vocabulary(values, m.max_vocabulary)
+            if spec.name in m.optional and vocab:
+                impute[spec.name] = vocab[0]  # the most frequent value
             if len(vocab) + 1 <= m.embed_above:
                 x = layers.StringLookup(vocabulary=vocab, output_mode="one_hot")(inp)
             else:
@@ -187,6 +201,9 @@ def build_model(data, exp: Experiment, target: Target | None = None):
             flat = values.reshape(len(values), -1).astype(np.float64)
             # Constant columns have zero variance; 1 keeps them finite (they carry no signal).
             var = np.where(flat.var(0) > 0, flat.var(0), 1.0)
+            if spec.name in m.optional:
+                mean = np.nanmean(flat, 0)
+                impute[spec.name] = mean.tolist() if spec.shape else float(mean[0])
             x = layers.Normalization(mean=flat.mean(0), variance=var)(x)
         inputs[spec.name] = inp
         encoded.append(x)
@@ -204,7 +221,9 @@ def build_model(data, exp: Experiment, target: Target | None = None):
         # Inputs are keyed by column name; a name Keras refuses for a layer ("/") keeps its
         # column as the key and Keras warns that key and layer name differ. That is the intent.
         warnings.filterwarnings("ignore", message="When providing `inputs` as a dict")
-        return keras.Model(inputs, outputs, name="tabular_mlp")
+        model = keras.Model(inputs, outputs, name="tabular_mlp")
+    setattr(model, IMPUTE_ATTRIBUTE, impute)  # logged with the model (keras_dl.json)
+    return model
 
 
 RECIPE = Recipe(

@@ -55,6 +55,35 @@ def test_rows_that_do_not_match_the_signature(spark, champion):
         predict(scalar, "models:/digits@champion", tracking_uri=uri)
 
 
+def test_spark_scoring_refuses_a_nan_pixel_naming_the_column(spark, champion):
+    uri, _ = champion
+    pixels = load_digits().data[:4].astype(np.float64)
+    pixels[2, 9] = np.nan
+    df = spark.createDataFrame(pd.DataFrame({"id": np.arange(4), "pixels": list(pixels)}))
+    scored = predict(df, "models:/digits@champion", keys=["id"], tracking_uri=uri)
+    with pytest.raises(Exception, match=r"Column 'pixels' has a missing value \(null or NaN\)"):
+        scored.toPandas()
+
+
+def test_spark_udf_takes_the_pixels_as_one_array_column(spark, champion):
+    """The README's spark_udf form for a tensor-signature model: the 64 pixels as one array
+    column (64 scalar columns fail MLflow's tensor check), and a NaN pixel refused there too."""
+    uri, result = champion
+    mlflow.set_tracking_uri(uri)
+    digits = load_digits()
+    udf = mlflow.pyfunc.spark_udf(
+        spark, "models:/digits@champion", result_type="array<double>", env_manager="local"
+    )
+    df = spark.createDataFrame(pd.DataFrame({"pixels": list(digits.data[:50])}))
+    out = np.stack(df.select(udf("pixels").alias("p")).toPandas()["p"].to_numpy())
+    np.testing.assert_allclose(out, result.model.predict(digits.data[:50], verbose=0), atol=1e-5)
+    holes = digits.data[:3].copy()
+    holes[1, 0] = np.nan
+    df = spark.createDataFrame(pd.DataFrame({"pixels": list(holes)}))
+    with pytest.raises(Exception, match=r"Column 'pixels' has a missing value"):
+        df.select(udf("pixels").alias("p")).toPandas()
+
+
 @pytest.mark.parametrize(
     "classes", [("cat", "dog"), (False, True)], ids=["string label", "bool label"]
 )
@@ -94,6 +123,13 @@ def test_table_model_with_named_classes(spark, tmp_path, mlflow_uri, classes):
     expected = np.asarray(model.predict(frame[["x", "color"]]))
     np.testing.assert_allclose(out[probs], expected, atol=1e-5)
     np.testing.assert_array_equal(out["prediction"], np.array(sorted(classes))[expected.argmax(1)])
+    # The README's spark_udf form for a column signature: the named feature columns.
+    udf = mlflow.pyfunc.spark_udf(
+        spark, "models:/tabular/1", result_type="array<double>", env_manager="local"
+    )
+    udf_out = spark.createDataFrame(rows).select("id", udf("x", "color").alias("p")).toPandas()
+    udf_probs = np.stack(udf_out.sort_values("id")["p"].to_numpy())
+    np.testing.assert_allclose(udf_probs, expected, atol=1e-5)
 
 
 def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
