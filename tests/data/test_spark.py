@@ -105,3 +105,26 @@ def test_persistent_delta_tables_are_named_by_their_rows_and_kept(spark, tmp_pat
     shutil.rmtree(conv.path)  # removed behind the converter's back: the same plan writes it again
     rewritten = make_spark_converter(df, **opts)
     assert rewritten.path == conv.path and rewritten.open().version == 0
+
+
+def test_write_delta_reports_the_version_it_committed_after_another_writers_commit(
+    spark, tmp_path, monkeypatch
+):
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from keras_dl.delta_writer import write_delta
+
+    to = str(tmp_path / "t")
+    df = spark.createDataFrame([(i,) for i in range(4)], "id long")
+    assert write_delta(df, to).version == 0
+    own_commit = DeltaTable.create_write_transaction
+
+    def another_writer_commits_first(self, *args, **kwargs):
+        # A real commit (version 1) after this write read the table, before it commits.
+        write_deltalake(to, pa.table({"id": pa.array([99], pa.int64())}), mode="append")
+        return own_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", another_writer_commits_first)
+    report = write_delta(df, to, mode="append")
+    assert report.version == 2 == DeltaTable(to).version() and report.rows == 4
