@@ -101,3 +101,24 @@ def test_a_negative_label_is_named(tmp_path):
     exp = resolve(load_recipe("digits").defaults, sets=[f"data.table={table}"])
     with pytest.raises(ConfigError, match=r"Label column 'label' of table .* holds -1"):
         check_num_classes(exp)
+
+
+def test_the_horovod_launcher_checks_num_classes_before_it_creates_the_run(digits_table, tmp_path):
+    pytest.importorskip("horovod.tensorflow.keras", reason="the launcher needs Horovod")
+    from keras_dl.launch import launch
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = resolve(
+        load_recipe("digits").defaults,
+        sets=[
+            f"data.table={digits_table}",
+            f"tracking.uri={uri}",
+            f"runtime.run_dir={tmp_path / 'run'}",
+            "runtime.strategy=horovod",
+            "runtime.np=-2",
+            "model.num_classes=3",
+        ],
+    )
+    with pytest.raises(ConfigError, match=r"model.num_classes=3 is too few"):
+        launch(exp)  # refused before the driver creates the MLflow run or starts a rank
+    assert runs_in(uri) == []
