@@ -148,15 +148,55 @@ def _commit(to: str, schema, actions, mode: str, exists: bool, options) -> int:
     from deltalake import DeltaTable, Schema
     from deltalake.transaction import create_table_with_add_actions
 
-    table = DeltaTable(to, storage_options=options) if exists else None
-    version = 0 if table is None else table.version() + 1  # read before the commit
-    if table is not None:
-        table.create_write_transaction(actions, mode, schema)
+    write_id, props = new_write_id()
+    if exists:
+        table = DeltaTable(to, storage_options=options)
+        table.create_write_transaction(actions, mode, schema, commit_properties=props)
     else:
         create_table_with_add_actions(
-            to, Schema.from_arrow(schema), actions, "overwrite", storage_options=options
+            to,
+            Schema.from_arrow(schema),
+            actions,
+            "overwrite",
+            storage_options=options,
+            commit_properties=props,
         )
-    return version
+    return committed_version(to, write_id, options)
+
+
+# The commitInfo key a keras_dl write stamps its commit with, to find the version it committed.
+WRITE_ID = "keras_dl.write_id"
+
+
+def new_write_id():
+    """A fresh write id, and the deltalake ``CommitProperties`` that stamp a commit with it."""
+    from deltalake import CommitProperties
+
+    write_id = uuid.uuid4().hex
+    return write_id, CommitProperties(custom_metadata={WRITE_ID: write_id})
+
+
+def committed_version(to: str, write_id: str, options: dict | None = None) -> int:
+    """The version of the commit stamped ``write_id`` (see :func:`new_write_id`).
+
+    deltalake's writers return nothing, and the table's latest version may already hold
+    another writer's commit (or the commit retried past one that came first), so the version is
+    read from the commit itself, searching the log newest first.
+
+    Raises:
+        DataError: When no commit carries ``write_id`` (the log was rewritten meanwhile).
+    """
+    from deltalake import DeltaTable
+
+    table = DeltaTable(to, storage_options=options or None)
+    for limit in (20, None):  # the commit is nearly always among the newest
+        for entry in table.history(limit):
+            if entry.get(WRITE_ID) == write_id:
+                return int(entry["version"])
+    raise DataError(
+        f"Delta table {to!r} has no commit stamped {WRITE_ID}={write_id} although the write "
+        "returned: its log was replaced meanwhile. Check the table's history before reading it."
+    )
 
 
 def _add_action(row):

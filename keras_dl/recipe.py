@@ -46,6 +46,10 @@ class Recipe:
         configure: ``fn(exp) -> Experiment`` that fills in the settings the recipe chooses
             from the table, those its defaults leave null (``train.batch_size``,
             ``train.epochs``); see :func:`configure`. Defaults to None.
+        check: ``fn(exp)`` that checks the model's settings against the table and raises
+            :class:`~keras_dl.errors.ConfigError`, e.g. :func:`check_num_classes`. ``fit`` and
+            the Horovod launcher call it before any MLflow run starts (the ranges of the
+            ``model`` fields are checked earlier, when the config is resolved). Defaults to None.
     """
 
     name: str
@@ -60,6 +64,7 @@ class Recipe:
     preprocess_train: Callable | None = None
     prepare: Callable | None = None
     configure: Callable | None = None
+    check: Callable | None = None
 
 
 def configure(exp: Experiment, recipe: Recipe) -> Experiment:
@@ -82,6 +87,47 @@ def configure(exp: Experiment, recipe: Recipe) -> Experiment:
                 f"Set it, for example --set {key}=10."
             )
     return exp
+
+
+def check_model(exp: Experiment, recipe: Recipe) -> None:
+    """Run ``recipe.check`` on ``exp``: what the ``model`` settings need from the table, checked
+    before any run starts (see :class:`Recipe`)."""
+    if recipe.check is not None:
+        recipe.check(exp)
+
+
+def check_num_classes(exp: Experiment) -> None:
+    """A classifier's ``model.num_classes`` against its integer labels (``0`` to ``K-1`` need
+    ``K`` outputs at least), in every row of ``data.table`` (all splits, ``data.filters``
+    applied) and of ``data.validation_table`` / ``data.test_table``. Only the label column is
+    read.
+
+    Raises:
+        ConfigError: Naming ``model.num_classes``, its value, the table, the label values found
+            and the smallest value that fits them.
+    """
+    from keras_dl.data.labels import integer_label_range
+
+    data, wanted = exp.data, exp.model.num_classes
+    tables = [(data.table, data.version, data.timestamp)]
+    tables += [(t, None, None) for t in (data.validation_table, data.test_table) if t]
+    for table, version, timestamp in tables:
+        found = integer_label_range(data, table, version, timestamp)
+        if found is None or (found.low >= 0 and found.high < wanted):
+            continue
+        if found.low < 0:
+            raise ConfigError(
+                f"Label column {found.column!r} of table {found.table!r} holds {found.low}: a "
+                f"classifier's labels run from 0 to model.num_classes-1 ({wanted - 1}). Map the "
+                "labels to 0..K-1 in the table, or set data.label to another column."
+            )
+        raise ConfigError(
+            f"model.num_classes={wanted} is too few for table {found.table!r}: its label column "
+            f"{found.column!r} holds {found.distinct} distinct values from {found.low} to "
+            f"{found.high}, and the model needs one output per value from 0 to {found.high}. "
+            f"Set --set model.num_classes={found.high + 1} (the allowed range is >= "
+            f"{found.high + 1} for this table)."
+        )
 
 
 def load_recipe(name: str) -> Recipe:

@@ -18,7 +18,7 @@ from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError
-from keras_dl.recipe import Recipe, configure, load_recipe
+from keras_dl.recipe import Recipe, check_model, configure, load_recipe
 from keras_dl.run import Run, open_run
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def fit(
     exp = configure(exp, recipe)  # e.g. the tabular recipe's batch size from the row count
     if recipe.prepare is not None:
         recipe = recipe.prepare(exp)  # table-dependent parts, e.g. a string label's classes
+    check_model(exp, recipe)  # e.g. model.num_classes against the labels: before any run starts
     world = current_world()
     if exp.train.batch_size % world.size:
         raise ConfigError(

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keras_dl.config import DataConfig, Experiment, TrainConfig
-from keras_dl.recipe import Recipe
+from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
+from keras_dl.recipe import Recipe, check_num_classes
 
 # ## Defaults
 
@@ -35,11 +35,13 @@ class DigitsModel:
         batch_norm: Batch normalization after each conv layer. Defaults to True.
     """
 
-    filters: int = 32
-    dense: int = 128
-    dropout: float = 0.3
-    num_classes: int = 10
-    shift: float = 0.125
+    # Each range is checked when the config is resolved (keras_dl.config.bounds), before any
+    # run starts; num_classes is also checked against the table's labels (RECIPE.check).
+    filters: int = bounded(32, 1)
+    dense: int = bounded(128, 1)
+    dropout: float = bounded(0.3, 0, 1, high_open=True)
+    num_classes: int = bounded(10, 2)
+    shift: float = bounded(0.125, 0, 1)
     batch_norm: bool = True
 
 
@@ -86,6 +88,7 @@ RECIPE = Recipe(
     description="small CNN on scikit-learn's 8x8 digits (Delta table from `keras-dl ingest sklearn-digits`)",
     defaults=DEFAULTS,
     build_model=build_model,
+    check=check_num_classes,  # model.num_classes against the labels, before any run
 )
 
 # ## Run it

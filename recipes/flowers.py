@@ -30,11 +30,11 @@ import os
 import sys
 from dataclasses import dataclass
 
-from keras_dl.config import DataConfig, Experiment, TrainConfig
+from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
 from keras_dl.data.features import BINARY
 from keras_dl.data.images import make_image_preprocess
 from keras_dl.errors import ConfigError
-from keras_dl.recipe import Recipe
+from keras_dl.recipe import Recipe, check_num_classes
 
 log = logging.getLogger(__name__)
 IMAGE_SIZE = (224, 224)
@@ -61,12 +61,12 @@ class FlowersModel:
     """
 
     backbone: str = "MobileNetV2"
-    alpha: float = 1.0
+    alpha: float = bounded(1.0, 0, low_open=True)
     weights: str = "imagenet"
-    num_classes: int = 5
-    dropout: float = 0.2
+    num_classes: int = bounded(5, 2)  # also checked against the table's labels (RECIPE.check)
+    dropout: float = bounded(0.2, 0, 1, high_open=True)
     fine_tune_from: str = ""
-    fine_tune_layers: int = 30
+    fine_tune_layers: int = bounded(30, 0)
 
 
 DEFAULTS = Experiment(
@@ -120,6 +120,7 @@ RECIPE = Recipe(
     accept=(BINARY,),
     preprocess=make_image_preprocess("image", IMAGE_SIZE, normalize="none"),
     preprocess_train=make_image_preprocess("image", IMAGE_SIZE, normalize="none", augment=True),
+    check=check_num_classes,  # model.num_classes against the labels, before any run
 )
 
 # ## Helpers

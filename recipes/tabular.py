@@ -35,12 +35,13 @@ import logging
 import warnings
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keras_dl.config import DataConfig, Experiment, TrainConfig
+from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
 from keras_dl.data.features import NUMERIC, STRING
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
@@ -50,7 +51,8 @@ from keras_dl.recipe import Recipe
 from keras_dl.sizing import fill_in_sizes
 
 log = logging.getLogger(__name__)
-TASKS = ("auto", "classification", "regression")
+Task = Literal["auto", "classification", "regression"]
+TASKS = get_args(Task)
 MAX_CLASSES = 1000
 
 # ## Defaults
@@ -78,13 +80,14 @@ class TabularModel:
             Defaults to none.
     """
 
-    task: str = "auto"
-    hidden: tuple[int, ...] = (64, 32)
-    dropout: float = 0.1
-    max_vocabulary: int = 1000
-    embed_above: int = 32
-    embedding_dim: int = 8
-    stats_rows: int = 100_000
+    # Each choice and range is checked when the config is resolved, before any run starts.
+    task: Task = "auto"
+    hidden: tuple[int, ...] = bounded((64, 32), 1)
+    dropout: float = bounded(0.1, 0, 1, high_open=True)
+    max_vocabulary: int = bounded(1000, 1)
+    embed_above: int = bounded(32, 0)
+    embedding_dim: int = bounded(8, 1)
+    stats_rows: int = bounded(100_000, 1)
     optional: tuple[str, ...] = ()
 
 

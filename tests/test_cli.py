@@ -121,3 +121,17 @@ def test_ingest_then_train_module_entry(tmp_path):
 def test_recipes_lists_digits():
     proc = run_cli("recipes")
     assert proc.returncode == 0 and "digits" in proc.stdout and "epochs=30" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "item, fragments",
+    [
+        ("model.num_classes=3", ("model.num_classes=3 is too few", "--set model.num_classes=10")),
+        ("model.dropout=2", ("model.dropout=2.0 is outside the allowed range [0, 1)",)),
+    ],
+)
+def test_model_values_exit_2_before_any_mlflow_run(digits_table, tmp_path, item, fragments):
+    proc, uri = _train(digits_table, tmp_path, item)
+    _assert_clear_failure(proc, uri, *fragments)
+    assert not os.path.exists(uri[len("sqlite:///") :]) or runs_in(uri) == []

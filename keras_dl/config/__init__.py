@@ -9,6 +9,9 @@ The package's modules, each with one job (lowest first):
 - :mod:`~keras_dl.config.schema`: the sections as dataclasses, their defaults and documentation;
 - :mod:`~keras_dl.config.parse`: YAML files, ``--set`` overrides and mappings into those types;
 - :mod:`~keras_dl.config.dump`: the resolved config as dicts and YAML, and saving it;
+- :mod:`~keras_dl.config.choices` and :mod:`~keras_dl.config.bounds`: the values a field's
+  ``Literal`` type or its declared range (:func:`bounded`, e.g. a recipe's ``model.dropout``)
+  allows;
 - :mod:`~keras_dl.config.validate`: ranges and the rules between fields;
 - :mod:`~keras_dl.config.overrides`: :func:`resolve`, which applies them in order.
 
@@ -20,6 +23,7 @@ Example:
     3
 """
 
+from keras_dl.config.bounds import Bounds, bounded
 from keras_dl.config.dump import dumps, to_dict, to_flat_dict
 from keras_dl.config.overrides import resolve
 from keras_dl.config.parse import apply_mapping, parse_set, read_yaml, valid_keys
@@ -46,6 +50,7 @@ __all__ = [
     "CHOSEN_BY_RECIPE",
     "METRIC_OPS",
     "STRATEGIES",
+    "Bounds",
     "CallbacksConfig",
     "DataConfig",
     "Experiment",
@@ -54,6 +59,7 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "apply_mapping",
+    "bounded",
     "default_tracking_uri",
     "dumps",
     "parse_min_metric",

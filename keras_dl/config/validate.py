@@ -1,6 +1,8 @@
 """Validation: every setting's choices, its range, and the rules between settings.
 
-Choices come from the schema's ``Literal`` types (:mod:`keras_dl.config.choices`). The rest is
+Choices come from the schema's ``Literal`` types (:mod:`keras_dl.config.choices`), the ranges
+a recipe declares on its ``model`` fields from their metadata (:mod:`keras_dl.config.bounds`).
+The rest is
 written here: ranges (counts from 1, offsets from 0, finite floats), the rules between fields
 (``runtime.np`` needs Horovod, a Delta version or a timestamp, not both), the registry's metric
 floor and aliases, and null only for the settings a recipe chooses itself. Each error names the
@@ -14,6 +16,7 @@ import math
 import re
 from pathlib import Path
 
+from keras_dl.config.bounds import check_bounds
 from keras_dl.config.choices import check_choices
 from keras_dl.config.schema import Experiment, RegistryConfig
 from keras_dl.errors import ConfigError
@@ -24,6 +27,7 @@ def validate(exp: Experiment) -> Experiment:
     the recipe-derived defaults."""
     _check_finite(exp)  # a NaN passes every "<" and ">" test below
     check_choices(exp.sections())  # every Literal[...] field, from the schema's types
+    check_bounds(exp.sections())  # every bounded(...) field, e.g. a recipe's model.dropout
     if not exp.train.learning_rate > 0:
         raise ConfigError(
             f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."

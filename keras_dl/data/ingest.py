@@ -1,7 +1,8 @@
 """Write datasets into Delta tables that the data path reads well.
 
 Row groups are the unit of sharding and shuffling, so ingest writes them at a deliberate size
-(``rows_per_group``) and reports rows, files, row groups and the new table version.
+(``rows_per_group``) and reports the version it committed (read from its own commit, not the
+latest, which another writer may have moved on) with that version's rows, files and row groups.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def write_table(
 
     from keras_dl.data.rows import scan_table
     from keras_dl.data.tables import open_table
+    from keras_dl.delta_writer import committed_version, new_write_id
     from keras_dl.storage import (
         check_safe_delta_writes,
         delta_row_group_options,
@@ -74,10 +76,12 @@ def write_table(
             f"Delta table {to!r} already exists. Pass --mode overwrite to replace it (a new "
             "version; the old one stays readable by time travel), --mode append, or --mode ignore."
         )
+    version = None  # "ignore" on an existing table: nothing is written, report the latest
     if not (exists and mode == "ignore"):
         check_safe_delta_writes(to)  # S3: refused where a writer expects a DynamoDB lock
         if "://" not in to:
             os.makedirs(to, exist_ok=True)
+        write_id, props = new_write_id()
         write_deltalake(
             to,
             table,
@@ -85,8 +89,12 @@ def write_table(
             mode="overwrite" if mode == "ignore" else mode,
             **delta_row_group_options(rows_per_group),
             storage_options=delta_storage_options(to) or None,
+            commit_properties=props,
         )
-    snapshot = open_table(to)
+        # The version this write committed, not the latest: another writer may have committed
+        # after it. The rows, files and row groups reported are the table's at that version.
+        version = committed_version(to, write_id, delta_storage_options(to))
+    snapshot = open_table(to, version)
     stats = scan_table(snapshot)  # one footer read per file; deletion vectors counted
     return IngestReport(
         table=to,

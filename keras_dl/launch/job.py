@@ -55,6 +55,10 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
         # Settings the recipe chooses from the table (tabular: batch size, epochs), chosen once
         # here, so the run's params and config.yaml hold them and every rank gets the same.
         exp = configure(exp, load_recipe(exp.recipe))
+    if main is None:  # train_rank: fit with exp.recipe, whose checks run before the run starts
+        from keras_dl.recipe import check_model, load_recipe
+
+        check_model(exp, load_recipe(exp.recipe))  # e.g. model.num_classes against the labels
     runner = HorovodRunner(
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,

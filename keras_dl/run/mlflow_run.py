@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from keras_dl.config import Experiment, to_dict, to_flat_dict
-from keras_dl.tracking import failure_tags, git_tags, setup_mlflow
+from keras_dl.tracking import (
+    FAILURE_REASON_TAG,
+    FAILURE_TAG,
+    PREEMPTED_TAG,
+    failure_tags,
+    git_tags,
+    setup_mlflow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +74,22 @@ def _log_config(client: Any, run_id: str, exp: Experiment) -> None:
     client.log_dict(run_id, to_dict(exp), "config.yaml")  # the resolved config, for lineage
 
 
+# What an earlier attempt of a resumed run said about why it stopped (failed, diverged,
+# preempted): a FINISHED end makes these false, so it deletes them. The launcher's
+# keras_dl.restart.N tags stay: they record restarts that happened, not the run's state.
+STALE_ON_FINISH = (FAILURE_TAG, FAILURE_REASON_TAG, PREEMPTED_TAG)
+
+
 def terminate_run(uri: str, run_id: str, status: str, tags: Mapping[str, str] = ()) -> None:
-    """End run ``run_id`` (not active in this process) with ``status`` and ``tags``."""
+    """End run ``run_id`` (not active in this process) with ``status`` and ``tags``; a
+    FINISHED end deletes the failure tags an earlier attempt left (:data:`STALE_ON_FINISH`)."""
     import mlflow
 
     client = mlflow.MlflowClient(uri)
     for key, value in dict(tags).items():
         client.set_tag(run_id, key, value)
+    if status == "FINISHED":
+        _clear_stale_tags(client, run_id)
     client.set_terminated(run_id, status)
 
 
@@ -83,6 +99,9 @@ def end_run(
     tags: Mapping[str, str] | None = None,
 ) -> None:
     """End the active run with ``status`` ("FINISHED", "FAILED" or "KILLED"), if there is one.
+
+    A FINISHED end deletes the failure tags an earlier attempt of a resumed run left
+    (:data:`STALE_ON_FINISH`): the run's tags describe how it ended, not its history.
 
     Args:
         status: The run's final status. Defaults to "FINISHED".
@@ -100,7 +119,21 @@ def end_run(
             mlflow.set_tags({**(tags or {}), **extra})
         except Exception as exc:  # the status below matters more than the tag
             log.warning("Could not tag the run with its failure (%s).", exc)
+    if status == "FINISHED":
+        _clear_stale_tags(mlflow.MlflowClient(), mlflow.active_run().info.run_id)
     mlflow.end_run(status=status)
+
+
+def _clear_stale_tags(client: Any, run_id: str) -> None:
+    """Delete :data:`STALE_ON_FINISH` tags from ``run_id`` (a warning, not an error, if that
+    fails: the FINISHED status matters more)."""
+    try:
+        present = client.get_run(run_id).data.tags
+        for key in STALE_ON_FINISH:
+            if key in present:
+                client.delete_tag(run_id, key)
+    except Exception as exc:
+        log.warning("Could not delete the stale failure tags of run %s (%s).", run_id, exc)
 
 
 def param_text(value: Any) -> str:

@@ -96,6 +96,8 @@ def test_a_signal_mid_epoch_checkpoints_that_step_and_the_rerun_resumes_it(
     assert re.findall(r"^Epoch (\d+)/", text, re.M) == ["2", "3", "4"]
     (run,) = runs_in(uri)  # the same run, now FINISHED
     assert run.info.status == "FINISHED"
+    # Without the first attempt's tags: they would say a finished run was preempted.
+    assert not {"preempted", "keras_dl.failure"} & set(run.data.tags), run.data.tags
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
     assert steps == list(range(EPOCHS)), steps
     assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS

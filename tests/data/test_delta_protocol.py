@@ -205,9 +205,20 @@ def test_time_travel_by_timestamp_uses_commit_times(tmp_path):
     _commit(path, 1, _add(path, "b.parquet", pa.table({"x": [2]})))
     at0 = datetime.fromtimestamp(1_700_000_000_000.5 / 1000, timezone.utc).isoformat()
     assert read_table(path, timestamp=at0).column("x").to_pylist() == [1]
-    assert sorted(read_table(path, timestamp="2030-01-01T00:00:00").column("x").to_pylist()) == [
-        1,
-        2,
-    ]
+    at1 = datetime.fromtimestamp(1_700_000_000_001 / 1000, timezone.utc).isoformat()
+    assert sorted(read_table(path, timestamp=at1).column("x").to_pylist()) == [1, 2]
     with pytest.raises(DataError, match=r"no version at or before 2000"):
         read_table(path, timestamp="2000-01-01T00:00:00+00:00")
+
+
+def test_a_timestamp_after_the_last_commit_is_refused_naming_that_commits_time(tmp_path):
+    path = str(tmp_path / "t")
+    _commit(path, 0, _protocol(), _meta([_f("x", "long")]))
+    _commit(path, 1, _add(path, "a.parquet", pa.table({"x": [1]})))
+    last = datetime.fromtimestamp(1_700_000_000_001 / 1000, timezone.utc).isoformat()
+    after = "2030-01-01T00:00:00"  # a commit made before 2030 could still change what it reads
+    with pytest.raises(DataError) as err:
+        read_table(path, timestamp=after)
+    assert path in str(err.value) and after in str(err.value)
+    assert f"last commit (version 1, committed at {last})" in str(err.value)
+    assert "drop data.timestamp" in str(err.value)

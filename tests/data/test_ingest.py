@@ -146,3 +146,32 @@ def test_split_assignment_and_row_group_sizing():
         assign_splits(labels, (0.5, 0.1, 0.1))
     assert rows_per_group_for(100_000) == 128  # ~100 kB JPEGs -> ~13 MB groups
     assert rows_per_group_for(16) == 16384 and rows_per_group_for(10**9) == 64
+
+
+def test_ingest_append_reports_the_version_it_committed_when_another_writer_follows(
+    tmp_path, capsys, monkeypatch
+):
+    import deltalake
+    import pyarrow as pa
+
+    to = str(tmp_path / "digits")
+    assert main(["ingest", "sklearn-digits", "--to", to]) == 0  # version 0: 1797 rows
+    own_write = deltalake.write_deltalake
+    other = pa.table(
+        {
+            "pixels": pa.array([[0.0] * 64], pa.list_(pa.float32())),
+            "label": pa.array([1], pa.int64()),
+            "split": ["train"],
+        }
+    )
+
+    def and_then_another_writer_appends(*args, **kwargs):
+        own_write(*args, **kwargs)  # the ingest's commit: version 1
+        own_write(to, other, mode="append", partition_by=["split"])  # a real commit: version 2
+
+    monkeypatch.setattr(deltalake, "write_deltalake", and_then_another_writer_appends)
+    capsys.readouterr()
+    assert main(["ingest", "sklearn-digits", "--to", to, "--mode", "append"]) == 0
+    out = capsys.readouterr().out
+    assert f"Delta table {to} version 1: 3594 rows" in out  # the table at the ingest's commit
+    assert open_table(to).version == 2 and "version 2" not in out

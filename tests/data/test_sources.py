@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from keras_dl.data import open_table, select
 from keras_dl.errors import DataError
@@ -69,7 +69,11 @@ def test_delta_time_travel_by_timestamp(tmp_path):
     write_deltalake(path, _table(5, start=100), mode="append")
     snap = open_table(path, timestamp=between)
     assert snap.version == 0 and len(snap.files) == 1
-    assert open_table(path, timestamp=datetime.now(timezone.utc).isoformat()).version == 1
+    last = DeltaTable(path).history(1)[0]["timestamp"]  # ms, the commit's own time
+    at_last = datetime.fromtimestamp(last / 1000, timezone.utc).isoformat()
+    assert open_table(path, timestamp=at_last).version == 1
+    with pytest.raises(DataError, match=r"after its last commit \(version 1, committed at "):
+        open_table(path, timestamp="2999-01-01T00:00:00+00:00")  # as Delta Spark refuses it
     with pytest.raises(DataError, match="no version at or before"):
         open_table(path, timestamp="2000-01-01T00:00:00+00:00")
     with pytest.raises(DataError, match="not an ISO 8601"):

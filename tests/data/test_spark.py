@@ -134,3 +134,26 @@ def test_the_converter_writes_page_checksums_that_the_reader_verifies(
     assert f"file {victim!r}, row group 0," in message
     assert "CRC checksum verification failed" in message
     conv.delete()
+
+
+def test_write_delta_reports_the_version_it_committed_after_another_writers_commit(
+    spark, tmp_path, monkeypatch
+):
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from keras_dl.delta_writer import write_delta
+
+    to = str(tmp_path / "t")
+    df = spark.createDataFrame([(i,) for i in range(4)], "id long")
+    assert write_delta(df, to).version == 0
+    own_commit = DeltaTable.create_write_transaction
+
+    def another_writer_commits_first(self, *args, **kwargs):
+        # A real commit (version 1) after this write read the table, before it commits.
+        write_deltalake(to, pa.table({"id": pa.array([99], pa.int64())}), mode="append")
+        return own_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", another_writer_commits_first)
+    report = write_delta(df, to, mode="append")
+    assert report.version == 2 == DeltaTable(to).version() and report.rows == 4

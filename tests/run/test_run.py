@@ -10,7 +10,7 @@ import yaml
 
 from keras_dl.config import resolve
 from keras_dl.distribute.world import World
-from keras_dl.errors import DataError, Preempted
+from keras_dl.errors import DataError, DivergenceError, Preempted
 from keras_dl.recipe import load_recipe
 from keras_dl.run import CONFIG_FILE, RUN_FILE, RunFolder, open_run
 from keras_dl.runlock import RunLockedError
@@ -115,3 +115,42 @@ def test_a_driver_creates_the_run_with_its_config_and_leaves_the_finish_to_rank_
     got = _run(mlflow_uri, run_id)
     assert got.info.status == "FAILED"
     assert got.data.tags["keras_dl.failure"] == "RuntimeError: rank 1 died"
+
+
+@pytest.mark.parametrize(
+    "error, stale",
+    [
+        (Preempted("SIGTERM", 12), {"preempted", "keras_dl.failure"}),
+        (
+            DivergenceError("Training diverged: loss nan"),
+            {"keras_dl.failure", "keras_dl.failure_reason"},
+        ),
+    ],
+    ids=["preempted", "diverged"],
+)
+def test_a_resumed_run_that_finishes_loses_the_failure_tags_of_the_attempt_before(
+    tmp_path, mlflow_uri, error, stale
+):
+    exp = _exp(tmp_path, mlflow_uri)
+    with pytest.raises(type(error)), open_run(exp, World()) as run:
+        run_id = run.start()
+        raise error
+    assert stale <= set(_run(mlflow_uri, run_id).data.tags)  # the first attempt's end
+    with open_run(exp, World(), run_id=run_id) as again:  # the rerun continues the same run
+        assert again.start() == run_id
+    got = _run(mlflow_uri, run_id)
+    assert got.info.status == "FINISHED"
+    assert not stale & set(got.data.tags), got.data.tags
+    assert got.data.tags["keras_dl.recipe"] == "digits"  # other tags stay
+
+
+def test_a_launched_run_finished_by_its_driver_loses_the_failure_tags(tmp_path, mlflow_uri):
+    from keras_dl.run.mlflow_run import terminate_run
+
+    exp = _exp(tmp_path, mlflow_uri)
+    with pytest.raises(RuntimeError), open_run(exp, World(), lock_run_dir=True, driver=True) as run:
+        run_id = run.start()
+        raise RuntimeError("rank 1 died")
+    terminate_run(mlflow_uri, run_id, "FINISHED")
+    got = _run(mlflow_uri, run_id)
+    assert got.info.status == "FINISHED" and "keras_dl.failure" not in got.data.tags

@@ -7,7 +7,8 @@ after it up to ``v``, with ``add`` and ``remove`` reconciled on the logical file
 version cannot be reconstructed, and reading anything else would return wrong rows.
 
 Time travel by timestamp uses each commit's in-commit timestamp when present, else its
-``commitInfo.timestamp``, else the commit file's modification time.
+``commitInfo.timestamp``, else the commit file's modification time. A time after the last
+commit is refused, as Delta's readers do: a commit still to come could change what it reads.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def replay(storage: Storage, version: int | None = None, timestamp: str | None =
 
     Raises:
         DataError: When the log is missing or has gaps, the version does not exist, or no
-            version was committed at or before the timestamp.
+            version was committed at or before the timestamp, or the timestamp is after the
+            last commit (Delta's own readers refuse it too).
     """
     listing = _list_log(storage)
     available = sorted(set(listing.commits) | set(listing.checkpoints))
@@ -239,6 +241,15 @@ def _version_at(storage: Storage, listing: _Listing, timestamp: str) -> int:
         when = when.replace(tzinfo=timezone.utc)
     wanted = when.timestamp() * 1000
     times = {v: _commit_time(storage, listing, v) for v in sorted(listing.commits)}
+    last = max(times)
+    if wanted > times[last]:  # as Delta's own readers: not silently the latest version
+        at = datetime.fromtimestamp(times[last] / 1000, timezone.utc).isoformat()
+        raise DataError(
+            f"Delta table {storage.uri!r} has no version at {timestamp}: that is after its last "
+            f"commit (version {last}, committed at {at}), and a later commit could still "
+            f"change what that time reads. Use a data.timestamp at or before {at}, or drop "
+            "data.timestamp to read the latest version."
+        )
     before = [v for v, t in times.items() if t <= wanted]
     if not before:
         first = min(times)

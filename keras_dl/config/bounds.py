@@ -1,0 +1,107 @@
+"""Ranges declared on the fields: ``dropout: float = bounded(0.3, 0, 1, high_open=True)``.
+
+A recipe's ``model`` section is a plain dataclass the recipe owns, so its ranges are declared
+where its fields are, as field metadata (:func:`bounded`), and :func:`check_bounds` checks every
+section of an experiment when it is resolved, before any data is read or any run starts. A value
+out of range is refused with an error naming the key, the value and the range allowed, rather
+than failing inside Keras after the MLflow run was created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from keras_dl.errors import ConfigError
+
+BOUNDS = "keras_dl.bounds"  # the field-metadata key
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The numbers a setting allows: from ``low`` to ``high`` (None: no bound on that side),
+    each end included unless it is open."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def allows(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return (
+            f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+            f"{')' if self.high_open else ']'}"
+        )
+
+
+def bounded(
+    default: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """A dataclass field with ``default`` whose value (or, for a tuple, each item) must lie
+    between ``low`` and ``high``; the ends are included unless ``low_open`` / ``high_open``.
+
+    Example:
+        >>> @dataclass(frozen=True)
+        ... class Model:
+        ...     dropout: float = bounded(0.3, 0, 1, high_open=True)  # [0, 1)
+        ...     units: tuple[int, ...] = bounded((64, 32), 1)  # each >= 1
+    """
+    return dataclasses.field(
+        default=default, metadata={BOUNDS: Bounds(low, high, low_open, high_open)}
+    )
+
+
+def check_bounds(sections: dict[str, Any]) -> None:
+    """Refuse a value outside its field's :func:`bounded` range, in every ``{name: section}``.
+
+    Raises:
+        ConfigError: Naming ``section.key``, the value, the range and an example in it.
+    """
+    for name, section in sections.items():
+        for f in dataclasses.fields(section):
+            bounds = f.metadata.get(BOUNDS)
+            value = getattr(section, f.name)
+            if bounds is None or value is None:
+                continue
+            items = value if isinstance(value, tuple) else (value,)
+            for item in items:
+                if not _is_number(item) or not bounds.allows(item):
+                    raise _bounds_error(f"{name}.{f.name}", value, item, bounds, f.default)
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not (isinstance(value, float) and math.isnan(value))
+    )
+
+
+def _bounds_error(key: str, value: Any, item: Any, bounds: Bounds, default: Any) -> ConfigError:
+    def text(v):
+        return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+    where = f"{key}={text(value)}"
+    if item is not value:
+        where += f" has {item!r}, which"
+    return ConfigError(
+        f"{where} is outside the allowed range {bounds}"
+        f"{' (each value)' if isinstance(value, tuple) else ''}. Set a value in it, for example "
+        f"--set {key}={text(default)}."
+    )
