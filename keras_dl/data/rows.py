@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from keras_dl.data.filters import row_mask
 from keras_dl.data.shards import shard_sizes
 from keras_dl.data.snapshot import TableSnapshot
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
+from keras_dl.storage.retry import retrying
 
 _FIELD_ID = b"PARQUET:field_id"
 
@@ -108,7 +109,11 @@ def open_file(snapshot: TableSnapshot, index: int) -> pq.ParquetFile:
     """The Parquet file ``index`` of ``snapshot``, or a DataError naming it."""
     path = snapshot.files[index]
     try:
-        return pq.ParquetFile(path if "://" not in path else _open_uri(path))
+        if "://" not in path:
+            return pq.ParquetFile(path)
+        return retrying(lambda: pq.ParquetFile(_open_uri(path)), path)
+    except KerasDLError:  # the store stayed unreachable (StoreUnavailable)
+        raise
     except Exception as exc:
         raise DataError(
             f"File {path!r} in table {snapshot.uri!r} is not readable Parquet ({exc}). Restore "
@@ -134,7 +139,11 @@ def load_row_group(
     wanted = list(dict.fromkeys([*columns, *(c for c, _, _ in snapshot.row_filters)]))
     stored = _stored_names(snapshot, pf.schema_arrow, wanted)
     data_cols = [stored[c] for c in wanted if stored.get(c) is not None]
-    raw = pf.read_row_group(row_group, columns=data_cols) if data_cols else None
+    raw = (
+        retrying(lambda: pf.read_row_group(row_group, columns=data_cols), snapshot.files[index])
+        if data_cols
+        else None
+    )
     arrays = []
     for name in wanted:
         kind = snapshot.schema.field(name).type

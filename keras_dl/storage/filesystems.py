@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keras_dl.errors import DataError
+from keras_dl.storage.retry import retrying
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -38,7 +39,8 @@ class Storage:
 
         selector = pafs.FileSelector(self.path(relative), allow_not_found=True)
         out = []
-        for info in self.fs.get_file_info(selector):
+        infos = retrying(lambda: self.fs.get_file_info(selector), self.uri)
+        for info in infos:
             if info.type == pafs.FileType.File:
                 mtime = None if info.mtime_ns is None else info.mtime_ns // 1_000_000
                 out.append((info.base_name, mtime))
@@ -47,17 +49,25 @@ class Storage:
     def is_dir(self, relative: str = "") -> bool:
         import pyarrow.fs as pafs
 
-        return self.fs.get_file_info(self.path(relative)).type == pafs.FileType.Directory
+        info = retrying(lambda: self.fs.get_file_info(self.path(relative)), self.uri)
+        return info.type == pafs.FileType.Directory
 
     def read_text(self, relative: str) -> str:
-        with self.fs.open_input_stream(self.path(relative)) as f:
-            return f.read().decode("utf-8")
+        def read():
+            with self.fs.open_input_stream(self.path(relative)) as f:
+                return f.read().decode("utf-8")
+
+        return retrying(read, self.uri)
 
     def read_bytes(self, path: str, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of the file at ``path`` (a path on ``fs``)."""
-        with self.fs.open_input_file(path) as f:
-            f.seek(offset)
-            return f.read(length)
+
+        def read():
+            with self.fs.open_input_file(path) as f:
+                f.seek(offset)
+                return f.read(length)
+
+        return retrying(read, self.uri)
 
     def file_uri(self, path: str) -> str:
         """A URI (or absolute local path) for a path on ``fs``, as readers are given it."""
@@ -149,12 +159,21 @@ def s3_region() -> str | None:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
 
 
+# A store that stops answering is noticed within seconds (the AWS SDK's curl gives up on a
+# request that receives nothing for REQUEST_TIMEOUT s), and keras_dl.storage.retry retries.
+CONNECT_TIMEOUT, REQUEST_TIMEOUT = 2.0, 3.0
+
+
 def s3_filesystem():
-    """A ``pyarrow.fs.S3FileSystem`` from the standard AWS environment variables."""
+    """A ``pyarrow.fs.S3FileSystem`` from the standard AWS environment variables, with short
+    connect and request timeouts (:data:`CONNECT_TIMEOUT`, :data:`REQUEST_TIMEOUT`)."""
     import pyarrow.fs as pafs
 
     env = os.environ
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "request_timeout": REQUEST_TIMEOUT,
+    }
     if env.get("AWS_ACCESS_KEY_ID"):
         kwargs.update(
             access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env.get("AWS_SECRET_ACCESS_KEY")
