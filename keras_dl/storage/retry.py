@@ -47,6 +47,7 @@ _TRANSIENT_TEXT = re.compile(
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503"}
 
 _deadlines: list[Callable[[], float | None]] = []
+_given_up: set[str] = set()  # stores a retry gave up on: others fail at once, until one answers
 _deadlines_guard = threading.Lock()
 
 
@@ -85,11 +86,12 @@ def is_transient(exc: BaseException) -> bool:
         return True
     try:
         from botocore.exceptions import ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
     except ImportError:  # pragma: no cover - boto3 is optional
-        ClientError = HTTPClientError = ()  # noqa: N806
-    if HTTPClientError and isinstance(exc, HTTPClientError):
+        ClientError = HTTPClientError = BotoConnectionError = ()  # noqa: N806
+    if isinstance(exc, (HTTPClientError, BotoConnectionError)):
         return True  # EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ...
-    if ClientError and isinstance(exc, ClientError):
+    if isinstance(exc, ClientError):
         reply = exc.response or {}
         status = reply.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         return status >= 500 or reply.get("Error", {}).get("Code") in _TRANSIENT_CODES
@@ -113,19 +115,24 @@ def retrying(call: Callable[[], T], uri: str) -> T:
         StoreUnavailable: The store still failed at the deadline.
         Exception: ``call``'s own error when it is not transient.
     """
+    store = store_name(uri)
+    start, start_wall = time.monotonic(), time.time()  # the outage counts from the first call
     try:
-        return call()
+        result = call()
+        _given_up.discard(store)
+        return result
     except Exception as exc:
         if not is_transient(exc):
             raise
         error = exc
-    store = store_name(uri)
-    start, start_wall = time.monotonic(), time.time()
+    if store in _given_up:  # the run is stopping for this outage: no second wait
+        raise StoreUnavailable(store, 0.0, True, error) from None
     reported, pause = start, FIRST_BACKOFF
     while True:
         deadline, leased = _deadline(start_wall)
         waited = time.monotonic() - start
-        if time.time() >= deadline:
+        if time.time() >= deadline or store in _given_up:
+            _given_up.add(store)
             raise StoreUnavailable(store, waited, leased, error) from None
         if time.monotonic() - reported >= REPORT_EVERY:
             reported = time.monotonic()
@@ -144,6 +151,7 @@ def retrying(call: Callable[[], T], uri: str) -> T:
                 raise
             error = exc
             continue
+        _given_up.discard(store)
         if time.monotonic() - start >= REPORT_EVERY:
             log.warning(
                 "object store %s reachable again after %.0f s", store, time.monotonic() - start
