@@ -127,36 +127,72 @@ def retrying(call: Callable[[], T], uri: str) -> T:
         error = exc
     if store in _given_up:  # the run is stopping for this outage: no second wait
         raise StoreUnavailable(store, 0.0, True, error) from None
-    reported, pause = start, FIRST_BACKOFF
-    while True:
-        deadline, leased = _deadline(start_wall)
-        waited = time.monotonic() - start
-        if time.time() >= deadline or store in _given_up:
-            _given_up.add(store)
-            raise StoreUnavailable(store, waited, leased, error) from None
-        if time.monotonic() - reported >= REPORT_EVERY:
-            reported = time.monotonic()
-            log.warning(
-                "object store %s unreachable for %.0f s; retrying until %.0f s",
-                store,
-                waited,
-                deadline - start_wall,
-            )
-        time.sleep(min(pause, max(deadline - time.time(), 0.0)))
-        pause = min(pause * 2, MAX_BACKOFF)
-        try:
-            result = call()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            error = exc
-            continue
-        _given_up.discard(store)
-        if time.monotonic() - start >= REPORT_EVERY:
-            log.warning(
-                "object store %s reachable again after %.0f s", store, time.monotonic() - start
-            )
-        return result
+    pause = FIRST_BACKOFF
+    with _Reporter(store, start, start_wall):  # a line every 10 s, even while a call hangs
+        while True:
+            deadline, leased = _deadline(start_wall)
+            if time.time() >= deadline or store in _given_up:
+                _given_up.add(store)
+                raise StoreUnavailable(store, time.monotonic() - start, leased, error) from None
+            time.sleep(min(pause, max(deadline - time.time(), 0.0)))
+            pause = min(pause * 2, MAX_BACKOFF)
+            try:
+                result = call()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                error = exc
+                continue
+            _given_up.discard(store)
+            if time.monotonic() - start >= REPORT_EVERY:
+                log.warning(
+                    "object store %s reachable again after %.0f s",
+                    store,
+                    time.monotonic() - start,
+                )
+            return result
+
+
+_last_report: dict[str, float] = {}  # store -> when a line last said it is unreachable
+
+
+class _Reporter:
+    """While a retry waits: one line every :data:`REPORT_EVERY` s per store (whichever of the
+    threads waiting on it says it first), from a daemon thread, so a call that hangs does not
+    silence it."""
+
+    def __init__(self, store: str, start: float, start_wall: float):
+        self.store, self.start, self.start_wall = store, start, start_wall
+        self.done = threading.Event()
+
+    def __enter__(self) -> _Reporter:
+        self._report_if_due()  # the first call may have hung past REPORT_EVERY already
+        threading.Thread(target=self._run, name="keras_dl-store-retry", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+
+    def _run(self) -> None:
+        while not self.done.wait(REPORT_EVERY - (time.monotonic() - self.start) % REPORT_EVERY):
+            self._report_if_due()
+
+    def _report_if_due(self) -> None:
+        now = time.monotonic()
+        waited = now - self.start
+        with _deadlines_guard:
+            if waited < REPORT_EVERY - 0.5 or now - _last_report.get(self.store, -1e9) < (
+                REPORT_EVERY - 0.5
+            ):
+                return
+            _last_report[self.store] = now
+        deadline = _deadline(self.start_wall)[0]
+        log.warning(
+            "object store %s unreachable for %.0f s; retrying until %.0f s",
+            self.store,
+            waited,
+            deadline - self.start_wall,
+        )
 
 
 __all__ = [
