@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
 from keras_dl.storage.retry import retrying
 
 S3_SCHEMES = ("s3", "s3a")
@@ -98,7 +98,11 @@ def open_storage(uri: str) -> Storage:
 def check_bucket(fs, bucket: str, uri: str) -> None:
     """Fail early, naming the bucket and the variables, when a bucket cannot be reached.
 
+    A bucket that answered once in this process is in an outage when it stops answering: the
+    check is then retried (:mod:`keras_dl.storage.retry`). One never reached fails at once.
+
     Raises:
+        StoreUnavailable: A bucket that answered before did not answer again in time.
         DataError: For a missing bucket, missing or wrong credentials, or an unreachable endpoint.
     """
     import pyarrow.fs as pafs
@@ -110,20 +114,32 @@ def check_bucket(fs, bucket: str, uri: str) -> None:
         if os.environ.get("AWS_ACCESS_KEY_ID")
         else "not set (using AWS_PROFILE or the instance's role)"
     )
+
+    def look() -> bool:
+        return fs.get_file_info(bucket).type != pafs.FileType.NotFound
+
+    key = (s3_endpoint(), bucket)
     try:
-        found = fs.get_file_info(bucket).type != pafs.FileType.NotFound
+        found = retrying(look, uri) if key in _ANSWERED else look()
+    except KerasDLError:
+        raise
     except Exception as exc:
         raise DataError(
             f"Bucket {bucket!r} of {uri!r} cannot be reached {where} ({exc}). Check "
             f"AWS_ENDPOINT_URL, AWS_REGION and the credentials (AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY are {creds})."
         ) from None
-    if not found:
+    if found:
+        _ANSWERED.add(key)
+    else:
         raise DataError(
             f"Bucket {bucket!r} of {uri!r} does not exist {where}, or these credentials cannot "
             f"see it (AWS_ACCESS_KEY_ID is {creds}). Create the bucket, or fix the URI, "
             "AWS_ENDPOINT_URL or the credentials."
         )
+
+
+_ANSWERED: set[tuple[str | None, str]] = set()  # (endpoint, bucket) found by check_bucket
 
 
 def filesystem(uri: str):
