@@ -161,10 +161,12 @@ def test_an_outage_past_the_lease_is_store_unavailable_and_release_does_not_wait
 
 EPOCHS = 6
 STEPS = 40  # digits: 1,257 training rows in batches of 32
-LEASE = 40  # renewed every 13 s: an outage is ridden out until at least 26 s after it began
+# The outage: 45 s, half of a 90 s lease (renewed every 30 s: an outage is ridden out
+# until at least 60 s after it began). Twice a 40 s lease for the outage that stops the run.
+HALF_LEASE, LEASE = 90, 40
 
 
-def _command(table: str, run_dir: str, tmp: Path) -> list[str]:
+def _command(table: str, run_dir: str, tmp: Path, lease: float) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -172,7 +174,7 @@ def _command(table: str, run_dir: str, tmp: Path) -> list[str]:
         *("--set", f"data.table={table}"),
         *("--set", f"train.epochs={EPOCHS}"),
         *("--set", f"runtime.run_dir={run_dir}"),
-        *("--set", f"runtime.lease_seconds={LEASE}"),
+        *("--set", f"runtime.lease_seconds={lease}"),
         *("--set", f"tracking.uri={seed_store(tmp / 'mlflow.db')}"),
         *("--set", "tracking.log_model=false"),
         *("--set", "data.deterministic=true"),
@@ -232,8 +234,8 @@ def test_training_rides_out_a_store_outage_of_half_the_lease(store, tmp_path):
 
     table = store.uri("digits")
     ingest_sklearn_digits(table, rows_per_group=256)
-    cmd = _command(table, store.uri("runs/digits"), tmp_path)
-    code, output = _run_pausing(store, cmd, tmp_path / "train.log", LEASE / 2)
+    cmd = _command(table, store.uri("runs/digits"), tmp_path, HALF_LEASE)
+    code, output = _run_pausing(store, cmd, tmp_path / "train.log", HALF_LEASE / 2)
     notes = _notes(output)
     assert code == 0, notes[-3000:]
     assert "Traceback" not in output
@@ -252,7 +254,7 @@ def test_an_outage_of_twice_the_lease_exits_75_killed_and_a_rerun_resumes(store,
 
     table = store.uri("digits")
     ingest_sklearn_digits(table, rows_per_group=256)
-    cmd = _command(table, store.uri("runs/digits"), tmp_path)
+    cmd = _command(table, store.uri("runs/digits"), tmp_path, LEASE)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code, output = _run_pausing(store, cmd, tmp_path / "first.log", 2 * LEASE)
     notes = _notes(output)
