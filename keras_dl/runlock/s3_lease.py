@@ -176,16 +176,18 @@ class S3Lease(RunLock):
     def _renew(self, owner: Owner) -> None:
         owner = self._fresh(owner)
         with self._guard:
-            if self._etag is None:
+            current = self._etag
+            if current is None:
                 return
             try:
-                self._etag = self._put(owner, IfMatch=self._etag)
+                etag = self._put(owner, IfMatch=current)
             except _Conflict:
                 stored, etag = self._read()
                 if not _same(stored, owner):
                     raise
-                self._etag = etag  # our own write, whose reply a store outage lost
-            self.owner, self._renewed = owner, True
+                # our own write, whose reply a store outage lost
+            if self._etag is current:  # not released meanwhile (release does not wait for us)
+                self._etag, self.owner, self._renewed = etag, owner, True
 
     def _fresh(self, owner: Owner) -> Owner:
         return dataclasses.replace(owner, expires=time.time() + self.lease_seconds)
