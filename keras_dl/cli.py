@@ -2,7 +2,8 @@
 
 Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
 with their ``exit_code``: 2, 3 when training diverged, 4 when the model did not earn
-registration, 75 when preempted; nothing else is swallowed.
+registration, 75 when preempted or the object store stayed unreachable (rerun to resume);
+nothing else is swallowed.
 """
 
 from __future__ import annotations

@@ -72,3 +72,42 @@ class Preempted(KerasDLError):
 
     def __reduce__(self):  # picklable with its two arguments (Horovod returns it from ranks)
         return (type(self), (self.signal_name, self.global_step))
+
+
+class StoreUnavailable(Preempted):
+    """The object store stayed unreachable past the run's lease: stopped, rerun to resume.
+
+    Raised by :func:`keras_dl.storage.retry.retrying` after it retried a transient store error
+    (timeout, refused connection, HTTP 5xx) until the time the run's lease stays valid. Like
+    :class:`Preempted` it exits 75 and ends the run KILLED: nothing is wrong with the run, and
+    running the same command again once the store is back resumes from the last checkpoint.
+
+    Attributes:
+        store: The store, e.g. ``s3://lake``.
+        waited: Seconds it was retried.
+    """
+
+    def __init__(self, store: str, waited: float, leased: bool = True, cause: object = None):
+        limit = (
+            "the time the run's lease on runtime.run_dir stays valid (runtime.lease_seconds)"
+            if leased
+            else "the time keras_dl waits for a store when no run lease sets it"
+        )
+        KerasDLError.__init__(
+            self,
+            f"Object store {store} unreachable for {waited:.0f} s, longer than {limit}: "
+            f"training stopped (last error: {_first_line(cause)}). "
+            "Nothing is lost: run the same command again once the store is back, and it resumes "
+            "from the last checkpoint. To ride out longer outages, raise runtime.lease_seconds.",
+        )
+        self.store, self.waited, self.leased, self.cause = store, waited, leased, cause
+        self.signal_name = "STORE_UNAVAILABLE"
+        self.global_step = -1
+
+    def __reduce__(self):
+        return (type(self), (self.store, self.waited, self.leased, str(self.cause)))
+
+
+def _first_line(cause: object) -> str:
+    text = str(cause).strip().splitlines()
+    return text[0][:300] if text else type(cause).__name__

@@ -145,7 +145,8 @@ class RuntimeConfig:
         spark_ui: Start the Spark web UI in Spark sessions keras_dl creates. Defaults to False.
         lease_seconds: With ``run_dir`` on S3: how long the run's lease (its lock) lasts unless
             renewed; the training renews it every third of that, and a run whose holder died
-            can start once it lapses. Defaults to 60.
+            can start once it lapses. Store calls are retried through an outage until the
+            lease lapses; then the run stops with exit 75 (rerun to resume). Defaults to 60.
     """
 
     strategy: Strategy = "auto"

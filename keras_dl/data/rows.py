@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from keras_dl.data.filters import row_mask
 from keras_dl.data.shards import shard_sizes
 from keras_dl.data.snapshot import TableSnapshot
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
+from keras_dl.storage.retry import retrying
 
 _FIELD_ID = b"PARQUET:field_id"
 
@@ -112,11 +113,16 @@ def open_file(snapshot: TableSnapshot, index: int, metadata=None) -> pq.ParquetF
     """
     path = snapshot.files[index]
     try:
-        return pq.ParquetFile(
-            path if "://" not in path else _open_uri(path),
-            metadata=metadata,
-            page_checksum_verification=True,
+        if "://" not in path:
+            return pq.ParquetFile(path, metadata=metadata, page_checksum_verification=True)
+        return retrying(
+            lambda: pq.ParquetFile(
+                _open_uri(path), metadata=metadata, page_checksum_verification=True
+            ),
+            path,
         )
+    except KerasDLError:  # the store stayed unreachable (StoreUnavailable)
+        raise
     except Exception as exc:
         raise DataError(
             f"File {path!r} in table {snapshot.uri!r} is not readable Parquet ({exc}). Restore "
@@ -144,13 +150,19 @@ def load_row_group(
     stored = _stored_names(snapshot, pf.schema_arrow, wanted)
     data_cols = [stored[c] for c in wanted if stored.get(c) is not None]
     try:
-        raw = pf.read_row_group(row_group, columns=data_cols) if data_cols else None
+        raw = (
+            retrying(lambda: pf.read_row_group(row_group, columns=data_cols), snapshot.files[index])
+            if data_cols
+            else None
+        )
+    except KerasDLError:  # the store stayed unreachable (StoreUnavailable)
+        raise
     except Exception as exc:  # a damaged page: a failed checksum, or data that does not decode
         raise DataError(
             f"Reading file {snapshot.files[index]!r}, row group {row_group}, of table "
             f"{snapshot.uri!r} failed: {exc}. If the file is damaged, restore it from a copy, "
             "or restore an earlier version of the table (Delta's RESTORE), then retry."
-        ) from exc  # the cause stays inspectable (a store's transient error, say)
+        ) from exc
     arrays = []
     for name in wanted:
         kind = snapshot.schema.field(name).type

@@ -11,11 +11,20 @@ import time
 from keras_dl import storage
 from keras_dl.errors import KerasDLError
 from keras_dl.runlock.base import Owner, RunLock, RunLockedError
+from keras_dl.storage.retry import drop_deadline, hold_deadline, is_transient, retrying
 
 log = logging.getLogger(__name__)
 
 LEASE_FILE = ".lease.json"
 LEASE_SECONDS = 60.0
+RETRY_BEAT = 1.0  # seconds between renewal attempts while the store does not answer
+# The lease's S3 calls give up within seconds on a store that does not answer, so that neither
+# the heartbeat nor the release at exit waits on one (the heartbeat simply tries again).
+_CLIENT_CONFIG = {
+    "connect_timeout": 2,
+    "read_timeout": 3,
+    "retries": {"max_attempts": 1, "mode": "standard"},
+}
 
 
 class S3Lease(RunLock):
@@ -32,6 +41,8 @@ class S3Lease(RunLock):
     The expiry is the holder's wall-clock time: hosts' clocks must agree to within a small part
     of ``lease_seconds``. A holder that cannot renew (the store unreachable for longer than the
     lease) loses it; this is logged as an error, and another run may then take the directory.
+    While it holds the lease, store calls retried through an outage
+    (:mod:`keras_dl.storage.retry`) wait until the lease's expiry and no longer.
     Needs ``boto3`` (pyarrow's S3 filesystem has no conditional writes).
 
     Args:
@@ -52,27 +63,32 @@ class S3Lease(RunLock):
         self._guard = threading.Lock()  # one conditional write at a time (heartbeat vs update)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._renewed = True  # the store answered the last renewal
 
     def acquire(self, run_id: str | None = None) -> None:
         if self._etag is not None:
             return
         owner = self._fresh(Owner.me(run_id))
         try:
-            self._etag = self._put(owner, IfNoneMatch="*")
+            self._etag = retrying(lambda: self._put(owner, IfNoneMatch="*"), self._uri())
         except _Conflict:
-            stale, etag = self._read()
-            if stale is not None and (stale.expires or 0) > time.time():
+            stale, etag = retrying(self._read, self._uri())
+            if _same(stale, owner):  # our own create, whose reply the outage lost
+                self._etag = etag
+            elif stale is not None and (stale.expires or 0) > time.time():
                 raise self._locked_error() from None
-            try:  # expired (or unreadable): replace exactly that object, or lose the race
-                self._etag = self._put(
-                    owner, **({"IfMatch": etag} if etag else {"IfNoneMatch": "*"})
-                )
-            except _Conflict:
-                raise self._locked_error() from None
-            who = stale.describe() if stale else "an unreadable owner record"
-            log.warning("Took over the expired run lease of %s (%s).", self.run_dir, who)
-        self.owner, self.lost = owner, None
-        self._stop.clear()
+            else:
+                try:  # expired (or unreadable): replace exactly that object, or lose the race
+                    self._etag = self._put(
+                        owner, **({"IfMatch": etag} if etag else {"IfNoneMatch": "*"})
+                    )
+                except _Conflict:
+                    raise self._locked_error() from None
+                who = stale.describe() if stale else "an unreadable owner record"
+                log.warning("Took over the expired run lease of %s (%s).", self.run_dir, who)
+        self.owner, self.lost, self._renewed = owner, None, True
+        self._stop = threading.Event()  # a thread of an earlier hold keeps its own, set
+        hold_deadline(self._valid_until)
         self._thread = threading.Thread(target=self._heartbeat, name="keras_dl-lease", daemon=True)
         self._thread.start()
 
@@ -84,8 +100,9 @@ class S3Lease(RunLock):
                 directory (it could not renew within ``lease_seconds``).
         """
         if self._etag is not None and self.owner is not None:
+            owner = dataclasses.replace(self.owner, run_id=run_id)
             try:
-                self._renew(dataclasses.replace(self.owner, run_id=run_id))
+                retrying(lambda: self._renew(owner), self._uri())
             except _Conflict:
                 holder = self.holder()
                 self.lost = f"the lease {self._uri()} was taken over by {holder}"
@@ -102,19 +119,26 @@ class S3Lease(RunLock):
         return self._read()[0]
 
     def release(self) -> None:
+        """Give the lease up without waiting on the store: the heartbeat is told to stop, not
+        joined (it may be inside a call to a store that does not answer), and the lease is
+        deleted only when the store answered its last renewal. Otherwise it lapses by itself
+        at its expiry."""
         if self._etag is None:
             return
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        with self._guard:
+        drop_deadline(self._valid_until)
+        if self._guard.acquire(timeout=0.5):  # else the heartbeat is inside a renewal
             try:
-                if self.lost is None:  # a lease taken over is another run's now: left alone
+                if self.lost is None and self._renewed:  # taken over: another run's now
                     self._client().delete_object(
                         Bucket=self.bucket, Key=self.key, IfMatch=self._etag
                     )
             except Exception as exc:  # taken over meanwhile, or unreachable: it expires anyway
                 log.warning("Could not delete the run lease %s (%s).", self._uri(), exc)
+            finally:
+                self._etag, self.owner, self._thread = None, None, None
+                self._guard.release()
+        else:
             self._etag, self.owner, self._thread = None, None, None
 
     def _locked_error(self) -> RunLockedError:
@@ -126,27 +150,44 @@ class S3Lease(RunLock):
         )
 
     # -- internals ---------------------------------------------------------------------------
+    def _valid_until(self) -> float | None:
+        """Until when the lease stays valid (its expiry as last written); None unless held."""
+        owner = self.owner
+        return None if owner is None or self.lost is not None else owner.expires
+
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.lease_seconds / 3):
+        stop, beat = self._stop, self.lease_seconds / 3
+        while not stop.wait(beat):
             owner = self.owner
             if owner is None:
                 return
             try:
                 self._renew(owner)
+                beat = self.lease_seconds / 3
             except _Conflict:
                 self.lost = f"the lease {self._uri()} was taken over by {self.holder()}"
                 log.error("Run directory %s: %s.", self.run_dir, self.lost)
                 return
-            except Exception as exc:  # a transient store error: retried at the next beat
-                log.warning("Could not renew the run lease %s (%s).", self._uri(), exc)
+            except Exception as exc:  # the store did not answer: try again soon
+                if not stop.is_set():
+                    log.debug("Could not renew the run lease %s (%s).", self._uri(), exc)
+                self._renewed, beat = False, min(RETRY_BEAT, self.lease_seconds / 3)
 
     def _renew(self, owner: Owner) -> None:
         owner = self._fresh(owner)
         with self._guard:
-            if self._etag is None:
+            current = self._etag
+            if current is None:
                 return
-            self._etag = self._put(owner, IfMatch=self._etag)
-            self.owner = owner
+            try:
+                etag = self._put(owner, IfMatch=current)
+            except _Conflict:
+                stored, etag = self._read()
+                if not _same(stored, owner):
+                    raise
+                # our own write, whose reply a store outage lost
+            if self._etag is current:  # not released meanwhile (release does not wait for us)
+                self._etag, self.owner, self._renewed = etag, owner, True
 
     def _fresh(self, owner: Owner) -> Owner:
         return dataclasses.replace(owner, expires=time.time() + self.lease_seconds)
@@ -163,6 +204,8 @@ class S3Lease(RunLock):
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise _Conflict(code) from None
+            if is_transient(exc):
+                raise
             raise _store_error(self._uri(), exc) from None
         return reply["ETag"]
 
@@ -175,6 +218,8 @@ class S3Lease(RunLock):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None, None
+            if is_transient(exc):
+                raise
             raise _store_error(self._uri(), exc) from None
         etag = reply["ETag"]
         try:
@@ -204,7 +249,23 @@ def s3_client():
             "A run directory on S3 needs boto3 for its lease (conditional writes): "
             "pip install boto3"
         ) from None
-    return boto3.client("s3", endpoint_url=storage.s3_endpoint(), region_name=storage.s3_region())
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=storage.s3_endpoint(),
+        region_name=storage.s3_region(),
+        config=Config(**_CLIENT_CONFIG),
+    )
+
+
+def _same(stored: Owner | None, owner: Owner) -> bool:
+    """True when the stored record is this holder's (same host, process and start)."""
+    return stored is not None and (stored.host, stored.pid, stored.since) == (
+        owner.host,
+        owner.pid,
+        owner.since,
+    )
 
 
 class _Conflict(Exception):

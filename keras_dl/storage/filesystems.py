@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
+from keras_dl.storage.retry import retrying
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -38,7 +39,8 @@ class Storage:
 
         selector = pafs.FileSelector(self.path(relative), allow_not_found=True)
         out = []
-        for info in self.fs.get_file_info(selector):
+        infos = retrying(lambda: self.fs.get_file_info(selector), self.uri)
+        for info in infos:
             if info.type == pafs.FileType.File:
                 mtime = None if info.mtime_ns is None else info.mtime_ns // 1_000_000
                 out.append((info.base_name, mtime))
@@ -47,17 +49,25 @@ class Storage:
     def is_dir(self, relative: str = "") -> bool:
         import pyarrow.fs as pafs
 
-        return self.fs.get_file_info(self.path(relative)).type == pafs.FileType.Directory
+        info = retrying(lambda: self.fs.get_file_info(self.path(relative)), self.uri)
+        return info.type == pafs.FileType.Directory
 
     def read_text(self, relative: str) -> str:
-        with self.fs.open_input_stream(self.path(relative)) as f:
-            return f.read().decode("utf-8")
+        def read():
+            with self.fs.open_input_stream(self.path(relative)) as f:
+                return f.read().decode("utf-8")
+
+        return retrying(read, self.uri)
 
     def read_bytes(self, path: str, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of the file at ``path`` (a path on ``fs``)."""
-        with self.fs.open_input_file(path) as f:
-            f.seek(offset)
-            return f.read(length)
+
+        def read():
+            with self.fs.open_input_file(path) as f:
+                f.seek(offset)
+                return f.read(length)
+
+        return retrying(read, self.uri)
 
     def file_uri(self, path: str) -> str:
         """A URI (or absolute local path) for a path on ``fs``, as readers are given it."""
@@ -88,7 +98,11 @@ def open_storage(uri: str) -> Storage:
 def check_bucket(fs, bucket: str, uri: str) -> None:
     """Fail early, naming the bucket and the variables, when a bucket cannot be reached.
 
+    A bucket that answered once in this process is in an outage when it stops answering: the
+    check is then retried (:mod:`keras_dl.storage.retry`). One never reached fails at once.
+
     Raises:
+        StoreUnavailable: A bucket that answered before did not answer again in time.
         DataError: For a missing bucket, missing or wrong credentials, or an unreachable endpoint.
     """
     import pyarrow.fs as pafs
@@ -100,20 +114,32 @@ def check_bucket(fs, bucket: str, uri: str) -> None:
         if os.environ.get("AWS_ACCESS_KEY_ID")
         else "not set (using AWS_PROFILE or the instance's role)"
     )
+
+    def look() -> bool:
+        return fs.get_file_info(bucket).type != pafs.FileType.NotFound
+
+    key = (s3_endpoint(), bucket)
     try:
-        found = fs.get_file_info(bucket).type != pafs.FileType.NotFound
+        found = retrying(look, uri) if key in _ANSWERED else look()
+    except KerasDLError:
+        raise
     except Exception as exc:
         raise DataError(
             f"Bucket {bucket!r} of {uri!r} cannot be reached {where} ({exc}). Check "
             f"AWS_ENDPOINT_URL, AWS_REGION and the credentials (AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY are {creds})."
         ) from None
-    if not found:
+    if found:
+        _ANSWERED.add(key)
+    else:
         raise DataError(
             f"Bucket {bucket!r} of {uri!r} does not exist {where}, or these credentials cannot "
             f"see it (AWS_ACCESS_KEY_ID is {creds}). Create the bucket, or fix the URI, "
             "AWS_ENDPOINT_URL or the credentials."
         )
+
+
+_ANSWERED: set[tuple[str | None, str]] = set()  # (endpoint, bucket) found by check_bucket
 
 
 def filesystem(uri: str):
@@ -149,12 +175,21 @@ def s3_region() -> str | None:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
 
 
+# A store that stops answering is noticed within seconds (the AWS SDK's curl gives up on a
+# request that receives nothing for REQUEST_TIMEOUT s), and keras_dl.storage.retry retries.
+CONNECT_TIMEOUT, REQUEST_TIMEOUT = 2.0, 3.0
+
+
 def s3_filesystem():
-    """A ``pyarrow.fs.S3FileSystem`` from the standard AWS environment variables."""
+    """A ``pyarrow.fs.S3FileSystem`` from the standard AWS environment variables, with short
+    connect and request timeouts (:data:`CONNECT_TIMEOUT`, :data:`REQUEST_TIMEOUT`)."""
     import pyarrow.fs as pafs
 
     env = os.environ
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "request_timeout": REQUEST_TIMEOUT,
+    }
     if env.get("AWS_ACCESS_KEY_ID"):
         kwargs.update(
             access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env.get("AWS_SECRET_ACCESS_KEY")

@@ -41,6 +41,7 @@ from keras_dl.storage.files import (
     write_atomic,
 )
 from keras_dl.storage.filesystems import filesystem, local_path
+from keras_dl.storage.retry import retrying
 
 _CHUNK = 8 << 20
 # What write_atomic and LocalStore.upload name a file while writing it: "<name>.<pid>.tmp".
@@ -174,16 +175,47 @@ class LocalStore(Store):
 
 
 class ObjectStore(Store):
-    """A prefix on an object store (``s3://bucket/prefix``): one PUT per file, no rename."""
+    """A prefix on an object store (``s3://bucket/prefix``): one PUT per file, no rename.
+
+    Every call is retried through a transient outage (:func:`~keras_dl.storage.retry.retrying`):
+    a whole PUT, GET, listing or delete is safe to repeat.
+    """
+
+    def write(self, name, data):
+        retrying(lambda: super(ObjectStore, self).write(name, data), self.path(name))
+
+    def read(self, name):
+        return retrying(lambda: super(ObjectStore, self).read(name), self.path(name))
+
+    def list(self):
+        return retrying(lambda: super(ObjectStore, self).list(), self.uri)
+
+    def remove(self, name):
+        retrying(lambda: super(ObjectStore, self).remove(name), self.path(name))
+
+    def download(self, name, local_file):
+        return retrying(
+            lambda: super(ObjectStore, self).download(name, local_file), self.path(name)
+        )
 
     def upload(self, local_file, name):
-        fs, path = filesystem(self.path(name))
-        return _copy(partial(open, local_file, "rb"), partial(fs.open_output_stream, path))
+        def put():
+            fs, path = filesystem(self.path(name))
+            return _copy(partial(open, local_file, "rb"), partial(fs.open_output_stream, path))
+
+        return retrying(put, self.path(name))
 
     def move(self, name, to):
         _same_kind(self, to)
-        fs, source = filesystem(self.path(name))
-        fs.move(source, filesystem(to.path(name))[1])
+
+        def move():
+            fs, source = filesystem(self.path(name))
+            target = filesystem(to.path(name))[1]
+            if not _exists(fs, source) and _exists(fs, target):
+                return  # an earlier attempt moved it before the store stopped answering
+            fs.move(source, target)
+
+        retrying(move, self.path(name))
 
 
 def open_store(uri: str | os.PathLike) -> Store:
@@ -215,6 +247,12 @@ def _copy(open_source, open_target, fsync: bool = False) -> tuple[int, str]:
             dst.flush()
             os.fsync(dst.fileno())
     return size, digest.hexdigest()
+
+
+def _exists(fs, path: str) -> bool:
+    import pyarrow.fs as pafs
+
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def _same_kind(store: Store, to: Store) -> None:

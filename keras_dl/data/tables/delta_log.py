@@ -176,8 +176,12 @@ def _read_checkpoint_file(storage: Storage, name: str) -> list[dict]:
 def _read_parquet_actions(storage: Storage, relative: str) -> list[dict]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(
-        storage.path(relative), filesystem=storage.fs, page_checksum_verification=True
+    from keras_dl.storage.retry import retrying
+
+    path = storage.path(relative)
+    table = retrying(
+        lambda: pq.read_table(path, filesystem=storage.fs, page_checksum_verification=True),
+        storage.uri,
     )
     out = []
     for name in ("add", "remove", "metaData", "protocol", "sidecar"):
