@@ -61,11 +61,17 @@ class KerasDLModel:
         refused or imputed, each input cast to the dtype the model declares."""
         import pandas as pd
 
-        named = isinstance(self.model.input, dict)
+        try:
+            declared = self.model.input
+        except AttributeError:  # a Sequential built by fit, without an Input: one float tensor
+            declared = None
+        named = isinstance(declared, dict)
         if named:  # keyed by column name (a layer's name may differ: Keras refuses "/")
-            dtypes = {n: t.dtype for n, t in self.model.input.items()}
-        else:
+            dtypes = {n: t.dtype for n, t in declared.items()}
+        elif declared is not None:
             dtypes = {self.model.inputs[0].name: self.model.inputs[0].dtype}
+        else:
+            dtypes = {"input": "float32"}
         names = list(dtypes)
         if isinstance(model_input, pd.DataFrame):
             if named:

@@ -132,7 +132,9 @@ class HorovodRunner:
     def _run_spark(self, payload: bytes, env: dict, logs: str) -> list:
         import horovod.spark
 
-        wait_for_free_slots(self.np, timeout=min(self.start_timeout, 30))
+        # Executors of a new session can take long to register on a busy cluster: wait up to
+        # start_timeout for the first, then fail fast once the count has settled below np.
+        wait_for_free_slots(self.np, timeout=self.start_timeout, settle=10.0)
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
         # Executors on other hosts must reach the driver's services: keep Horovod's binding
