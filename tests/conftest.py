@@ -386,14 +386,12 @@ class S3Bucket:
         return f"s3://{self.name}/{path}".rstrip("/")
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch) -> S3Bucket:
-    """The standard AWS environment pointed at the test server, and a new empty bucket."""
+def point_aws_at(endpoint: str, monkeypatch) -> str:
+    """The standard AWS environment pointed at a moto server; a new empty bucket's name there."""
     import uuid
 
     import boto3
 
-    endpoint = s3_server.endpoint()
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -406,4 +404,11 @@ def s3(s3_server, monkeypatch) -> S3Bucket:
         monkeypatch.delenv(key, raising=False)
     name = f"lake-{uuid.uuid4().hex[:10]}"
     boto3.client("s3").create_bucket(Bucket=name)
-    return S3Bucket(endpoint, name)
+    return name
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch) -> S3Bucket:
+    """The standard AWS environment pointed at the test server, and a new empty bucket."""
+    endpoint = s3_server.endpoint()
+    return S3Bucket(endpoint, point_aws_at(endpoint, monkeypatch))

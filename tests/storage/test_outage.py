@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import boto3
@@ -28,7 +27,7 @@ from keras_dl.errors import StoreUnavailable
 from keras_dl.runlock import S3Lease
 from keras_dl.storage import open_store
 from keras_dl.storage.retry import is_transient
-from tests.conftest import HEAVY, REPO, MotoServer, runs_in, seed_store
+from tests.conftest import HEAVY, REPO, MotoServer, point_aws_at, runs_in, seed_store
 
 
 class PausableStore:
@@ -36,19 +35,7 @@ class PausableStore:
 
     def __init__(self, monkeypatch):
         self.server = MotoServer()
-        endpoint = self.server.endpoint()
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": endpoint,
-        }.items():
-            monkeypatch.setenv(key, value)
-        for key in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_PROFILE"):
-            monkeypatch.delenv(key, raising=False)
-        self.bucket = f"lake-{uuid.uuid4().hex[:10]}"
-        boto3.client("s3").create_bucket(Bucket=self.bucket)
+        self.bucket = point_aws_at(self.server.endpoint(), monkeypatch)
         self._timers: list[threading.Timer] = []
 
     def uri(self, path: str = "") -> str:
