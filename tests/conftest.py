@@ -132,11 +132,25 @@ def mlflow_uri(tmp_path, monkeypatch) -> str:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
+    _forget_active_experiment()
     yield uri
+    _forget_active_experiment()
     leaked = mlflow.active_run()
     if leaked is not None:
         mlflow.end_run()
         pytest.fail(f"test leaked an active MLflow run {leaked.info.run_id}")
+
+
+def _forget_active_experiment() -> None:
+    """``mlflow.set_experiment`` in one test must not name an experiment another store lacks.
+
+    It sets a module global and ``MLFLOW_EXPERIMENT_ID`` in ``os.environ``; both outlive the test
+    in an xdist worker, and the next test's fresh store has no experiment of that id.
+    """
+    from mlflow.tracking import fluent
+
+    fluent._active_experiment_id = None
+    os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
 
 
 def run_cli(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 600):
