@@ -247,7 +247,8 @@ texts = st.one_of(st.none(), st.sampled_from(["a", "", "x y", "%", "\x01", "é/=
 def test_rows_in_are_rows_read_back_whatever_the_partitioning(
     tmp_path_factory, parts, partition_by, rows_per_group
 ):
-    to = str(tmp_path_factory.mktemp("t") / "t")
+    tmp = tmp_path_factory.mktemp("t")
+    to = str(tmp / "t")
     table = pa.table(
         {
             "id": pa.array(range(len(parts)), pa.int64()),
@@ -261,3 +262,4 @@ def test_rows_in_are_rows_read_back_whatever_the_partitioning(
     for file in _files(to):
         groups = _groups(file)
         assert all(g == rows_per_group for g in groups[:-1]) and groups[-1] <= rows_per_group
+        assert _checksummed(file, tmp)
