@@ -73,9 +73,12 @@ def write_table(
     if not (exists and mode == "ignore"):
         check_safe_delta_writes(to)  # S3: refused where a writer expects a DynamoDB lock
         batches = table.to_reader() if isinstance(table, pa.Table) else table
+        current = None
+        if exists:
+            current, partition_by = _table_schema(to, partition_by)
         # Parquet files with page checksums (delta-rs cannot write them), committed once. The
         # version is this commit's, not the latest: another writer may have committed after it.
-        schema, actions = write_files(batches, to, partition_by, rows_per_group)
+        schema, actions = write_files(batches, to, partition_by, rows_per_group, current)
         version = commit(
             to,
             schema,
@@ -94,6 +97,23 @@ def write_table(
         files=stats.files,
         row_groups=stats.row_groups,
     )
+
+
+def _table_schema(to: str, partition_by: Sequence[str]) -> tuple[pa.Schema, Sequence[str]]:
+    """An existing table's Arrow schema and partition columns (``partition_by`` must be them,
+    or empty)."""
+    from deltalake import DeltaTable
+
+    from keras_dl.storage import delta_storage_options
+
+    table = DeltaTable(to, storage_options=delta_storage_options(to) or None)
+    columns = table.metadata().partition_columns
+    if partition_by and list(partition_by) != list(columns):
+        raise DataError(
+            f"Delta table {to!r} is partitioned by {columns}, not {list(partition_by)}: "
+            "append or overwrite with its partitioning, or write a new table."
+        )
+    return pa.schema(table.schema().to_arrow()), columns
 
 
 def rows_per_group_for(row_bytes: float, target_bytes: int = 16 << 20) -> int:

@@ -56,11 +56,17 @@ def delta_type(t: pa.DataType) -> pa.DataType:
 
 
 def write_files(
-    batches: pa.RecordBatchReader, to: str, partition_by: Sequence[str], rows_per_group: int
+    batches: pa.RecordBatchReader,
+    to: str,
+    partition_by: Sequence[str],
+    rows_per_group: int,
+    table: pa.Schema | None = None,
 ) -> tuple[pa.Schema, list]:
     """Write ``batches`` as Parquet files under ``to``; the table's schema and an add per file.
 
     Nothing is committed: the files stay invisible to readers until the caller commits them.
+    ``table``: the schema of the table the files join (append or overwrite), which they must
+    match column for column; a column of another type is cast to the table's, as delta-rs did.
     """
     from deltalake import Schema
     from deltalake.transaction import AddAction
@@ -69,10 +75,12 @@ def write_files(
     from keras_dl.storage import filesystem, local_path
 
     schema = pa.schema([f.with_type(delta_type(f.type)) for f in batches.schema])
+    Schema.from_arrow(schema)  # a type Delta cannot hold fails here, before any file is written
+    if table is not None:
+        schema = _conform(schema, table, to)
     for name in partition_by:
         if name not in schema.names:
             raise DataError(f"Partition column {name!r} is not a column of {schema.names}.")
-    Schema.from_arrow(schema)  # a type Delta cannot hold fails here, before any file is written
     file_schema = pa.schema(
         [f.with_type(pa.string()) if f.name in partition_by else f for f in schema]
     )
@@ -88,7 +96,7 @@ def write_files(
 
     ds.write_dataset(
         pa.RecordBatchReader.from_batches(
-            file_schema, _delta_batches(first, rest, file_schema, partition_by)
+            file_schema, _delta_batches(first, rest, schema, file_schema, partition_by)
         ),
         root,
         filesystem=fs,
@@ -125,7 +133,22 @@ def write_files(
                 file_stats(file.metadata),
             )
         )
-    return schema, actions
+    return (schema if table is None else table), actions
+
+
+def _conform(schema: pa.Schema, table: pa.Schema, to: str) -> pa.Schema:
+    """``schema`` with the types of ``table`` where Delta's types differ; refused unless the
+    columns are the same (in any order)."""
+    from deltalake import Schema
+
+    if sorted(schema.names) != sorted(table.names):
+        raise DataError(
+            f"The rows' columns {schema.names} are not the columns of the Delta table {to!r} "
+            f"({table.names}). Write the same columns, or write a new table."
+        )
+    ours = {f.name: f.type for f in Schema.from_arrow(schema).fields}
+    theirs = {f.name: f.type for f in Schema.from_arrow(table).fields}
+    return pa.schema([f if ours[f.name] == theirs[f.name] else table.field(f.name) for f in schema])
 
 
 def _peek(batches: pa.RecordBatchReader) -> tuple[pa.RecordBatch | None, Iterator]:
@@ -136,18 +159,20 @@ def _peek(batches: pa.RecordBatchReader) -> tuple[pa.RecordBatch | None, Iterato
     return None, iter(())
 
 
-def _delta_batches(first, rest, schema: pa.Schema, partition_by) -> Iterator[pa.RecordBatch]:
+def _delta_batches(
+    first, rest, schema: pa.Schema, file_schema: pa.Schema, partition_by
+) -> Iterator[pa.RecordBatch]:
     """Each batch cast to the table's types, its partition columns as Delta's texts."""
     if first is None:
         return
     for batch in itertools.chain([first], rest):
         columns = []
-        for field, column in zip(schema, batch.columns):
+        for field in schema:
+            column = _cast(field.name, batch.column(field.name), field.type)
             if field.name in partition_by:
-                columns.append(_folder_names(partition_texts(field.name, column)))
-            else:
-                columns.append(_cast(field.name, column, field.type))
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+                column = _folder_names(partition_texts(field.name, column))
+            columns.append(column)
+        yield pa.RecordBatch.from_arrays(columns, schema=file_schema)
 
 
 def _cast(name: str, column: pa.Array, to: pa.DataType) -> pa.Array:
@@ -157,8 +182,8 @@ def _cast(name: str, column: pa.Array, to: pa.DataType) -> pa.Array:
         return pc.cast(column, options=pc.CastOptions(to, allow_time_truncate=True))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise DataError(
-            f"Column {name!r} ({column.type}) cannot be stored as Delta's {to} ({exc}). Delta "
-            "has no unsigned integers: cast the column to a wider signed type before ingest."
+            f"Column {name!r} ({column.type}) cannot be stored as {to} ({exc}): Delta has no "
+            "unsigned integers, and a table keeps its types. Cast the column before ingest."
         ) from None
 
 

@@ -279,3 +279,22 @@ def test_partition_values_of_every_type_read_back_as_delta_kernel_reads_them(tmp
     if name != "decimal":  # kernel reads its own decimal type back
         assert _same(ours, values.to_pylist())
     assert all(_checksummed(f, tmp_path) for f in _files(path))
+
+
+def test_appending_keeps_the_tables_columns_types_and_partitioning(tmp_path):
+    to = str(tmp_path / "t")
+    write_table(pa.table({"x": [1, 2], "p": pa.array([1, 2], pa.int32())}), to, partition_by=["p"])
+    with pytest.raises(DataError, match=r"columns \['y'\] are not the columns"):
+        write_table(pa.table({"y": [1.0]}), to, mode="append")
+    with pytest.raises(DataError, match=r"partitioned by \['p'\], not \['x'\]"):
+        write_table(pa.table({"x": [3], "p": [3]}), to, mode="append", partition_by=["x"])
+    with pytest.raises(DataError, match=r"'p' \(string\) cannot be stored as int32"):
+        write_table(pa.table({"p": ["a"], "x": [5]}), to, mode="append")
+    # Other types of the same columns are cast to the table's, as delta-rs cast them.
+    more = pa.table({"p": ["3"], "x": pa.array([3], pa.int32())})
+    assert write_table(more, to, mode="append").version == 1
+    assert DeltaTable(to).version() == 1 and DeltaTable(to).metadata().partition_columns == ["p"]
+    back = read_table(to).sort_by("x")
+    assert back.schema.field("x").type == pa.int64() and back.schema.field("p").type == pa.int32()
+    assert back.to_pylist() == [{"x": x, "p": x} for x in (1, 2, 3)]
+    assert all(_checksummed(f, tmp_path) for f in _files(to))
