@@ -77,7 +77,7 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
     actions = [_add_action(r) for r in manifest]
     if local_path(to) is not None:
         os.makedirs(local_path(to), exist_ok=True)
-    version = _commit(to, schema, actions, mode, exists, options)
+    version = commit(to, schema, actions, mode, exists, options)
     return CommitReport(
         table=to, version=version, rows=sum(r["rows"] for r in manifest), files=len(manifest)
     )
@@ -143,22 +143,35 @@ def _filesystem(to: str):
     return filesystem(to)
 
 
-def _commit(to: str, schema, actions, mode: str, exists: bool, options) -> int:
-    """Commit ``actions`` (files already in the table's storage) as one transaction; its version."""
+def commit(to: str, schema, actions, mode: str, exists: bool, options, partition_by=()) -> int:
+    """Commit ``actions`` (files already in the table's storage) as one transaction; its version.
+
+    Args:
+        to: The table's path or URI.
+        schema: The table's Arrow schema, partition columns included.
+        actions: deltalake ``AddAction`` per file.
+        mode: "append" or "overwrite" (a new table is created whatever the mode).
+        exists: Whether the table has a log already.
+        options: deltalake storage options.
+        partition_by: The table's partition columns. Defaults to ().
+    """
     from deltalake import DeltaTable, Schema
     from deltalake.transaction import create_table_with_add_actions
 
     write_id, props = new_write_id()
     if exists:
-        table = DeltaTable(to, storage_options=options)
-        table.create_write_transaction(actions, mode, schema, commit_properties=props)
+        table = DeltaTable(to, storage_options=options or None)
+        table.create_write_transaction(
+            actions, mode, schema, list(partition_by) or None, commit_properties=props
+        )
     else:
         create_table_with_add_actions(
             to,
             Schema.from_arrow(schema),
             actions,
             "overwrite",
-            storage_options=options,
+            list(partition_by) or None,
+            storage_options=options or None,
             commit_properties=props,
         )
     return committed_version(to, write_id, options)
@@ -205,3 +218,87 @@ def _add_action(row):
     return AddAction(
         row["path"], row["size"], {}, row["mtime"], True, json.dumps({"numRecords": row["rows"]})
     )
+
+
+def file_stats(metadata) -> str:
+    """A file's Delta ``stats`` JSON from its Parquet footer (``pyarrow.parquet.FileMetaData``).
+
+    ``numRecords``, and ``minValues``/``maxValues``/``nullCount`` per column that is not in a
+    list or map (struct fields nested as Delta nests them), merged over the row groups, so
+    readers can skip files. A bound is left out where it cannot be exact: binary columns,
+    non-finite floats, decimals a double cannot carry.
+    """
+    merged: dict[tuple[str, ...], list] = {}  # column path -> [min, max, nulls]
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            stats = column.statistics
+            path = tuple(column.path_in_schema.split("."))
+            if metadata.schema.column(c).max_repetition_level > 0:
+                continue  # inside a list or map: Delta keeps no statistics for it
+            entry = merged.setdefault(path, [None, None, 0])
+            if stats is None or not stats.has_null_count:
+                entry[2] = None
+            elif entry[2] is not None:
+                entry[2] += stats.null_count
+            if entry[0] is _NO_BOUND:
+                continue
+            bounds = _bounds(metadata.schema.column(c), stats)
+            if bounds is None:
+                if stats is None or stats.has_min_max or group.num_rows > stats.null_count:
+                    entry[0] = entry[1] = _NO_BOUND  # a group without bounds: none for the file
+                continue
+            lo, hi = bounds
+            entry[0] = lo if entry[0] is None else min(entry[0], lo)
+            entry[1] = hi if entry[1] is None else max(entry[1], hi)
+    out = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    for path, (lo, hi, nulls) in merged.items():
+        for key, value in (("minValues", lo), ("maxValues", hi), ("nullCount", nulls)):
+            if value is not None and value is not _NO_BOUND:
+                node = out[key]
+                for name in path[:-1]:
+                    node = node.setdefault(name, {})
+                node[path[-1]] = _json_value(value)
+    return json.dumps(out, separators=(",", ":"))
+
+
+_NO_BOUND = object()
+
+
+def _bounds(column, stats):
+    """``(min, max)`` of a column chunk's statistics as Python values, or None if not exact."""
+    import math
+    from decimal import Decimal
+
+    if stats is None or not stats.has_min_max:
+        return None
+    logical = str(column.logical_type.type)
+    if column.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY") and logical != "STRING":
+        if logical != "DECIMAL":
+            return None  # binary: no bounds, as delta-rs
+    lo, hi = stats.min, stats.max
+    if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    if isinstance(lo, Decimal) and column.precision > 15:
+        return None  # a JSON number goes through a double
+    if logical == "TIMESTAMP":
+        utc = json.loads(column.logical_type.to_json())["isAdjustedToUTC"]
+        return (lo, utc), (hi, utc)
+    return lo, hi
+
+
+def _json_value(value):
+    """A statistic as Delta writes it in JSON (timestamps as delta-rs writes them)."""
+    import datetime
+    from decimal import Decimal
+
+    if isinstance(value, tuple):  # (timestamp, adjusted to UTC)
+        stamp, utc = value
+        text = stamp.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+        return text.replace(" ", "T") + "Z" if utc else text
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value

@@ -7,7 +7,6 @@ latest, which another writer may have moved on) with that version's rows, files 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,17 +53,11 @@ def write_table(
             existing table untouched). Defaults to "error".
         rows_per_group: Rows per Parquet row group. Defaults to 4096.
     """
-    from deltalake import write_deltalake
-
+    from keras_dl.data.ingest_write import write_files
     from keras_dl.data.rows import scan_table
     from keras_dl.data.tables import open_table
-    from keras_dl.delta_writer import committed_version, new_write_id
-    from keras_dl.storage import (
-        check_safe_delta_writes,
-        delta_row_group_options,
-        delta_storage_options,
-        open_storage,
-    )
+    from keras_dl.delta_writer import commit
+    from keras_dl.storage import check_safe_delta_writes, delta_storage_options, open_storage
 
     if mode not in MODES:
         raise DataError(f"Ingest mode {mode!r} is not one of {', '.join(MODES)}.")
@@ -79,21 +72,22 @@ def write_table(
     version = None  # "ignore" on an existing table: nothing is written, report the latest
     if not (exists and mode == "ignore"):
         check_safe_delta_writes(to)  # S3: refused where a writer expects a DynamoDB lock
-        if "://" not in to:
-            os.makedirs(to, exist_ok=True)
-        write_id, props = new_write_id()
-        write_deltalake(
+        batches = table.to_reader() if isinstance(table, pa.Table) else table
+        current = None
+        if exists:
+            current, partition_by = _table_schema(to, partition_by)
+        # Parquet files with page checksums (delta-rs cannot write them), committed once. The
+        # version is this commit's, not the latest: another writer may have committed after it.
+        schema, actions = write_files(batches, to, partition_by, rows_per_group, current)
+        version = commit(
             to,
-            table,
-            partition_by=list(partition_by) or None,
-            mode="overwrite" if mode == "ignore" else mode,
-            **delta_row_group_options(rows_per_group),
-            storage_options=delta_storage_options(to) or None,
-            commit_properties=props,
+            schema,
+            actions,
+            "append" if mode == "append" else "overwrite",
+            exists,
+            delta_storage_options(to),
+            partition_by,
         )
-        # The version this write committed, not the latest: another writer may have committed
-        # after it. The rows, files and row groups reported are the table's at that version.
-        version = committed_version(to, write_id, delta_storage_options(to))
     snapshot = open_table(to, version)
     stats = scan_table(snapshot)  # one footer read per file; deletion vectors counted
     return IngestReport(
@@ -103,6 +97,23 @@ def write_table(
         files=stats.files,
         row_groups=stats.row_groups,
     )
+
+
+def _table_schema(to: str, partition_by: Sequence[str]) -> tuple[pa.Schema, Sequence[str]]:
+    """An existing table's Arrow schema and partition columns (``partition_by`` must be them,
+    or empty)."""
+    from deltalake import DeltaTable
+
+    from keras_dl.storage import delta_storage_options
+
+    table = DeltaTable(to, storage_options=delta_storage_options(to) or None)
+    columns = table.metadata().partition_columns
+    if partition_by and list(partition_by) != list(columns):
+        raise DataError(
+            f"Delta table {to!r} is partitioned by {columns}, not {list(partition_by)}: "
+            "append or overwrite with its partitioning, or write a new table."
+        )
+    return pa.schema(table.schema().to_arrow()), columns
 
 
 def rows_per_group_for(row_bytes: float, target_bytes: int = 16 << 20) -> int:

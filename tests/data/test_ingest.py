@@ -151,12 +151,12 @@ def test_split_assignment_and_row_group_sizing():
 def test_ingest_append_reports_the_version_it_committed_when_another_writer_follows(
     tmp_path, capsys, monkeypatch
 ):
-    import deltalake
     import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
 
     to = str(tmp_path / "digits")
     assert main(["ingest", "sklearn-digits", "--to", to]) == 0  # version 0: 1797 rows
-    own_write = deltalake.write_deltalake
+    own_commit = DeltaTable.create_write_transaction  # how ingest commits to a table
     other = pa.table(
         {
             "pixels": pa.array([[0.0] * 64], pa.list_(pa.float32())),
@@ -166,10 +166,10 @@ def test_ingest_append_reports_the_version_it_committed_when_another_writer_foll
     )
 
     def and_then_another_writer_appends(*args, **kwargs):
-        own_write(*args, **kwargs)  # the ingest's commit: version 1
-        own_write(to, other, mode="append", partition_by=["split"])  # a real commit: version 2
+        own_commit(*args, **kwargs)  # the ingest's commit: version 1
+        write_deltalake(to, other, mode="append", partition_by=["split"])  # a real commit: v2
 
-    monkeypatch.setattr(deltalake, "write_deltalake", and_then_another_writer_appends)
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", and_then_another_writer_appends)
     capsys.readouterr()
     assert main(["ingest", "sklearn-digits", "--to", to, "--mode", "append"]) == 0
     out = capsys.readouterr().out
