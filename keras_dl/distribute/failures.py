@@ -15,7 +15,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from keras_dl.errors import DistributedError, DivergenceError, KerasDLError, Preempted
+from keras_dl.errors import (
+    DistributedError,
+    DivergenceError,
+    KerasDLError,
+    Preempted,
+    StoreUnavailable,
+)
 
 _MARKER = "keras_dl rank failed:"
 _MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) secondary=([01]) cause=(.*)")
@@ -38,6 +44,30 @@ def report_failure(exc: BaseException) -> None:
 
 
 _PREEMPTED_RE = re.compile(r"Preempted by (\w+)[^:]*: stopped after step (-?\d+)")
+_STORE_RE = re.compile(r"StoreUnavailable: Object store (\S+) unreachable for (\d+) s")
+_LAST_ERROR_RE = re.compile(r"\(last error: (.*?)\)\. Nothing is lost")
+
+
+def _resumable(causes: list[str]) -> KerasDLError | None:
+    """:class:`Preempted` or :class:`StoreUnavailable` (exit 75) when every cause is one of them.
+
+    A rank that stopped because the object store stayed unreachable stopped as a preempted one
+    does: the job is rerun to resume, not reported as a failure of the code (exit 1).
+    """
+    stops = [_STORE_RE.search(c) or _PREEMPTED_RE.search(c) for c in causes]
+    if not stops or not all(stops):
+        return None
+    for cause, m in zip(causes, stops):
+        if m.re is _STORE_RE:
+            last = _LAST_ERROR_RE.search(cause)
+            leased = "lease on runtime.run_dir" in cause
+            return StoreUnavailable(
+                m.group(1),
+                float(m.group(2)),
+                leased,
+                last.group(1) if last else "see the ranks' output",
+            )
+    return Preempted(stops[0].group(1), int(stops[0].group(2)))
 
 
 def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
@@ -63,9 +93,9 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
                         primary.setdefault(rank, cause)
     first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
     first_rank = int(first.group(1)) if first else None
-    preempted = [_PREEMPTED_RE.search(c) for c in primary.values()]
-    if preempted and all(preempted):  # every rank that stopped on its own was preempted
-        return Preempted(preempted[0].group(1), int(preempted[0].group(2)))
+    resumable = _resumable(list(primary.values()))
+    if resumable is not None:  # every rank that stopped on its own was preempted, or lost the store
+        return resumable
     if primary:
         rank = first_rank if first_rank in primary else min(primary)
         # A diverged model stays a DivergenceError (exit code 3, tagged diverged, not retried).

@@ -14,11 +14,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from keras_dl import storage
 from keras_dl.distribute.loopback import spark_conf
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.launch.runner import HorovodRunner
 from keras_dl.run import open_run
 from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
+from keras_dl.storage import retry
 
 
 def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
@@ -118,6 +120,8 @@ def train_rank(exp, run_id: str | None = None):
 
     # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+    if str(exp.runtime.run_dir).split("://", 1)[0] in storage.S3_SCHEMES:
+        retry.wait_within_lease(exp.runtime.lease_seconds)  # the launcher holds the S3 lease
     result = fit(exp, run_id=run_id)
     result.model = None
     return result

@@ -68,12 +68,27 @@ def drop_deadline(deadline: Callable[[], float | None]) -> None:
             _deadlines.remove(deadline)
 
 
+_leased_patience: list[float] = []  # set on a rank whose launcher holds the lease
+
+
+def wait_within_lease(lease_seconds: float) -> None:
+    """On a Horovod rank: retry for as long as the launcher's lease surely stays valid.
+
+    The launcher holds the run's lease and renews it every ``lease_seconds / 3``; a rank cannot
+    see the renewals, so from its first failed call it waits two thirds of ``lease_seconds``
+    (the least time the lease outlives an outage) instead of :data:`DEFAULT_PATIENCE`.
+    """
+    _leased_patience[:] = [2.0 * float(lease_seconds) / 3.0]
+
+
 def _deadline(first_failure: float) -> tuple[float, bool]:
     """``(wall-clock deadline, whether a lease set it)``."""
     with _deadlines_guard:
         held = [d for d in (f() for f in _deadlines) if d is not None]
     if held:
         return min(held), True
+    if _leased_patience:
+        return first_failure + _leased_patience[0], True
     return first_failure + DEFAULT_PATIENCE, False
 
 

@@ -59,3 +59,24 @@ def test_a_rank_that_diverged_fails_the_job_as_diverged_not_as_a_distributed_err
     (tmp_path / "b").mkdir()
     other = explain_failure(exc, _logs(tmp_path / "b", {0: (0, "ValueError: x")}), size=2)
     assert type(other) is DistributedError
+
+
+def test_ranks_that_lost_the_store_stop_the_job_as_store_unavailable_exit_75(tmp_path):
+    """A rank that gave up on the store is resumable (exit 75), like a preempted one."""
+    from keras_dl.distribute.recovery import restartable
+    from keras_dl.errors import StoreUnavailable
+
+    lost = StoreUnavailable("s3://lake", 41.0, True, "curlCode: 28, Timeout was reached")
+    exc = RuntimeError(HOROVOD.format(rank=0, code=75))
+    reports = {0: (0, f"StoreUnavailable: {lost}"), 1: (1, SHUTDOWN)}
+    error = explain_failure(exc, _logs(tmp_path, reports), size=2)
+    assert type(error) is StoreUnavailable and error.exit_code == 75, repr(error)
+    assert str(error) == str(lost) and restartable(error)
+    # One rank preempted and one that lost the store: still resumable, named by the store.
+    (tmp_path / "b").mkdir()
+    both = {0: (0, "Preempted: Preempted by SIGTERM: stopped after step 7, ..."), 1: reports[0]}
+    assert type(explain_failure(exc, _logs(tmp_path / "b", both), size=2)) is StoreUnavailable
+    # A rank that failed for another reason makes it a failure.
+    (tmp_path / "c").mkdir()
+    mixed = {0: reports[0], 1: (0, "ValueError: x")}
+    assert type(explain_failure(exc, _logs(tmp_path / "c", mixed), size=2)) is not StoreUnavailable

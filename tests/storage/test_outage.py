@@ -265,3 +265,26 @@ def test_an_outage_of_twice_the_lease_exits_75_killed_and_a_rerun_resumes(store,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from checkpoint" in resumed.stdout + resumed.stderr
     assert _epochs_logged_once(uri).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@HEAVY
+def test_on_two_horovod_ranks_an_outage_past_the_lease_still_exits_75_killed(store, tmp_path):
+    """Each rank gives up at the lease's expiry; the driver reports that, not a failed rank."""
+    from keras_dl.data.ingest import ingest_sklearn_digits
+
+    table = store.uri("digits")
+    ingest_sklearn_digits(table, rows_per_group=256)
+    cmd = [*_command(table, store.uri("runs/digits"), tmp_path, LEASE)]
+    cmd += ["--set", "runtime.np=-2", "--set", "runtime.strategy=horovod"]
+    code, output = _run_pausing(store, cmd, tmp_path / "ranks.log", 2 * LEASE)
+    notes = _notes(output)
+    assert code == 75, notes[-3000:]
+    assert f"error: Object store s3://{store.bucket} unreachable for" in notes, notes[-3000:]
+    error = notes[notes.rindex(f"error: Object store s3://{store.bucket}") :]
+    assert "Horovod rank" not in error, notes[-3000:]
+    # The ranks waited as long as the launcher's lease (not the default 60 s of no lease).
+    assert "longer than the time the run's lease on runtime.run_dir stays valid" in error, error
+    (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert run.info.status == "KILLED", run.data.tags
+    assert run.data.tags.get("preempted") == "STORE_UNAVAILABLE", run.data.tags
