@@ -111,9 +111,20 @@ def _run(run: Run, recipe, callbacks) -> TrainResult:
         preprocess=recipe.preprocess,
         preprocess_train=recipe.preprocess_train,
     )
-    run.start(tags=data.snapshot.lineage)  # on the chief; a no-op on other ranks
+    if run.start(tags=data.snapshot.lineage):  # on the chief; a no-op on other ranks
+        _log_datasets(run, data)
     with data.original_errors():  # the reader's own error, not TF's wrapper of it
         return _fit(run, recipe, data, strategy, list(callbacks))
+
+
+def _log_datasets(run: Run, data: DataSplits) -> None:
+    """The run's inputs: each split's table, version, columns and rows (MLflow's Datasets)."""
+    import mlflow
+
+    from keras_dl.run.datasets import log_datasets
+
+    splits = (("train", data.train), ("validation", data.validation), ("test", data.test))
+    log_datasets(mlflow.MlflowClient(run.exp.tracking.uri), run.run_id, splits, data.plan.columns)
 
 
 def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult:

@@ -45,6 +45,35 @@ def test_one_run_holds_config_metrics_tags_model_and_version(trained, digits_tab
 
 
 @pytest.mark.slow
+def test_the_run_records_each_split_as_an_mlflow_dataset(trained, digits_table):
+    """Train, validation and test: the Delta table and version, the columns and the live rows."""
+    import json
+
+    from deltalake import DeltaTable
+
+    exp, result, uri = trained
+    counts = DeltaTable(digits_table).to_pandas()["split"].value_counts().to_dict()
+    inputs = mlflow.MlflowClient(uri).get_run(result.run_id).inputs.dataset_inputs
+    by_context = {
+        next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset for i in inputs
+    }
+    assert set(by_context) == {"training", "validation", "test"}
+    for context, split in (("training", "train"), ("validation", "validation"), ("test", "test")):
+        dataset = by_context[context]
+        assert dataset.source_type == "delta_table"
+        # Version 0 is named too (MLflow's own source drops a falsy version).
+        assert json.loads(dataset.source) == {"path": digits_table, "delta_table_version": 0}
+        profile = json.loads(dataset.profile)
+        assert profile["num_rows"] == counts[split], (split, profile)
+        assert profile["version"] == 0 and profile["split"] == split
+        schema = json.loads(dataset.schema)["mlflow_colspec"]
+        assert [c["name"] for c in schema] == ["pixels", "label"], schema
+    # The dataset entity loads back as MLflow's own Delta source.
+    source = mlflow.data.get_source(inputs[0])
+    assert source.path == digits_table and source.delta_table_version == 0
+
+
+@pytest.mark.slow
 def test_registered_model_predicts_on_a_dataframe_of_raw_pixels(trained):
     _, result, uri = trained
     mlflow.set_tracking_uri(uri)

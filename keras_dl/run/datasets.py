@@ -1,0 +1,142 @@
+"""The datasets a run read, logged as MLflow dataset inputs (the UI's Datasets panel).
+
+Each split (train, validation, test) becomes one ``mlflow.log_inputs`` entry with context
+``training`` / ``validation`` / ``test``: a metadata-only dataset (no rows are copied) whose
+source is the Delta table and version read (MLflow's ``delta_table`` source, the one
+``mlflow.data.from_spark(..., version=)`` records), or the Parquet folder, with the columns the
+model reads as its schema and the split's live rows as its profile. The table's rows are never
+loaded for this: the counts come from the snapshot keras_dl planned the epoch with.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from keras_dl.data.snapshot import TableSnapshot
+
+CONTEXTS = {"train": "training", "validation": "validation", "test": "test"}
+
+
+def log_datasets(client, run_id: str, splits: Iterable[tuple[str, object]], columns) -> None:
+    """Log each ``(name, SplitData)`` of ``splits`` (None ones skipped) as an input of the run.
+
+    Args:
+        client: An ``mlflow.MlflowClient`` on the run's tracking store.
+        run_id: The run.
+        splits: ``(name, split)`` pairs, name in ``train``, ``validation``, ``test``.
+        columns: The columns the model reads (features, label, weight), in order.
+    """
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = []
+    for name, split in splits:
+        if split is None:
+            continue
+        dataset = table_dataset(split.snapshot, split.stats.rows, name, columns)
+        tag = InputTag(key=MLFLOW_DATASET_CONTEXT, value=CONTEXTS[name])
+        inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
+
+
+def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
+    """A metadata-only MLflow dataset naming ``snapshot``'s table, version and ``rows``."""
+
+    source = _source(snapshot)
+    version = "" if snapshot.version is None else f"@v{snapshot.version}"
+    name = f"{snapshot.uri.rstrip('/').rsplit('/', 1)[-1]}{version}:{split}"
+    profiled, _ = _classes()
+    return profiled(
+        source=source,
+        name=name,
+        schema=_schema(snapshot.schema, columns),
+        profile={
+            "num_rows": int(rows),
+            "num_files": len(snapshot.files),
+            "table": snapshot.uri,
+            "version": snapshot.version,
+            "format": snapshot.format,
+            "split": split,
+        },
+    )
+
+
+def _source(snapshot: TableSnapshot):
+    if snapshot.format == "delta":
+        _, versioned = _classes()
+        return versioned(path=snapshot.uri, delta_table_version=snapshot.version)
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+    return resolve_dataset_source(snapshot.uri)
+
+
+def _schema(schema: pa.Schema, columns):
+    from mlflow.types.schema import ColSpec, Schema
+
+    specs = [ColSpec(_mlflow_type(schema.field(c).type), c) for c in columns if c in schema.names]
+    return Schema(specs) if specs else None
+
+
+def _mlflow_type(kind: pa.DataType):
+    from mlflow.types.schema import Array, DataType
+
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return Array(_mlflow_type(kind.value_type))
+    for check, name in (
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_int64, "long"),
+        (pa.types.is_integer, "integer"),
+        (pa.types.is_float32, "float"),
+        (pa.types.is_floating, "double"),
+        (pa.types.is_timestamp, "datetime"),
+        (pa.types.is_binary, "binary"),
+        (pa.types.is_large_binary, "binary"),
+    ):
+        if check(kind):
+            return DataType[name]
+    return DataType.string  # strings, dates, decimals and anything else: named as text
+
+
+@functools.cache
+def _classes():
+    """The MLflow classes keras_dl extends, built on first use (mlflow imports late)."""
+    from mlflow.data.delta_dataset_source import DeltaDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    class ProfiledDataset(MetaDataset):
+        """A MetaDataset with a profile (the UI shows it beside the schema)."""
+
+        def __init__(self, source, name, schema, profile):
+            self._profile = profile
+            super().__init__(source=source, name=name, schema=schema)
+
+        def _compute_digest(self) -> str:
+            import hashlib
+
+            body = json.dumps(
+                {"source": self.source.to_json(), "profile": self._profile}, sort_keys=True
+            )
+            return hashlib.sha256(body.encode()).hexdigest()[:8]
+
+        @property
+        def profile(self):
+            return self._profile
+
+        def to_dict(self):
+            return {**super().to_dict(), "profile": json.dumps(self._profile)}
+
+    class VersionedDeltaSource(DeltaDatasetSource):
+        """MLflow's ``delta_table`` source, keeping version 0 (MLflow drops a falsy version)."""
+
+        def to_dict(self):
+            info = super().to_dict()
+            if self.delta_table_version is not None:
+                info["delta_table_version"] = self.delta_table_version
+            return info
+
+    return ProfiledDataset, VersionedDeltaSource
