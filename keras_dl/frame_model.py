@@ -55,13 +55,15 @@ def is_frame_input(sample_input: Any) -> bool:
     )
 
 
-def log_model(model: Any, signature, frame: bool):
+def log_model(model: Any, signature, frame: bool, input_example: Any = None):
     """Log ``model`` to the active run with the shipped loader; returns MLflow's ``ModelInfo``.
 
     Args:
         model: A Keras 3 model (with :data:`IMPUTE_ATTRIBUTE` when it has optional columns).
         signature: Its signature (column-based when ``frame``, else tensor-based).
         frame: Whether it is a table model (pyfunc only) or keeps the Keras flavor.
+        input_example: A row or two of real input (a DataFrame when ``frame``, else an array),
+            saved with the model; MLflow checks the model scores it. Defaults to None.
     """
     from mlflow.models import Model
 
@@ -72,6 +74,7 @@ def log_model(model: Any, signature, frame: bool):
         keras_model=model,
         frame=frame,
         signature=signature,
+        input_example=input_example,
         pip_requirements=model_requirements(),
     )
 
@@ -82,7 +85,9 @@ class _Flavor:
     __name__ = "keras_dl"
 
     @staticmethod
-    def save_model(path, mlflow_model, keras_model, frame, signature, pip_requirements):
+    def save_model(
+        path, mlflow_model, keras_model, frame, signature, pip_requirements, input_example=None
+    ):
         code = keras_dl_pyfunc.__file__
         if frame:
             with tempfile.TemporaryDirectory() as tmp:
@@ -95,16 +100,19 @@ class _Flavor:
                     code_paths=[code],
                     mlflow_model=mlflow_model,
                     signature=signature,
+                    input_example=input_example,
                     pip_requirements=pip_requirements,
                 )
             return
         import mlflow.keras as mlflow_keras
 
+        os.makedirs(path, exist_ok=True)  # MLflow's Keras flavor writes the example before it
         mlflow_keras.save_model(
             keras_model,
             path,
             mlflow_model=mlflow_model,
             signature=signature,
+            input_example=input_example,
             pip_requirements=pip_requirements,
         )
         _write_data(keras_model, os.path.join(path, "data"), model_file=False)

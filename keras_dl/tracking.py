@@ -182,14 +182,31 @@ def log_keras_model(
     from keras_dl.frame_model import frame_signature, is_frame_input, log_model
 
     register = registered_model if registered_model and registered_model != "none" else None
+    example = input_example(sample_input)
     if is_frame_input(sample_input):
-        info = log_model(model, frame_signature(model, sample_input), frame=True)
+        info = log_model(model, frame_signature(model, sample_input), True, example)
     else:
         prediction = model.predict(sample_input, verbose=0)
-        info = log_model(model, make_signature(sample_input, prediction), frame=False)
+        info = log_model(model, make_signature(sample_input, prediction), False, example)
     if register is None:
         return info.model_uri, None
     return info.model_uri, register_model(info.model_uri, register, tags, description)
+
+
+def input_example(sample_input: Any, rows: int = 2) -> Any:
+    """The model's ``input_example``: the first ``rows`` rows of ``sample_input`` (real rows of
+    the training table), one for an image or other input over 1,000 values a row.
+
+    A dict of columns becomes a DataFrame (the form a table model is scored in); an array stays
+    an array (the Keras flavor's tensor input).
+    """
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(sample_input, Mapping):
+        return pd.DataFrame({k: list(np.asarray(v)[:rows]) for k, v in sample_input.items()})
+    array = np.asarray(sample_input)
+    return array[: 1 if array[:1].size > 1000 else rows]
 
 
 def register_model(

@@ -45,7 +45,7 @@ def test_one_run_holds_config_metrics_tags_model_and_version(trained, digits_tab
 
 
 @pytest.mark.slow
-def test_the_run_records_each_split_as_an_mlflow_dataset(trained, digits_table):
+def test_the_run_records_each_split_as_an_mlflow_dataset_and_the_model_an_input_example(trained, digits_table):
     """Train, validation and test: the Delta table and version, the columns and the live rows."""
     import json
 
@@ -71,6 +71,14 @@ def test_the_run_records_each_split_as_an_mlflow_dataset(trained, digits_table):
     # The dataset entity loads back as MLflow's own Delta source.
     source = mlflow.data.get_source(inputs[0])
     assert source.path == digits_table and source.delta_table_version == 0
+    # The logged model keeps two real rows of its input as its input_example.
+    from mlflow.models import Model
+
+    local = mlflow.artifacts.download_artifacts(result.model_uri, tracking_uri=uri)
+    example = Model.load(local).load_input_example(local)
+    pixels = np.stack(DeltaTable(digits_table).to_pandas()["pixels"])
+    assert example.shape == (2, 64)
+    assert all(np.isclose(pixels, row).all(axis=1).any() for row in example), example
 
 
 @pytest.mark.slow
