@@ -104,21 +104,24 @@ def _start_rendezvous(hosts: list[str]):
 
 
 def _slot_plan(hosts: list[str]) -> list:
-    """Horovod's ``SlotInfo`` of every rank: rank i on ``hosts[i]``, local ranks per host."""
+    """Horovod's ``SlotInfo`` of every rank: rank i on ``hosts[i]``, local ranks per host in task
+    order, cross ranks in the order hosts first appear (as ``get_host_assignments`` numbers them)."""
     from horovod.runner.common.util.hosts import SlotInfo
 
     local_rank = [hosts[:i].count(h) for i, h in enumerate(hosts)]
+
+    def peers(i: int) -> list[str]:  # the hosts that hold a rank with local rank local_rank[i]
+        return list(dict.fromkeys(h for h, r in zip(hosts, local_rank) if r == local_rank[i]))
+
     return [
         SlotInfo(
             hostname=h,
             rank=i,
             local_rank=local_rank[i],
-            cross_rank=sorted({x for x, r in zip(hosts, local_rank) if r == local_rank[i]}).index(
-                h
-            ),
+            cross_rank=peers(i).index(h),
             size=len(hosts),
             local_size=hosts.count(h),
-            cross_size=len({x for x, r in zip(hosts, local_rank) if r == local_rank[i]}),
+            cross_size=len(peers(i)),
         )
         for i, h in enumerate(hosts)
     ]

@@ -3,8 +3,9 @@
 ``HorovodRunner(np=-2).run(main, **kwargs)`` runs ``main(**kwargs)`` in 2 processes on this host
 (Gloo); ``HorovodRunner(np=4)`` runs it in 4 Spark tasks of the active SparkSession's cluster
 (``horovod.spark.run`` on a classic session; on a Spark Connect session, which has no
-sparkContext, a barrier stage: :mod:`keras_dl.launch.barrier`). It returns rank 0's return value. Worker output is streamed back,
-each line prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
+sparkContext, a barrier stage: :mod:`keras_dl.launch.barrier`). It returns rank 0's return
+value. Worker output is streamed back (on Connect: printed when the stage ends), each line
+prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
 :class:`~keras_dl.errors.DistributedError` names the rank and the cause.
 
 Example:
