@@ -40,7 +40,7 @@ def run_barrier(spark, payload: bytes, np: int, env: dict, logs: str) -> list:
     """
     import cloudpickle
 
-    task = _task_function(payload, np, env)
+    task = _task_function(payload, env)
     rows = spark.range(0, np, 1, np).mapInPandas(task, schema=_SCHEMA, barrier=True).collect()
     rows = sorted(rows, key=lambda r: r.rank)
     with open(Path(logs) / "spark.out", "w") as copy:
@@ -58,7 +58,7 @@ def run_barrier(spark, payload: bytes, np: int, env: dict, logs: str) -> list:
     return [cloudpickle.loads(r.result) if r.result else None for r in rows]
 
 
-def _task_function(payload: bytes, np: int, env: dict):
+def _task_function(payload: bytes, env: dict):
     """The function each barrier task runs (pickled to the executors)."""
 
     def task(batches):
@@ -68,13 +68,13 @@ def _task_function(payload: bytes, np: int, env: dict):
         for _ in batches:  # one row per task; the stage needs its input consumed
             pass
         ctx = BarrierTaskContext.get()
-        row = _run_rank_in_task(ctx, payload, np, env)
+        row = _run_rank_in_task(ctx, payload, env)
         yield pd.DataFrame([row])
 
     return task
 
 
-def _run_rank_in_task(ctx, payload: bytes, np: int, env: dict) -> dict:
+def _run_rank_in_task(ctx, payload: bytes, env: dict) -> dict:
     """On an executor: rendezvous, run this task's rank in a child process, return its row."""
     rank = ctx.partitionId()
     hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
