@@ -3,13 +3,77 @@
 ``horovod.spark.run`` waits up to its start timeout (600 s by default) for all ``np`` tasks to
 start; on a cluster with fewer free slots it would sit there. Counting the slots first turns that
 into an immediate, explained error.
+
+A Spark Connect session (Databricks shared and serverless clusters) has no ``sparkContext``:
+there the total comes from the session's configuration (:func:`configured_task_slots`), and the
+check is skipped, with a log line, when that does not tell it.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 
 from keras_dl.errors import DistributedError
+
+log = logging.getLogger(__name__)
+
+
+def active_session():
+    """The active SparkSession, Spark Connect or classic; None when there is none.
+
+    A Connect session on a local server (``SparkSession.builder.remote("local[2]")``) shares
+    its process with that server's classic context: the Connect session is the user's.
+    """
+    import sys
+
+    if "pyspark.sql.connect.session" in sys.modules:  # imported once a Connect session exists
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        session = ConnectSession.getActiveSession() or ConnectSession._get_default_session()
+        if session is not None and not session.is_stopped:
+            return session
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no sparkContext, _jsc or rdd)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def configured_task_slots(spark) -> int | None:
+    """Task slots a session's configuration promises, or None when it does not say.
+
+    ``local[N]`` gives N; a cluster gives ``spark.cores.max``, else ``spark.executor.instances``
+    times ``spark.executor.cores``, divided by ``spark.task.cpus``.
+    """
+
+    def conf(key: str) -> str | None:
+        try:
+            return spark.conf.get(key, None)
+        except Exception:  # a key the server refuses to show
+            return None
+
+    task_cpus = int(conf("spark.task.cpus") or 1)
+    master = conf("spark.master") or ""
+    local = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
+    if local:
+        return int(local.group(1)) // task_cpus
+    if master == "local":
+        return 1
+    if conf("spark.cores.max"):
+        return int(conf("spark.cores.max")) // task_cpus
+    if conf("spark.executor.instances") and conf("spark.executor.cores"):
+        cores = int(conf("spark.executor.instances")) * int(conf("spark.executor.cores"))
+        return cores // task_cpus
+    return None
 
 
 def free_task_slots(sc) -> tuple[int, int]:
@@ -34,15 +98,17 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
     Raises:
         DistributedError: When there is no active SparkSession, or too few free slots.
     """
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
-    if sc is None:
+    spark = active_session()
+    if spark is None:
         raise DistributedError(
             f"runtime.np={np} runs {np} Spark tasks, but there is no active SparkSession. Start "
             "one first (SparkSession.builder.master('spark://HOST:7077').getOrCreate()), or use "
             f"runtime.np=-{np} for {np} processes on this host."
         )
+    if is_connect(spark):
+        _check_configured_slots(spark, np)
+        return
+    sc = spark.sparkContext
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
     while True:
@@ -60,3 +126,25 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
                 f"{max(free, 1)}, add executors or cores, or wait for running jobs to finish."
             )
         time.sleep(0.5)
+
+
+def _check_configured_slots(spark, np: int) -> None:
+    """On Spark Connect (no view of the executors): compare ``np`` with the configured slots."""
+    total = configured_task_slots(spark)
+    if total is None:
+        log.warning(
+            "runtime.np=%d: a Spark Connect session does not show its free task slots, and its "
+            "configuration sets neither spark.cores.max nor spark.executor.instances and "
+            "spark.executor.cores: not checking them. The barrier stage waits until %d slots "
+            "are free.",
+            np,
+            np,
+        )
+        return
+    if total < np:
+        raise DistributedError(
+            f"runtime.np={np} needs {np} free Spark task slots, but the Spark Connect session's "
+            f"cluster has {total} free of {total} at most (its spark.cores.max or executors, "
+            "divided by spark.task.cpus; one Horovod process per task, scheduled all at once). "
+            f"Use runtime.np <= {max(total, 1)}, or a cluster with more executors or cores."
+        )

@@ -17,6 +17,7 @@ from typing import Any
 from keras_dl import storage
 from keras_dl.distribute.loopback import spark_conf
 from keras_dl.distribute.recovery import run_with_recovery
+from keras_dl.distribute.slots import active_session
 from keras_dl.launch.runner import HorovodRunner
 from keras_dl.run import open_run
 from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
@@ -91,17 +92,19 @@ def _start_spark(runtime):
     """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
 
     Its master comes from Spark's own configuration: the ``MASTER`` environment variable or
-    ``spark-defaults.conf``, else ``local[*]``. On a local master its driver listens on
+    ``spark-defaults.conf``, else ``local[*]``; with ``SPARK_REMOTE`` set, it is a Spark Connect
+    session on that server. On a local master its driver listens on
     ``runtime.bind_address``; its web UI runs only with ``runtime.spark_ui``.
     """
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if SparkContext._active_spark_context is not None:
+    if active_session() is not None:
         return None
     # Spark's Python workers otherwise run `python3` from PATH, which may lack Horovod.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("keras_dl-horovod")
+    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_API_MODE") == "connect":
+        return builder.getOrCreate()  # a Spark Connect server: its driver is configured there
     for key, value in spark_conf(
         None, bind_address=runtime.bind_address, ui=runtime.spark_ui
     ).items():

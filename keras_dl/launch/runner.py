@@ -2,8 +2,10 @@
 
 ``HorovodRunner(np=-2).run(main, **kwargs)`` runs ``main(**kwargs)`` in 2 processes on this host
 (Gloo); ``HorovodRunner(np=4)`` runs it in 4 Spark tasks of the active SparkSession's cluster
-(``horovod.spark.run``). It returns rank 0's return value. Worker output is streamed back,
-each line prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
+(``horovod.spark.run`` on a classic session; on a Spark Connect session, which has no
+sparkContext, a barrier stage: :mod:`keras_dl.launch.barrier`). It returns rank 0's return
+value. Worker output is streamed back (on Connect: printed when the stage ends), each line
+prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
 :class:`~keras_dl.errors.DistributedError` names the rank and the cause.
 
 Example:
@@ -31,7 +33,7 @@ from keras_dl import storage
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
-from keras_dl.distribute.slots import wait_for_free_slots
+from keras_dl.distribute.slots import active_session, is_connect, wait_for_free_slots
 from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
 
 
@@ -135,6 +137,12 @@ class HorovodRunner:
         # Executors of a new session can take long to register on a busy cluster: wait up to
         # start_timeout for the first, then fail fast once the count has settled below np.
         wait_for_free_slots(self.np, timeout=self.start_timeout, settle=10.0)
+        spark = active_session()
+        if is_connect(spark):
+            from keras_dl.launch.barrier import run_barrier
+
+            # The tasks start their own rendezvous: the client need not be reachable from them.
+            return run_barrier(spark, payload, self.np, env, logs)
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
         # Executors on other hosts must reach the driver's services: keep Horovod's binding

@@ -5,6 +5,9 @@ It connects to the standalone cluster, trains the digits recipe with ``runtime.n
 tasks); then, with no active session and ``MASTER`` pointing at the cluster (as the CLI runs),
 asks for 3 tasks on the 2-slot cluster. It prints one JSON line with both outcomes. Given a
 RUN_DIR (an ``s3://`` URI), it trains there and skips the 3-task check.
+A ``MASTER`` of ``sc://HOST:PORT`` makes it a Spark Connect session on that server (and the
+3-task check starts its session from ``SPARK_REMOTE``); it then also runs a job whose rank 1
+raises while rank 0 sleeps.
 It runs in its own process so that its SparkSession cannot clash with other tests' sessions.
 """
 
@@ -25,14 +28,17 @@ def main(master: str, table: str, tmp: str, run_dir: str = "") -> None:
     from tests.distribute.conftest import digits_experiment
     from tests.distribute.workers import train_and_report
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("keras_dl-test-horovod-spark")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.executor.cores", "1")
-        .config("spark.executor.memory", "1g")
-        .getOrCreate()
-    )
+    if master.startswith("sc://"):
+        spark = SparkSession.builder.remote(master).getOrCreate()
+    else:
+        spark = (
+            SparkSession.builder.master(master)
+            .appName("keras_dl-test-horovod-spark")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.executor.cores", "1")
+            .config("spark.executor.memory", "1g")
+            .getOrCreate()
+        )
     out = {}
     try:
         sets = ["runtime.strategy=horovod", "runtime.np=2"]
@@ -43,11 +49,36 @@ def main(master: str, table: str, tmp: str, run_dir: str = "") -> None:
         report = launch(exp, main=train_and_report)
         out["seconds"] = time.monotonic() - start
         out["report"] = {"result": dataclasses.asdict(report["result"]), "ranks": report["ranks"]}
+        if not run_dir and master.startswith("sc://"):
+            out["failure"] = _failing_job()
         if not run_dir:
             _too_many(spark, master, table, tmp, out)
     finally:
         spark.stop()
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def _fail_on_rank_1():
+    """Rank 1 raises; rank 0 sleeps outside any collective (only the launcher can stop it)."""
+    import time
+
+    import horovod.tensorflow as hvd
+
+    hvd.init()
+    if hvd.rank() == 1:
+        raise ValueError("rank 1 fails on purpose")
+    time.sleep(300)
+
+
+def _failing_job() -> str:
+    from keras_dl.errors import KerasDLError
+    from keras_dl.launch import HorovodRunner
+
+    try:
+        HorovodRunner(np=2).run(_fail_on_rank_1)
+    except KerasDLError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
 
 
 def _too_many(spark, master: str, table: str, tmp: str, out: dict) -> None:
@@ -60,7 +91,7 @@ def _too_many(spark, master: str, table: str, tmp: str, out: dict) -> None:
     )
     # As from the CLI: no active session, so launch starts one on $MASTER (the cluster).
     spark.stop()
-    os.environ["MASTER"] = master
+    os.environ["SPARK_REMOTE" if master.startswith("sc://") else "MASTER"] = master
     start = time.monotonic()
     try:
         launch(too_many)

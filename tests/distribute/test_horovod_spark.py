@@ -1,4 +1,9 @@
-"""Horovod across a real Spark standalone cluster: a master and 2 workers on loopback."""
+"""Horovod across a real Spark standalone cluster: a master and 2 workers on loopback.
+
+Every scenario runs twice: from a classic session on the master, and from a Spark Connect
+session on a Connect server that runs on the same master (started once, after the classic
+runs: it holds the cluster's two cores while it lives).
+"""
 
 from __future__ import annotations
 
@@ -130,6 +135,56 @@ def spark_cluster(tmp_path_factory):
                 p.wait()
 
 
+def _start_connect_server(master: str, env: dict, log_dir: Path) -> tuple[subprocess.Popen, str]:
+    """A Spark Connect server on ``master`` (its own driver, with the cluster's 2 cores)."""
+    port = _free_port()
+    home = Path(env["SPARK_HOME"])
+    log = open(log_dir / "connect.log", "w")  # noqa: SIM115 (closed with the process)
+    cmd = [str(home / "bin" / "spark-submit"), "--master", master, "--class"]
+    cmd += ["org.apache.spark.sql.connect.service.SparkConnectServer", "--name", "keras_dl-test"]
+    for key, value in {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "1g",
+        # What keras_dl counts the free task slots from on Connect (no view of executors).
+        "spark.cores.max": "2",
+    }.items():
+        cmd += ["--conf", f"{key}={value}"]
+    proc = subprocess.Popen(
+        [*cmd, "spark-internal"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    _wait_for_port(port, timeout=180)
+    return proc, f"sc://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module", params=["classic", "connect"])
+def driver_target(request, spark_cluster, tmp_path_factory):
+    """What the driver connects to: the master (a classic session) or a Connect server's
+    ``sc://`` URL; with the cluster's environment. Module-scoped, so pytest runs every classic
+    scenario first, then starts the Connect server once for the Connect ones."""
+    master, env = spark_cluster
+    if request.param == "classic":
+        yield master, env
+        return
+    proc, url = _start_connect_server(master, env, tmp_path_factory.mktemp("connect"))
+    try:
+        yield url, env
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def _run_driver(env: dict, *args: str) -> tuple[dict, str]:
     """Run ``tests.distribute.spark_driver`` with ``args``: its RESULT and its whole output."""
     proc = subprocess.run(
@@ -147,9 +202,9 @@ def _run_driver(env: dict, *args: str) -> tuple[dict, str]:
 
 @pytest.mark.slow
 def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
-    spark_cluster, digits_table, tmp_path
+    driver_target, digits_table, tmp_path
 ):
-    master, env = spark_cluster
+    master, env = driver_target
     out, logs = _run_driver(env, master, digits_table, str(tmp_path))
     exp = digits_experiment(digits_table, tmp_path, "runtime.strategy=horovod", "runtime.np=2")
     report = {"result": TrainResult(**out["report"]["result"]), "ranks": out["report"]["ranks"]}
@@ -164,18 +219,25 @@ def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
     # Refused by the free-slot check, not after runtime.start_timeout (600 s) of waiting; the
     # bound is half that timeout, loose enough for a loaded machine (timings are for benchmarks).
     assert out["too_many_seconds"] < 300
+    if master.startswith("sc://"):
+        # A rank that raises: named with its cause; the other rank (asleep, in no collective)
+        # was stopped through the rendezvous server instead of sleeping on.
+        assert out["failure"].startswith("DistributedError: Horovod rank 1 failed: ValueError: "), (
+            out
+        )
+        assert "JVM_ATTRIBUTE_NOT_SUPPORTED" not in logs
 
 
 @pytest.mark.slow
 def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
-    spark_cluster, s3, monkeypatch, tmp_path
+    driver_target, s3, monkeypatch, tmp_path
 ):
     import boto3
 
     from keras_dl.data.ingest import ingest_sklearn_digits
     from keras_dl.storage import environment
 
-    master, env = spark_cluster
+    master, env = driver_target
     assert env.get("AWS_ENDPOINT_URL") != s3.endpoint  # the workers started without it
     table = s3.uri("digits")
     ingest_sklearn_digits(table)
