@@ -12,6 +12,8 @@ Horovod PR #3737 fixed exactly this). Here every place keras_dl runs in a Spark 
   (``horovod.spark.task.get_available_devices``);
 * each scoring task (:func:`keras_dl.inference.executor.load_scorer`).
 
+A launcher that starts a process from its task hands it the task's GPUs with :func:`child_env`.
+
 When Spark assigned no GPU (the default; also the driver and the local ``np < 0`` ranks), the
 environment is left alone. Only modules already imported are consulted, so calling it costs
 nothing outside Spark.
@@ -61,6 +63,17 @@ def task_gpu_env(addresses: list[str] | None = None) -> dict[str, str]:
     if addresses is None:
         addresses = task_gpu_addresses()
     return {VISIBLE: ",".join(addresses)} if addresses else {}
+
+
+def child_env() -> dict[str, str]:
+    """The environment that gives a child process of this Spark task the task's GPUs.
+
+    For a launcher that starts a rank as a child of its task, where no ``TaskContext`` exists:
+    :func:`task_gpu_env` plus the mark that Horovod's pinning reads (:func:`assigned_by_spark`).
+    ``{}`` when Spark assigned no GPU.
+    """
+    env = task_gpu_env()
+    return {**env, FROM_SPARK: env[VISIBLE]} if env else {}
 
 
 def use_task_gpus() -> dict[str, str]:

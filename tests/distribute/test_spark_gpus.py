@@ -113,6 +113,9 @@ def test_each_rank_and_scoring_task_sees_only_its_tasks_gpu(gpu_cluster, tmp_pat
     assert len(tasks) == 4 and all(t["scored"] == 2 for t in tasks), tasks
     for t in tasks:  # every scoring task, whichever Python worker ran it
         assert len(t["task_gpus"]) == 1 and t["visible"] == t["task_gpus"][0], tasks
+        # What a launcher hands a child process of the task: the same GPU, marked as Spark's.
+        mark = {"CUDA_VISIBLE_DEVICES": t["visible"], "KERAS_DL_SPARK_GPUS": t["visible"]}
+        assert t["child_env"] == mark, tasks
 
 
 def test_without_gpu_resources_the_environment_is_left_alone(spark, monkeypatch):
@@ -130,17 +133,30 @@ def test_without_gpu_resources_the_environment_is_left_alone(spark, monkeypatch)
 
         import pandas as pd
 
-        from keras_dl.distribute.gpus import task_gpu_addresses, use_task_gpus
+        from keras_dl.distribute.gpus import child_env, task_gpu_addresses, use_task_gpus
 
         for _ in batches:
             os.environ["CUDA_VISIBLE_DEVICES"] = "as-set-by-the-user"
-            found = task_gpu_addresses()
+            found = task_gpu_addresses() or child_env()
             applied = use_task_gpus()
             visible = os.environ["CUDA_VISIBLE_DEVICES"]
             yield pd.DataFrame({"found": [len(found)], "applied": [len(applied)], "v": [visible]})
 
     rows = spark.range(2, numPartitions=2).mapInPandas(probe, "found int, applied int, v string")
     assert [tuple(r) for r in rows.collect()] == [(0, 0, "as-set-by-the-user")] * 2
+
+
+def test_a_rank_given_its_tasks_gpus_pins_the_first_visible_one(monkeypatch):
+    from keras_dl.distribute import horovod
+
+    # A child of a Spark task given GPUs 1 and 3 (gpus.child_env): local rank 1 trains on the
+    # task's first GPU (as Horovod's get_available_devices()[0]), not on visible GPU number 1.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    monkeypatch.setenv("KERAS_DL_SPARK_GPUS", "1,3")
+    assert horovod.gpu_index(1) == 0
+    # The user changed the visible GPUs afterwards: they are no longer Spark's, local rank rules.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert horovod.gpu_index(1) == 1
 
 
 # -- the driver, run in its own process --------------------------------------------------------
@@ -177,6 +193,7 @@ def _score_and_report(model_file: str):
         import pandas as pd
         from pyspark import TaskContext
 
+        from keras_dl.distribute.gpus import child_env
         from keras_dl.inference.executor import load_scorer
 
         scored = 0
@@ -189,6 +206,7 @@ def _score_and_report(model_file: str):
                 "task_gpus": [json.dumps(list(gpu.addresses) if gpu else [])],
                 "visible": [os.environ.get("CUDA_VISIBLE_DEVICES")],
                 "scored": [scored],
+                "child_env": [json.dumps(child_env())],
             }
         )
 
@@ -223,10 +241,16 @@ def main(master: str, out_dir: str) -> None:
         x = F.col("id").cast("double")
         rows = spark.range(8, numPartitions=4).select(F.array(x, x, x).alias("x"))
         scored = rows.mapInPandas(
-            _score_and_report("model.keras"), "task_gpus string, visible string, scored int"
+            _score_and_report("model.keras"),
+            "task_gpus string, visible string, scored int, child_env string",
         )
         out["scoring"] = [
-            {"task_gpus": json.loads(r.task_gpus), "visible": r.visible, "scored": r.scored}
+            {
+                "task_gpus": json.loads(r.task_gpus),
+                "visible": r.visible,
+                "scored": r.scored,
+                "child_env": json.loads(r.child_env),
+            }
             for r in scored.collect()
         ]
     finally:
