@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from keras_dl.distribute.gpus import assigned_by_spark
 from keras_dl.errors import DistributedError
 
 _INSTALL_HINT = (
@@ -66,12 +67,23 @@ def init():
     if not hvd.is_initialized():
         # Collective: blocks until every rank of the job has joined the Gloo rendezvous.
         hvd.init()
-        _pin_gpu(hvd.local_rank())
+        _pin_gpu(gpu_index(hvd.local_rank()))
     return hvd
 
 
-def _pin_gpu(local_rank: int) -> None:
-    """One GPU per process: rank ``local_rank`` on a node sees only GPU ``local_rank``."""
+def gpu_index(local_rank: int) -> int:
+    """Index, among the GPUs this process sees, of the one a rank with ``local_rank`` trains on.
+
+    A rank of a Spark task that was given GPUs sees only those (``CUDA_VISIBLE_DEVICES``, set by
+    :func:`keras_dl.distribute.gpus.use_task_gpus`): it takes the first, whatever its local rank.
+    Otherwise (local ranks, Spark without GPU scheduling), rank ``local_rank`` takes GPU
+    ``local_rank``, as Horovod does.
+    """
+    return 0 if assigned_by_spark() else local_rank
+
+
+def _pin_gpu(index: int) -> None:
+    """One GPU per process: this process sees only its GPU number ``index`` (modulo the count)."""
     import logging
 
     import tensorflow as tf
@@ -80,14 +92,14 @@ def _pin_gpu(local_rank: int) -> None:
     if not gpus:
         return
     try:
-        gpu = gpus[local_rank % len(gpus)]
+        gpu = gpus[index % len(gpus)]
         tf.config.experimental.set_memory_growth(gpu, True)
         tf.config.set_visible_devices(gpu, "GPU")
     except RuntimeError as exc:  # TF already initialized its devices in this process
         logging.getLogger(__name__).warning(
             "Could not pin GPU %d to this Horovod rank (%s): call keras_dl's init() before "
             "TensorFlow touches a device.",
-            local_rank,
+            index,
             exc,
         )
 

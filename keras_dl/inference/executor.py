@@ -10,6 +10,7 @@ import os
 from functools import partial
 from typing import Any
 
+from keras_dl.distribute.gpus import use_task_gpus
 from keras_dl.errors import DataError
 from keras_dl.inference.plan import ScoringPlan, probability_columns
 from keras_dl.keras_dl_pyfunc import LOADER, KerasDLModel
@@ -76,6 +77,7 @@ def load_scorer(model_file: str, keras_flavor: bool):
         keras_flavor: Whether the folder has MLflow's Keras flavor (ignored for ``.keras``;
             a folder's pyfunc loader is read from its MLmodel).
     """
+    use_task_gpus()  # this task's GPUs only, before TensorFlow starts in this worker
     import keras
     import mlflow
     from pyspark import SparkFiles

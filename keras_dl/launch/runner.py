@@ -31,6 +31,7 @@ from typing import Any
 
 from keras_dl import storage
 from keras_dl.distribute.failures import explain_failure, report_failure
+from keras_dl.distribute.gpus import use_task_gpus
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.slots import active_session, is_connect, wait_for_free_slots
@@ -174,6 +175,7 @@ def _rank_main(payload: bytes):
     """Entry point on each rank: unpickle ``(main, kwargs)`` and run it; report failures."""
     import cloudpickle
 
+    use_task_gpus()  # a rank of a Spark task sees only that task's GPUs (before TF starts)
     main, kwargs = cloudpickle.loads(payload)
     try:
         return main(**kwargs)

@@ -1,0 +1,262 @@
+"""GPUs from Spark's resources: each Horovod rank and each scoring task sees only its task's GPUs.
+
+A standalone master and one 2-core worker on loopback whose GPU discovery script reports the
+addresses "0" and "1" (no real GPU needed: Spark schedules the addresses, CUDA is never asked).
+The app asks for 2 GPUs per executor and 1 per task, so the two concurrent tasks get one each.
+The driver runs in its own process (``python -m tests.distribute.test_spark_gpus MASTER OUT``)
+so that its SparkSession cannot clash with the suite's local one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HEAVY, REPO
+from tests.distribute.test_horovod_spark import _free_port, _wait_for_port, _wait_for_workers
+
+DISCOVERY = '#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n'
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(tmp_path_factory):
+    """``(master URL, env)``: a master and one 2-core worker with 2 (discovered) GPUs, stopped after."""
+    import pyspark
+
+    tmp = tmp_path_factory.mktemp("spark_gpus")
+    script = tmp / "discover_gpus.sh"
+    script.write_text(DISCOVERY)
+    script.chmod(0o755)
+    home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(tmp),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # what the tasks see comes from Spark alone
+    worker_env = {
+        **env,
+        "SPARK_WORKER_OPTS": "-Dspark.worker.resource.gpu.amount=2 "
+        f"-Dspark.worker.resource.gpu.discoveryScript={script}",
+    }
+    port, ui = _free_port(), _free_port()
+    master = f"spark://127.0.0.1:{port}"
+    spark_class = str(home / "bin" / "spark-class")
+    master_cmd = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+    master_cmd += ["--port", str(port), "--webui-port", str(ui)]
+    worker_cmd = [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", "2"]
+    worker_cmd += ["--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(_free_port())]
+    worker_cmd += ["--work-dir", str(tmp / "work"), master]
+    procs = []
+    try:
+        for i, (cmd, cmd_env) in enumerate([(master_cmd, env), (worker_cmd, worker_env)]):
+            log = open(tmp / f"daemon{i}.log", "w")  # noqa: SIM115 (closed with the process)
+            procs.append(
+                subprocess.Popen(
+                    cmd, env=cmd_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+            if i == 0:
+                _wait_for_port(port)
+        _wait_for_workers(ui, 1)
+        yield master, env
+    finally:
+        # Stop exactly the daemons started here (each leads its own process group).
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.mark.slow
+@HEAVY
+def test_each_rank_and_scoring_task_sees_only_its_tasks_gpu(gpu_cluster, tmp_path):
+    master, env = gpu_cluster
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.distribute.test_spark_gpus", master, str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
+
+    ranks = sorted(out["ranks"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    # Each rank ran for a task that Spark gave exactly one GPU, the two tasks different ones...
+    assert all(len(r["task_gpus"]) == 1 for r in ranks), ranks
+    assert sorted(r["task_gpus"][0] for r in ranks) == ["0", "1"], ranks
+    # ...and sees exactly that one: CUDA_VISIBLE_DEVICES is its task's address, not its local
+    # rank's, and Horovod's pinning takes the first (only) visible GPU.
+    for r in ranks:
+        assert r["visible"] == r["task_gpus"][0], ranks
+        assert r["gpu_index"] == 0, ranks
+
+    tasks = out["scoring"]
+    assert len(tasks) == 4 and all(t["scored"] == 2 for t in tasks), tasks
+    for t in tasks:  # every scoring task, whichever Python worker ran it
+        assert len(t["task_gpus"]) == 1 and t["visible"] == t["task_gpus"][0], tasks
+        # What a launcher hands a child process of the task: the same GPU, marked as Spark's.
+        mark = {"CUDA_VISIBLE_DEVICES": t["visible"], "KERAS_DL_SPARK_GPUS": t["visible"]}
+        assert t["child_env"] == mark, tasks
+
+
+def test_without_gpu_resources_the_environment_is_left_alone(spark, monkeypatch):
+    from keras_dl.distribute import gpus, horovod
+
+    # The driver (no Spark task): nothing to take, nothing changed.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    monkeypatch.delenv(gpus.FROM_SPARK, raising=False)
+    assert gpus.task_gpu_addresses() == [] and gpus.use_task_gpus() == {}
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7" and horovod.gpu_index(3) == 3
+
+    # A Spark task of a session without GPU scheduling: its environment stays as it was.
+    def probe(batches):
+        import os
+
+        import pandas as pd
+
+        from keras_dl.distribute.gpus import child_env, task_gpu_addresses, use_task_gpus
+
+        for _ in batches:
+            os.environ["CUDA_VISIBLE_DEVICES"] = "as-set-by-the-user"
+            found = task_gpu_addresses() or child_env()
+            applied = use_task_gpus()
+            visible = os.environ["CUDA_VISIBLE_DEVICES"]
+            yield pd.DataFrame({"found": [len(found)], "applied": [len(applied)], "v": [visible]})
+
+    rows = spark.range(2, numPartitions=2).mapInPandas(probe, "found int, applied int, v string")
+    assert [tuple(r) for r in rows.collect()] == [(0, 0, "as-set-by-the-user")] * 2
+
+
+def test_a_rank_given_its_tasks_gpus_pins_the_first_visible_one(monkeypatch):
+    from keras_dl.distribute import horovod
+
+    # A child of a Spark task given GPUs 1 and 3 (gpus.child_env): local rank 1 trains on the
+    # task's first GPU (as Horovod's get_available_devices()[0]), not on visible GPU number 1.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    monkeypatch.setenv("KERAS_DL_SPARK_GPUS", "1,3")
+    assert horovod.gpu_index(1) == 0
+    # The user changed the visible GPUs afterwards: they are no longer Spark's, local rank rules.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert horovod.gpu_index(1) == 1
+
+
+# -- the driver, run in its own process --------------------------------------------------------
+
+
+def _report_rank(out_dir: str) -> None:
+    """Every rank: what its task was given, what it sees, and which visible GPU it pins."""
+    import json
+    import os
+
+    from horovod.spark.task import get_available_devices
+
+    from keras_dl.distribute import horovod as khvd
+
+    hvd = khvd.init()
+    report = {
+        "rank": hvd.rank(),
+        "local_rank": hvd.local_rank(),
+        "task_gpus": [str(a) for a in get_available_devices()],
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpu_index": khvd.gpu_index(hvd.local_rank()),
+    }
+    with open(os.path.join(out_dir, f"rank{hvd.rank()}.json"), "w") as f:
+        json.dump(report, f)
+
+
+def _score_and_report(model_file: str):
+    """A ``mapInPandas`` body: score with keras_dl's executor, report the task's GPUs and env."""
+
+    def body(batches):
+        import os
+
+        import numpy as np
+        import pandas as pd
+        from pyspark import TaskContext
+
+        from keras_dl.distribute.gpus import child_env
+        from keras_dl.inference.executor import load_scorer
+
+        scored = 0
+        for pdf in batches:
+            score = load_scorer(model_file, keras_flavor=True)
+            scored += len(score(np.stack(pdf["x"].to_numpy()).astype("float32")))
+        gpu = TaskContext.get().resources().get("gpu")
+        yield pd.DataFrame(
+            {
+                "task_gpus": [json.dumps(list(gpu.addresses) if gpu else [])],
+                "visible": [os.environ.get("CUDA_VISIBLE_DEVICES")],
+                "scored": [scored],
+                "child_env": [json.dumps(child_env())],
+            }
+        )
+
+    return body
+
+
+def main(master: str, out_dir: str) -> None:
+    import keras
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from keras_dl.launch import HorovodRunner
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("keras_dl-test-spark-gpus")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.executor.cores", "2")
+        .config("spark.executor.memory", "1g")
+        .config("spark.executor.resource.gpu.amount", "2")
+        .config("spark.task.resource.gpu.amount", "1")
+        .getOrCreate()
+    )
+    out = {}
+    try:
+        HorovodRunner(np=2, start_timeout=300).run(_report_rank, out_dir=out_dir)
+        out["ranks"] = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("rank*"))]
+
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.save(Path(out_dir) / "model.keras")
+        spark.sparkContext.addFile(str(Path(out_dir) / "model.keras"))
+        x = F.col("id").cast("double")
+        rows = spark.range(8, numPartitions=4).select(F.array(x, x, x).alias("x"))
+        scored = rows.mapInPandas(
+            _score_and_report("model.keras"),
+            "task_gpus string, visible string, scored int, child_env string",
+        )
+        out["scoring"] = [
+            {
+                "task_gpus": json.loads(r.task_gpus),
+                "visible": r.visible,
+                "scored": r.scored,
+                "child_env": json.loads(r.child_env),
+            }
+            for r in scored.collect()
+        ]
+    finally:
+        spark.stop()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
