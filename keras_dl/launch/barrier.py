@@ -130,6 +130,8 @@ def _slot_plan(hosts: list[str]) -> list:
 def _rank_env_in_task(ctx, hosts: list[str], addr: str, port: int) -> dict:
     """The Horovod environment of this barrier task's rank, as ``horovod.runner.gloo_run``
     sets it: the rendezvous server, rank, size, local and cross ranks, Gloo controller."""
+    from keras_dl.distribute.gpus import child_env
+
     slot = _slot_plan(hosts)[ctx.partitionId()]
     env = {
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
@@ -147,6 +149,7 @@ def _rank_env_in_task(ctx, hosts: list[str], addr: str, port: int) -> dict:
     iface = _interface_of(slot.hostname)
     if iface:
         env["HOROVOD_GLOO_IFACE"] = iface
+    env.update(child_env())  # the GPUs Spark gave this task, if any (CUDA_VISIBLE_DEVICES)
     return env
 
 
