@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from keras_dl.connect import default_parallelism
 from keras_dl.errors import DataError
 
 
@@ -84,7 +85,7 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
                     yield from load_row_group(snapshot, index, pf, rg, names).to_batches()
 
     count = len(snapshot.files)
-    tasks = max(1, min(count, spark.sparkContext.defaultParallelism * 2))
+    tasks = max(1, min(count, default_parallelism(spark) * 2))
     files = spark.createDataFrame([(i,) for i in range(count)], "file int").repartition(tasks)
     return files.mapInArrow(read_files, from_arrow_schema(snapshot.schema)), snapshot
 
