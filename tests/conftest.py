@@ -283,8 +283,10 @@ _CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # what pyspark.sql.is_remote() read
 def pytest_generate_tests(metafunc):
     """Every test that uses ``spark`` (directly or through a fixture) runs on both kinds."""
     if "spark" in metafunc.fixturenames:
-        marked = metafunc.definition.get_closest_marker("classic_only") is not None
-        kinds = ("classic",) if marked else SPARK_KINDS
+        only = [
+            m for m in ("classic", "connect") if metafunc.definition.get_closest_marker(f"{m}_only")
+        ]
+        kinds = tuple(only) or SPARK_KINDS
         metafunc.parametrize("spark", kinds, indirect=True, scope="session")
 
 
@@ -322,10 +324,13 @@ class SparkSessions:
             # stop it mid-suite; it still exits with pytest (it ends when its stdin pipe closes).
             popen = pyspark.java_gateway.Popen
             pyspark.java_gateway.Popen = functools.partial(popen, start_new_session=True)
+            connect_mode = os.environ.pop(_CONNECT_ENV, None)  # or the builder goes remote
             try:
                 self._classic = spark_session("local[2]", "keras_dl-tests")
             finally:
                 pyspark.java_gateway.Popen = popen
+                if connect_mode is not None:
+                    os.environ[_CONNECT_ENV] = connect_mode
             self._classic.sparkContext.setLogLevel("ERROR")
         return self._classic
 
@@ -371,11 +376,20 @@ def spark(request, _spark_sessions):
     """
     kind = getattr(request, "param", "classic")
     if kind == "connect":
+        session = _spark_sessions.connect()
         os.environ[_CONNECT_ENV] = "1"
-        yield _spark_sessions.connect()
+        yield session
         os.environ.pop(_CONNECT_ENV, None)
     else:
         yield _spark_sessions.classic()
+
+
+@pytest.fixture
+def connect_url(spark, _spark_sessions) -> str:
+    """The URL of the suite's Spark Connect server (for a subprocess: its token is in
+    ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``); use with ``@pytest.mark.connect_only``."""
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), "mark the test connect_only"
+    return f"sc://localhost:{_spark_sessions.port}"
 
 
 @pytest.fixture(autouse=True)
