@@ -72,7 +72,9 @@ def default_parallelism(spark) -> int:
     if key not in _parallelism:
         from pyspark.sql import functions as F
 
-        row = spark.range(1 << 16).agg(F.max(F.spark_partition_id()).alias("p")).first()
+        # spark_partition_id is non-deterministic: Spark takes it in a projection, not an aggregate.
+        ids = spark.range(1 << 16).select(F.spark_partition_id().alias("p"))
+        row = ids.agg(F.max("p").alias("p")).first()
         _parallelism[key] = int(row["p"]) + 1
     return _parallelism[key]
 

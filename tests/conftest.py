@@ -371,17 +371,28 @@ def spark(request, _spark_sessions):
     own: loopback, no UI, Arrow on), or a Spark Connect session to a server in the same JVM.
 
     pyspark picks the Connect or the classic flavour of ``functions``, ``pandas_udf`` and
-    Spark ML's persistence by an environment variable, not by the session: it is set while a
-    Connect test runs (see ``_spark_kind``), as it is in a Connect-only user's process.
+    Spark ML (``VectorAssembler.transform``, persistence) by an environment variable, not by the
+    session, as in a Connect-only user's process: it is on while the Connect instance of this
+    fixture is the live one, so the module fixtures built on it (a fitted pipeline) see it too,
+    and off during the tests that do not use ``spark`` (see ``_spark_kind``).
     """
     kind = getattr(request, "param", "classic")
+    session = _spark_sessions.connect() if kind == "connect" else _spark_sessions.classic()
+    _LIVE_KIND[0] = kind
+    _set_connect_mode(kind)
+    yield session
+    _LIVE_KIND[0] = None
+    _set_connect_mode(None)
+
+
+_LIVE_KIND: list = [None]  # the kind of the live instance of the session-scoped `spark`
+
+
+def _set_connect_mode(kind) -> None:
     if kind == "connect":
-        session = _spark_sessions.connect()
         os.environ[_CONNECT_ENV] = "1"
-        yield session
-        os.environ.pop(_CONNECT_ENV, None)
     else:
-        yield _spark_sessions.classic()
+        os.environ.pop(_CONNECT_ENV, None)
 
 
 @pytest.fixture
@@ -394,15 +405,12 @@ def connect_url(spark, _spark_sessions) -> str:
 
 @pytest.fixture(autouse=True)
 def _spark_kind(request):
-    """pyspark's Connect switch on exactly while a test on the Connect session runs."""
+    """pyspark's Connect switch: on for a test on the Connect session, off for any other test
+    (its subprocesses must not inherit it), then back to the live ``spark`` instance's kind."""
     callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and callspec.params.get("spark") == "connect":
-        os.environ[_CONNECT_ENV] = "1"
-        yield
-    else:
-        os.environ.pop(_CONNECT_ENV, None)
-        yield
-    os.environ.pop(_CONNECT_ENV, None)
+    _set_connect_mode(callspec.params.get("spark") if callspec is not None else None)
+    yield
+    _set_connect_mode(_LIVE_KIND[0])
 
 
 class MotoServer:
