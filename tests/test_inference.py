@@ -178,6 +178,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     assert zero.returncode == 2 and "--batch-size: must be an integer >= 1" in zero.stderr
 
 
+@pytest.mark.classic_only  # the object store is the same on both; scoring on Connect is above
 def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatch):
     """A table on S3 scored by Spark tasks that read it and write the output's files to S3
     themselves; the driver commits one Delta version and counts only what it wrote."""
