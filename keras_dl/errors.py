@@ -45,6 +45,10 @@ class RunError(KerasDLError):
     """The run folder (``runtime.run_dir``) cannot take a write: a full disk, a quota."""
 
 
+class SparkConnectError(KerasDLError):
+    """A feature a Spark Connect session (no SparkContext, no JVM on the client) cannot give."""
+
+
 class DistributedError(KerasDLError):
     """A distributed setup that cannot run (too few shards, missing Horovod, no free slots...)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from keras_dl.connect import default_parallelism
 from keras_dl.errors import DataError
 
 
@@ -23,8 +24,13 @@ def spark_session(
 ):
     """A Spark session with Arrow on and executors on this Python interpreter.
 
+    A ``master`` of the form ``sc://host:port/;token=...`` connects to that Spark Connect
+    server instead (a Databricks shared or serverless cluster, a Spark 4 Connect server): the
+    server owns the executors and the static settings, so only Arrow and the shuffle width are
+    set, per session.
+
     Args:
-        master: Spark master URL. Defaults to "local[*]".
+        master: Spark master URL, or a Spark Connect URL ``sc://...``. Defaults to "local[*]".
         app_name: Application name. Defaults to "keras-dl".
         bind_address: Where the driver listens on a local master (``runtime.bind_address``).
             Defaults to "127.0.0.1".
@@ -37,6 +43,11 @@ def spark_session(
 
     from keras_dl.distribute.loopback import spark_conf
 
+    if master.startswith("sc://"):
+        spark = SparkSession.builder.remote(master).getOrCreate()
+        spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+        return spark
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -84,7 +95,7 @@ def read_table_into_spark(spark, table: str, version: int | None = None):
                     yield from load_row_group(snapshot, index, pf, rg, names).to_batches()
 
     count = len(snapshot.files)
-    tasks = max(1, min(count, spark.sparkContext.defaultParallelism * 2))
+    tasks = max(1, min(count, default_parallelism(spark) * 2))
     files = spark.createDataFrame([(i,) for i in range(count)], "file int").repartition(tasks)
     return files.mapInArrow(read_files, from_arrow_schema(snapshot.schema)), snapshot
 

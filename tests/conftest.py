@@ -273,26 +273,144 @@ def petastorm_files(tmp_path_factory) -> list[str]:
     return paths
 
 
+# The kinds of SparkSession the Spark tests run on. A test (or a fixture it uses) marked
+# classic_only runs on the classic one alone: the slow ones whose Connect twin would add minutes
+# and no coverage (a representative test of each entry point runs on both).
+SPARK_KINDS = ("classic", "connect")
+_CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # what pyspark.sql.is_remote() reads
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that uses ``spark`` (directly or through a fixture) runs on both kinds."""
+    if "spark" in metafunc.fixturenames:
+        only = [
+            m for m in ("classic", "connect") if metafunc.definition.get_closest_marker(f"{m}_only")
+        ]
+        kinds = tuple(only) or SPARK_KINDS
+        metafunc.parametrize("spark", kinds, indirect=True, scope="session")
+
+
+class SparkSessions:
+    """One JVM per pytest process for both kinds of session.
+
+    The classic local[2] session is keras_dl's own (:func:`keras_dl.inference_io.spark_session`).
+    The Spark Connect session talks to a Connect server started, on first use, inside that same
+    JVM (what ``SparkSession.builder.remote("local[2]")`` does too, but that one refuses to start
+    beside a classic session), on a free loopback port with its own token: so a Connect test
+    process starts one server, in about a second, not a second JVM.
+    """
+
+    def __init__(self):
+        self._classic = None
+        self._connect = None
+        self.port = 0
+        self.token = ""
+
+    def classic(self):
+        if self._classic is None:
+            import functools
+            import socket
+            import uuid
+
+            import pyspark.java_gateway
+
+            from keras_dl.inference_io import spark_session
+
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.port = probe.getsockname()[1]
+            self.token = uuid.uuid4().hex
+            # Its JVM runs in its own session, so a signal to pytest's process group does not
+            # stop it mid-suite; it still exits with pytest (it ends when its stdin pipe closes).
+            popen = pyspark.java_gateway.Popen
+            pyspark.java_gateway.Popen = functools.partial(popen, start_new_session=True)
+            connect_mode = os.environ.pop(_CONNECT_ENV, None)  # or the builder goes remote
+            try:
+                self._classic = spark_session("local[2]", "keras_dl-tests")
+            finally:
+                pyspark.java_gateway.Popen = popen
+                if connect_mode is not None:
+                    os.environ[_CONNECT_ENV] = connect_mode
+            self._classic.sparkContext.setLogLevel("ERROR")
+        return self._classic
+
+    def connect(self):
+        if self._connect is None:
+            from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+            sc = self.classic().sparkContext
+            conf = sc._jsc.sc().conf()
+            conf.set("spark.connect.grpc.binding.address", "127.0.0.1")
+            conf.set("spark.connect.grpc.binding.port", str(self.port))
+            conf.set("spark.connect.authenticate.token", self.token)
+            sc._jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(sc._jsc.sc())
+            # A token with host "localhost" is sent over gRPC's local credentials (no TLS).
+            os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
+            self._connect = RemoteSession.builder.remote(f"sc://localhost:{self.port}").create()
+        return self._connect
+
+    def stop(self):
+        if self._connect is not None:
+            self._connect.stop()
+            service = self._classic._jvm.org.apache.spark.sql.connect.service.SparkConnectService
+            service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
+        if self._classic is not None:
+            self._classic.stop()
+
+
 @pytest.fixture(scope="session")
-def spark():
-    """The suite's one local[2] SparkSession per pytest process (keras_dl's own: loopback, no
-    UI, Arrow on). Its JVM runs in its own session, so a signal to pytest's process group does
-    not stop it mid-suite; it still exits with pytest (it ends when its stdin pipe closes)."""
-    import functools
+def _spark_sessions():
+    sessions = SparkSessions()
+    yield sessions
+    sessions.stop()
 
-    import pyspark.java_gateway
 
-    from keras_dl.inference_io import spark_session
+@pytest.fixture(scope="session")
+def spark(request, _spark_sessions):
+    """The suite's SparkSession of one kind (see ``SPARK_KINDS``): a classic local[2] (keras_dl's
+    own: loopback, no UI, Arrow on), or a Spark Connect session to a server in the same JVM.
 
-    popen = pyspark.java_gateway.Popen
-    pyspark.java_gateway.Popen = functools.partial(popen, start_new_session=True)
-    try:
-        session = spark_session("local[2]", "keras_dl-tests")
-    finally:
-        pyspark.java_gateway.Popen = popen
-    session.sparkContext.setLogLevel("ERROR")
+    pyspark picks the Connect or the classic flavour of ``functions``, ``pandas_udf`` and
+    Spark ML (``VectorAssembler.transform``, persistence) by an environment variable, not by the
+    session, as in a Connect-only user's process: it is on while the Connect instance of this
+    fixture is the live one, so the module fixtures built on it (a fitted pipeline) see it too,
+    and off during the tests that do not use ``spark`` (see ``_spark_kind``).
+    """
+    kind = getattr(request, "param", "classic")
+    session = _spark_sessions.connect() if kind == "connect" else _spark_sessions.classic()
+    _LIVE_KIND[0] = kind
+    _set_connect_mode(kind)
     yield session
-    session.stop()
+    _LIVE_KIND[0] = None
+    _set_connect_mode(None)
+
+
+_LIVE_KIND: list = [None]  # the kind of the live instance of the session-scoped `spark`
+
+
+def _set_connect_mode(kind) -> None:
+    if kind == "connect":
+        os.environ[_CONNECT_ENV] = "1"
+    else:
+        os.environ.pop(_CONNECT_ENV, None)
+
+
+@pytest.fixture
+def connect_url(spark, _spark_sessions) -> str:
+    """The URL of the suite's Spark Connect server (for a subprocess: its token is in
+    ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``); use with ``@pytest.mark.connect_only``."""
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), "mark the test connect_only"
+    return f"sc://localhost:{_spark_sessions.port}"
+
+
+@pytest.fixture(autouse=True)
+def _spark_kind(request):
+    """pyspark's Connect switch: on for a test on the Connect session, off for any other test
+    (its subprocesses must not inherit it), then back to the live ``spark`` instance's kind."""
+    callspec = getattr(request.node, "callspec", None)
+    _set_connect_mode(callspec.params.get("spark") if callspec is not None else None)
+    yield
+    _set_connect_mode(_LIVE_KIND[0])
 
 
 class MotoServer:

@@ -178,6 +178,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     assert zero.returncode == 2 and "--batch-size: must be an integer >= 1" in zero.stderr
 
 
+@pytest.mark.classic_only  # the object store is the same on both; scoring on Connect is above
 def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatch):
     """A table on S3 scored by Spark tasks that read it and write the output's files to S3
     themselves; the driver commits one Delta version and counts only what it wrote."""
@@ -201,3 +202,21 @@ def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatc
     monkeypatch.setenv("AWS_S3_LOCKING_PROVIDER", "dynamodb")
     with pytest.raises(DataError, match=r"dropped the DynamoDB lock"):
         write_predictions(scored, s3.uri("unsafe"))
+
+
+@pytest.mark.connect_only
+def test_predict_command_scores_over_spark_connect(
+    spark, connect_url, champion, digits_table, tmp_path
+):
+    """``keras-dl predict --master sc://...``: a Connect client process with no JVM of its own."""
+    uri, _ = champion
+    out = str(tmp_path / "scores")
+    proc = run_cli(
+        "predict", "--model", "models:/digits@champion", "--table", digits_table, "--version",
+        "0", "--out", out, "--master", connect_url, "--tracking-uri", uri, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "JVM_ATTRIBUTE_NOT_SUPPORTED" not in proc.stderr
+    assert f"scored 1797 rows of {digits_table} (version 0)" in proc.stdout
+    scores = read_table(out).to_pandas()
+    assert (scores["prediction"] == scores["label"]).mean() >= 0.8

@@ -30,6 +30,7 @@ import threading
 import uuid
 from typing import Any
 
+from keras_dl.connect import default_parallelism, is_connect, partition_count
 from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -126,15 +127,17 @@ def make_spark_converter(
     df = _cast_doubles(df, dtype)
     root = (cache_dir or spark.conf.get("keras_dl.cache_dir", None) or _default_dir()).rstrip("/")
     key = (df.semanticHash(), df.schema.json(), workers, table_format, root, persistent)
-    plan = df._jdf.queryExecution().analyzed()
+    # The analyzed plan guards the semantic hash against a collision; a Spark Connect client
+    # has no JVM plan to compare, so there the hash and the schema decide alone.
+    plan = None if is_connect(spark) else df._jdf.queryExecution().analyzed()
     with _lock:
         hit = _cache.get(key)
-        if hit is not None and not hit.deleted and hit._plan.sameResult(plan):
+        if hit is not None and not hit.deleted and (plan is None or hit._plan.sameResult(plan)):
             # A persistent table outlives this process's bookkeeping: someone may have removed it.
             if not persistent or _is_committed(hit.path):
                 log.info("Reusing the materialized copy of this DataFrame at %s", hit.path)
                 return hit
-    workers = workers or spark.sparkContext.defaultParallelism
+    workers = workers or default_parallelism(spark)
     if persistent:
         fingerprint, rows = _fingerprint(df, workers)
         path = f"{root}/{fingerprint}"
@@ -145,7 +148,7 @@ def make_spark_converter(
             return _remember(converter, persistent)
     else:
         path = f"{root}/{key[0] & 0xFFFFFFFF:08x}-{uuid.uuid4().hex[:12]}"
-    partitions = df.rdd.getNumPartitions()
+    partitions = partition_count(df)
     if partitions < 2 * workers:
         # Each partition is one Parquet file with one row group: a unit of sharding.
         df = df.repartition(2 * workers)

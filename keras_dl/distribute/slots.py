@@ -15,6 +15,7 @@ import logging
 import re
 import time
 
+from keras_dl.connect import is_connect
 from keras_dl.errors import DistributedError
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,6 @@ def active_session():
     from pyspark.sql import SparkSession
 
     return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-
-
-def is_connect(spark) -> bool:
-    """Whether ``spark`` is a Spark Connect session (no sparkContext, _jsc or rdd)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def configured_task_slots(spark) -> int | None:

@@ -23,7 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch-size", type=_positive_int, default=1024, help="rows per Arrow batch (>= 1)"
     )
-    p.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+    p.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master, or a Spark Connect URL sc://HOST:PORT (default: local[*])",
+    )
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
 
 

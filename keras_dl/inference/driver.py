@@ -1,8 +1,9 @@
 """Score a Spark DataFrame with a registered model: the driver side of batch inference.
 
 :func:`predict` resolves the model URI once, downloads the model, matches the rows to its
-signature (:mod:`keras_dl.inference.plan`), ships the model folder to the executors with
-``addFile`` and maps :func:`keras_dl.inference.executor.score_batches` over Arrow batches of at
+signature (:mod:`keras_dl.inference.plan`), ships the model folder to the executors as an
+archive (:func:`keras_dl.connect.ship_folder`: ``addArchive`` on a classic session,
+``addArtifacts`` on Spark Connect) and maps :func:`keras_dl.inference.executor.score_batches` over Arrow batches of at
 most ``batch_size`` rows. (``mlflow.pyfunc.spark_udf`` does the same for a single output column;
 it needs ``result_type="array<float>"`` for tensor-signature models, and gives no column checks.)
 """
@@ -16,6 +17,7 @@ import tempfile
 import uuid
 from functools import partial
 
+from keras_dl.connect import ship_folder
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.inference.executor import score_batches
 from keras_dl.inference.plan import make_plan, output_schema, output_width
@@ -73,15 +75,14 @@ def predict(
     trained_on = (run.data.params.get("data.features", "") if run else "").split(",")
     classes = tuple(json.loads(run.data.tags.get("keras_dl.classes", "[]"))) if run else ()
     plan = make_plan(df, signature, pinned, features or [f for f in trained_on if f], keys)
+    spark = df.sparkSession
+    # The model folder travels to every executor once; each worker loads it once.
     plan = dataclasses.replace(
         plan,
         classes=classes,
-        model_file=os.path.basename(local),
+        model_file=ship_folder(spark, local),
         keras_flavor="keras" in logged.flavors,
     )
-    spark = df.sparkSession
-    # The model folder travels to every executor once; each worker loads it once.
-    spark.sparkContext.addFile(local, recursive=True)
     # Read when the returned DataFrame is computed: it bounds the rows of each pandas batch.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     width = output_width(signature)

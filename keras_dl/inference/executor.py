@@ -1,7 +1,7 @@
 """The executor side of scoring: the model loaded once per Python worker, Arrow batches scored.
 
 :func:`score_batches` is the ``mapInPandas`` UDF body; :func:`load_scorer` loads the model
-shipped with ``SparkContext.addFile`` once per process (the Spark ML ``KerasModel`` uses it too).
+shipped with :mod:`keras_dl.connect` (a file or a folder's archive) once per process (the Spark ML ``KerasModel`` uses it too).
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def load_scorer(model_file: str, keras_flavor: bool):
     signature by the caller. Other models go through their pyfunc ``predict``.
 
     Args:
-        model_file: Name of an MLflow model folder, or of a ``.keras`` file (the Spark ML
-            ``KerasModel``), shipped with ``SparkContext.addFile``.
+        model_file: Name of an MLflow model folder's archive, or of a ``.keras`` file (the
+            Spark ML ``KerasModel``), shipped with :mod:`keras_dl.connect`; ``SparkFiles.get``
+            finds either on a classic or a Spark Connect session.
         keras_flavor: Whether the folder has MLflow's Keras flavor (ignored for ``.keras``;
             a folder's pyfunc loader is read from its MLmodel).
     """

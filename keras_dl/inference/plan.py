@@ -18,7 +18,7 @@ class ScoringPlan:
     """What the UDF needs, all plain data so it pickles to the executors.
 
     Attributes:
-        model_file: Name of the model folder shipped with ``SparkContext.addFile``.
+        model_file: Name of the model folder's archive, shipped with :func:`keras_dl.connect.ship_folder`.
         inputs: ``(column, dtype, width)`` per model input; width is None for scalar columns.
         frame: Whether the model takes a DataFrame of columns (column signature) rather than
             arrays (tensor signature).

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl import storage
+from keras_dl.connect import is_connect
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.distribute.gpus import use_task_gpus
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
-from keras_dl.distribute.slots import active_session, is_connect, wait_for_free_slots
+from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
 
 

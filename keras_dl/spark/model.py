@@ -1,7 +1,7 @@
 """``KerasModel``: the Transformer a :class:`~keras_dl.spark.KerasEstimator` fit returns.
 
 ``transform(df)`` scores on the executors by the path ``keras-dl predict`` uses
-(:func:`keras_dl.inference.load_scorer`): the model travels once with ``addFile``, each Python
+(:func:`keras_dl.inference.load_scorer`): the model travels once (``addFile``, or ``addArtifacts`` on Spark Connect), each Python
 worker loads it once and calls it inside a ``tf.function`` on Arrow batches. The output follows
 Spark ML, so its evaluators read it as it is:
 
@@ -24,6 +24,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasPredictionCol, HasProbabilityCol
 from pyspark.ml.util import MLReadable, MLWritable
 
+from keras_dl.connect import is_connect, ship_file
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.spark import columns
 
@@ -148,13 +149,14 @@ class KerasModel(Model, HasPredictionCol, HasProbabilityCol, MLWritable, MLReada
         return scored.select(*out)
 
     def _ship(self, spark) -> str:
-        """Send the model to the executors once per SparkContext; return its file name."""
-        key = id(spark.sparkContext)
+        """Send the model to the executors once per SparkContext (per Spark Connect session,
+        whose artifacts are its own); return its file name."""
+        key = spark.session_id if is_connect(spark) else id(spark.sparkContext)
         if key not in self._shipped:
             name = f"keras_dl_model_{uuid.uuid4().hex}.keras"
             path = os.path.join(tempfile.mkdtemp(prefix="keras_dl_model_"), name)
             self._model.save(path)
-            spark.sparkContext.addFile(path)
+            ship_file(spark, path)
             self._shipped[key] = name
         return self._shipped[key]
 

@@ -26,7 +26,7 @@ class KerasModelWriter(MLWriter):
 
     def saveImpl(self, path: str) -> None:
         """Write ``path/metadata`` and ``path/model.keras``."""
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession)
         with tempfile.TemporaryDirectory(prefix="keras_dl_save_") as tmp:
             local = os.path.join(tmp, MODEL_FILE)
             self.instance.getModel().save(local)
@@ -44,7 +44,7 @@ class KerasModelReader(MLReader):
         """The KerasModel saved at ``path``, with its uid, Params and keras.Model."""
         import keras
 
-        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
+        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
         instance = self.cls()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)

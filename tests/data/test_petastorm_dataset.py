@@ -6,7 +6,8 @@ import pytest
 from keras_dl.config import DataConfig
 from keras_dl.data import make_splits, open_table, plan_columns
 
-pytestmark = pytest.mark.slow
+# classic_only: Petastorm's own materialize_dataset writes the fixture through a SparkContext.
+pytestmark = [pytest.mark.slow, pytest.mark.classic_only]
 
 
 def _image(i: int) -> np.ndarray:

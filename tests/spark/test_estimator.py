@@ -176,6 +176,7 @@ def test_regression_output_works_with_regression_evaluator(spark, tmp_path, mlfl
 
 
 @pytest.mark.slow
+@pytest.mark.classic_only  # num_proc < 0 runs on the driver, no Spark job: the kind is moot
 @HEAVY
 def test_num_proc_minus_two_trains_on_two_local_horovod_ranks(iris, tmp_path, mlflow_uri):
     """HorovodRunner's np semantics: num_proc=-2 runs 2 Horovod processes on this host."""

@@ -82,6 +82,7 @@ def test_columns_checked_by_name(spark, tmp_path, change, match):
 
 
 @pytest.mark.slow
+@pytest.mark.classic_only  # the same DataFrame checks as test_columns_checked_by_name, slower
 def test_rows_checked_by_column(spark, tmp_path):
     est = _estimator(tmp_path)
     nulls = spark.createDataFrame([(Vectors.dense([0.0, 1.0]), 0.0), (Vectors.dense([1.0, 0.0]), None)], VECTOR_SCHEMA)  # fmt: skip

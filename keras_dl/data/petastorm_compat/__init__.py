@@ -14,6 +14,8 @@ Each submodule fixes one thing and names the Petastorm lines it replaces:
   ``np.float`` (removed by numpy 1.24).
 - :mod:`.filesystem`: ``pyarrow.filesystem``, ``localfs``, ``LocalFileSystem`` and ``hdfs``
   (removed by pyarrow 16; without them ``import petastorm`` fails).
+- :mod:`.connect`: ``materialize_dataset`` and ``make_spark_converter`` refuse a Spark Connect
+  session by name (they need a SparkContext) instead of failing inside pyspark.
 - :mod:`.parquet_dataset`: the legacy ``pq.ParquetDataset``/``ParquetDatasetPiece`` (removed by
   pyarrow 15), given to Petastorm's modules as their ``pq``.
 
@@ -58,6 +60,7 @@ def patch_module(module) -> None:
     checks, the Arrow types schema inference knows, and its metadata unpickling.
     """
     from keras_dl.data.petastorm_compat import (
+        connect,
         numpy_aliases,
         parquet_dataset,
         race,
@@ -70,6 +73,7 @@ def patch_module(module) -> None:
     race.patch_module(module)
     types.patch_module(module)
     unpickle.patch_module(module)
+    connect.patch_module(module)
 
 
 def install() -> None:
