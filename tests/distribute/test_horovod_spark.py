@@ -7,6 +7,7 @@ runs: it holds the cluster's two cores while it lives).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -61,12 +62,12 @@ def _wait_for_workers(ui_port: int, count: int, timeout: float = 300) -> None:
     raise TimeoutError(f"the master has not {count} alive workers after {timeout} s: {alive}")
 
 
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory):
-    """``spark://127.0.0.1:PORT``: a standalone master and two 1-core workers, stopped after."""
+@contextlib.contextmanager
+def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
+    """Yield ``(spark://127.0.0.1:PORT, env)``: a standalone master on loopback and one worker per
+    ``(cores, extra env)`` of ``workers``, each daemon in its own process group, all stopped after."""
     import pyspark
 
-    tmp = tmp_path_factory.mktemp("spark")
     home = Path(pyspark.__file__).parent
     env = {
         **os.environ,
@@ -77,50 +78,33 @@ def spark_cluster(tmp_path_factory):
         "SPARK_LOG_DIR": str(tmp),
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # what tasks see of GPUs comes from Spark alone
     port, ui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
-    commands = [
-        [
-            spark_class,
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(ui),
-        ],
-    ] + [
-        [
-            spark_class,
-            "org.apache.spark.deploy.worker.Worker",
-            "--cores",
-            "1",
-            "--memory",
-            "2g",
-            "--host",
-            "127.0.0.1",
-            "--webui-port",
-            str(_free_port()),
-            "--work-dir",
-            str(tmp / f"work{i}"),
-            master,
-        ]
-        for i in range(2)
+    daemons = [
+        (
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+            + ["--port", str(port), "--webui-port", str(ui)],
+            env,
+        )
     ]
+    for i, (cores, extra) in enumerate(workers):
+        cmd = [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", str(cores)]
+        cmd += ["--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(_free_port())]
+        daemons.append(([*cmd, "--work-dir", str(tmp / f"work{i}"), master], {**env, **extra}))
     procs = []
     try:
-        for i, cmd in enumerate(commands):
+        for i, (cmd, cmd_env) in enumerate(daemons):
             log = open(tmp / f"daemon{i}.log", "w")  # noqa: SIM115 (closed with the process)
             procs.append(
                 subprocess.Popen(
-                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    cmd, env=cmd_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
                 )
             )
             if i == 0:
                 _wait_for_port(port)
-        _wait_for_workers(ui, 2)
+        _wait_for_workers(ui, len(workers))
         yield master, env
     finally:
         # Stop exactly the daemons started here (each leads its own process group).
@@ -133,6 +117,13 @@ def spark_cluster(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    """``spark://127.0.0.1:PORT``: a standalone master and two 1-core workers, stopped after."""
+    with standalone_cluster(tmp_path_factory.mktemp("spark"), [(1, {}), (1, {})]) as cluster:
+        yield cluster
 
 
 def _start_connect_server(master: str, env: dict, log_dir: Path) -> tuple[subprocess.Popen, str]:

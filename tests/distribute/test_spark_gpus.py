@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HEAVY, REPO
-from tests.distribute.test_horovod_spark import _free_port, _wait_for_port, _wait_for_workers
+from tests.distribute.test_horovod_spark import standalone_cluster
 
 DISCOVERY = '#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n'
 
@@ -27,60 +26,16 @@ DISCOVERY = '#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n'
 @pytest.fixture(scope="module")
 def gpu_cluster(tmp_path_factory):
     """``(master URL, env)``: a master and one 2-core worker with 2 (discovered) GPUs, stopped after."""
-    import pyspark
-
     tmp = tmp_path_factory.mktemp("spark_gpus")
     script = tmp / "discover_gpus.sh"
     script.write_text(DISCOVERY)
     script.chmod(0o755)
-    home = Path(pyspark.__file__).parent
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(tmp),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    env.pop("CUDA_VISIBLE_DEVICES", None)  # what the tasks see comes from Spark alone
-    worker_env = {
-        **env,
+    gpus = {
         "SPARK_WORKER_OPTS": "-Dspark.worker.resource.gpu.amount=2 "
         f"-Dspark.worker.resource.gpu.discoveryScript={script}",
     }
-    port, ui = _free_port(), _free_port()
-    master = f"spark://127.0.0.1:{port}"
-    spark_class = str(home / "bin" / "spark-class")
-    master_cmd = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-    master_cmd += ["--port", str(port), "--webui-port", str(ui)]
-    worker_cmd = [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", "2"]
-    worker_cmd += ["--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(_free_port())]
-    worker_cmd += ["--work-dir", str(tmp / "work"), master]
-    procs = []
-    try:
-        for i, (cmd, cmd_env) in enumerate([(master_cmd, env), (worker_cmd, worker_env)]):
-            log = open(tmp / f"daemon{i}.log", "w")  # noqa: SIM115 (closed with the process)
-            procs.append(
-                subprocess.Popen(
-                    cmd, env=cmd_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
-            if i == 0:
-                _wait_for_port(port)
-        _wait_for_workers(ui, 1)
-        yield master, env
-    finally:
-        # Stop exactly the daemons started here (each leads its own process group).
-        for p in reversed(procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+    with standalone_cluster(tmp, [(2, gpus)]) as cluster:
+        yield cluster
 
 
 @pytest.mark.slow
