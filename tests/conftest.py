@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 # `pytest -n N --dist loadgroup` (make test) they all run on one xdist worker, one at a time,
 # while the other workers run the rest of the suite.
 HEAVY = pytest.mark.xdist_group("heavy")
+# Single-process kill -9 / signal / store-outage recovery runs: one at a time too, but on their own
+# worker beside the Horovod jobs, so the two serial queues do not add up into one critical path.
+HEAVY_IO = pytest.mark.xdist_group("heavy_io")
 
 
 @pytest.hookimpl(trylast=True)

@@ -14,9 +14,9 @@ import mlflow
 import pytest
 
 from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
-from tests.conftest import HEAVY, REPO, runs_in, seed_store
+from tests.conftest import HEAVY_IO, REPO, runs_in, seed_store
 
-pytestmark = HEAVY  # see tests/conftest.py
+pytestmark = HEAVY_IO  # see tests/conftest.py
 
 EPOCHS = 6
 STEPS = 40  # 1,257 training rows in batches of 32: 39 whole and a last one of 9

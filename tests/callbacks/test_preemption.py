@@ -15,9 +15,9 @@ import pytest
 
 from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from keras_dl.callbacks.preemption import PREEMPTED_EXIT
-from tests.conftest import HEAVY, REPO, runs_in, seed_store
+from tests.conftest import HEAVY_IO, REPO, runs_in, seed_store
 
-pytestmark = HEAVY  # see tests/conftest.py
+pytestmark = HEAVY_IO  # see tests/conftest.py
 
 EPOCHS = 4
 STEPS = 40  # 1,257 training rows in batches of 32: 39 whole and a last one of 9

@@ -16,7 +16,7 @@ import mlflow
 import pytest
 
 from keras_dl import storage
-from tests.conftest import HEAVY, REPO
+from tests.conftest import HEAVY_IO, REPO
 
 # classic_only: the store on S3 is the same on both kinds of session (test_estimator and
 # test_tuning_and_resume run fit on Spark Connect too); one run of it is enough.
@@ -60,7 +60,7 @@ def _table_files(table: str) -> dict[str, int]:
     }
 
 
-@HEAVY
+@HEAVY_IO
 def test_a_killed_fit_resumes_its_mlflow_run_from_a_new_process(tmp_path, mlflow_uri):
     store = tmp_path / "store"
     killed = _fresh_fit(store, mlflow_uri, "--kill-after-epoch", "1")
@@ -197,7 +197,7 @@ def test_the_horovod_hand_off_models_round_trip_through_s3(s3):
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
-@HEAVY
+@HEAVY_IO
 def test_a_run_killed_with_its_store_on_s3_resumes_from_a_new_process(s3, mlflow_uri):
     import boto3
 

@@ -27,7 +27,7 @@ from keras_dl.errors import StoreUnavailable
 from keras_dl.runlock import S3Lease
 from keras_dl.storage import open_store
 from keras_dl.storage.retry import is_transient
-from tests.conftest import HEAVY, REPO, MotoServer, point_aws_at, runs_in, seed_store
+from tests.conftest import HEAVY, HEAVY_IO, REPO, MotoServer, point_aws_at, runs_in, seed_store
 
 
 class PausableStore:
@@ -94,7 +94,7 @@ def test_timeouts_refusals_and_5xx_are_transient_and_missing_or_denied_files_are
 
 
 @pytest.mark.slow
-@HEAVY
+@HEAVY_IO
 def test_a_store_call_rides_out_an_outage_shorter_than_the_lease(store, caplog):
     lease = S3Lease(store.uri("run"), lease_seconds=40)
     lease.acquire()
@@ -117,7 +117,7 @@ def test_a_store_call_rides_out_an_outage_shorter_than_the_lease(store, caplog):
 
 
 @pytest.mark.slow
-@HEAVY
+@HEAVY_IO
 def test_an_outage_past_the_lease_is_store_unavailable_and_release_does_not_wait(store):
     lease = S3Lease(store.uri("run"), lease_seconds=6)
     lease.acquire()
@@ -215,7 +215,7 @@ def _epochs_logged_once(uri: str) -> mlflow.entities.Run:
 
 
 @pytest.mark.slow
-@HEAVY
+@HEAVY_IO
 def test_training_rides_out_a_store_outage_of_half_the_lease(store, tmp_path):
     from keras_dl.data.ingest import ingest_sklearn_digits
 
@@ -235,7 +235,7 @@ def test_training_rides_out_a_store_outage_of_half_the_lease(store, tmp_path):
 
 
 @pytest.mark.slow
-@HEAVY
+@HEAVY_IO
 def test_an_outage_of_twice_the_lease_exits_75_killed_and_a_rerun_resumes(store, tmp_path):
     from keras_dl.data.ingest import ingest_sklearn_digits
 
