@@ -176,10 +176,10 @@ def driver_target(request, spark_cluster, tmp_path_factory):
             proc.wait()
 
 
-def _run_driver(env: dict, *args: str) -> tuple[dict, str]:
-    """Run ``tests.distribute.spark_driver`` with ``args``: its RESULT and its whole output."""
+def _run_driver(env: dict, *args: str, module: str = "tests.distribute.spark_driver"):
+    """Run ``python -m module args`` (a Spark driver): its RESULT and its whole output."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.distribute.spark_driver", *args],
+        [sys.executable, "-m", module, *args],
         cwd=REPO,
         env=env,
         capture_output=True,

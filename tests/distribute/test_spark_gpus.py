@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import HEAVY, REPO
-from tests.distribute.test_horovod_spark import standalone_cluster
+from tests.conftest import HEAVY
+from tests.distribute.test_horovod_spark import _run_driver, standalone_cluster
 
 DISCOVERY = '#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n'
 
@@ -42,16 +41,7 @@ def gpu_cluster(tmp_path_factory):
 @HEAVY
 def test_each_rank_and_scoring_task_sees_only_its_tasks_gpu(gpu_cluster, tmp_path):
     master, env = gpu_cluster
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.distribute.test_spark_gpus", master, str(tmp_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    out, _ = _run_driver(env, master, str(tmp_path), module="tests.distribute.test_spark_gpus")
 
     ranks = sorted(out["ranks"], key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1]
