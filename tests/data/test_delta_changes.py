@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
@@ -69,3 +71,132 @@ def test_a_checkpoint_only_history_names_the_missing_commits(copy):
     assert open_table(str(path), version=4).version == 4  # the table itself still reads
     with pytest.raises(DataError, match=r"versions 2 to 4.*\[2, 3\].*since_version"):
         open_table(str(path), version=4, since_version=1)
+
+
+def _write(path: str, ids: list[int], xs: list[int], cdf: bool = True, mode: str = "append"):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    config = {"delta.enableChangeDataFeed": "true" if cdf else "false"}
+    data = pa.table({"id": pa.array(ids, pa.int64()), "x": pa.array(xs, pa.int64())})
+    write_deltalake(path, data, mode=mode, configuration=config)
+
+
+def test_a_rewrite_without_change_data_names_its_version_and_operation(tmp_path):
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "t")
+    _write(path, [1, 2, 3], [10, 20, 30], cdf=False)
+    _write(path, [4], [40], cdf=False)
+    DeltaTable(path).update(updates={"x": "x + 1"}, predicate="id = 2")  # version 2
+    appended = read_table(path, version=1, since_version=0)  # an append needs no change data
+    assert appended.column("id").to_pylist() == [4]
+    for since in (0, 1):
+        with pytest.raises(DataError, match=r"version 2 \(UPDATE\).*data.since_version to 2"):
+            open_table(path, since_version=since)
+
+
+# One step of the property: append new ids, delete some ids, or update some ids' x (always to
+# a value no row held, so every row in the table is distinct and its history can be followed).
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 4)),
+        st.tuples(st.just("delete"), st.sets(st.integers(0, 12), min_size=1, max_size=3)),
+        st.tuples(st.just("update"), st.sets(st.integers(0, 12), min_size=1, max_size=3)),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(first=st.integers(1, 4), steps=STEPS, data=st.data())
+def test_since_version_reads_the_rows_inserted_or_updated_in_the_range_and_still_live(
+    tmp_path_factory, first, steps, data
+):
+    """The property, for tables written by deltalake with the change data feed on:
+
+    ``read_table(t, version=end, since_version=since)`` holds exactly the rows that are in the
+    table at ``end`` and whose current value was written (appended, or set by an update) by a
+    commit in ``since+1 .. end``. A row appended and then deleted in the range is not read; a
+    row updated in the range is read once, as it is at ``end``; rows older than the range that
+    a commit in it deleted are not read.
+    """
+    from deltalake import DeltaTable
+
+    path = str(tmp_path_factory.mktemp("cdf") / "t")
+    written: dict[int, tuple[int, int]] = {}  # live id -> (x, version that wrote this x)
+    history = []  # the live rows after each version
+    next_id, version = 0, 0
+    _write(path, list(range(first)), [i * 10 for i in range(first)], mode="overwrite")
+    written.update({i: (i * 10, 0) for i in range(first)})
+    next_id = first
+    history.append(dict(written))
+    for kind, arg in steps:
+        ids = sorted(i for i in arg if i in written) if kind != "append" else []
+        if kind != "append" and not ids:
+            continue  # deltalake commits nothing for a predicate that matches no row
+        version += 1
+        if kind == "append":
+            new = list(range(next_id, next_id + arg))
+            next_id += arg
+            _write(path, new, [i * 10 for i in new])
+            written.update({i: (i * 10, version) for i in new})
+        elif kind == "delete":
+            DeltaTable(path).delete(f"id in ({', '.join(map(str, ids))})")
+            for i in ids:
+                del written[i]
+        else:
+            DeltaTable(path).update(
+                updates={"x": f"x + {1000 * version}"},
+                predicate=f"id in ({', '.join(map(str, ids))})",
+            )
+            written.update({i: (written[i][0] + 1000 * version, version) for i in ids})
+        history.append(dict(written))
+    assert DeltaTable(path).version() == version
+    if version == 0:
+        return
+    end = data.draw(st.integers(1, version), label="end")
+    since = data.draw(st.integers(0, end - 1), label="since")
+    expected = sorted((i, x) for i, (x, v) in history[end].items() if v > since)
+    got = read_table(path, version=end, since_version=since)
+    assert sorted(zip(got.column("id").to_pylist(), got.column("x").to_pylist())) == expected
+
+
+def test_a_change_snapshot_shards_row_exactly_and_reaches_the_config(copy):
+    from keras_dl.config.schema import DataConfig
+    from keras_dl.data.reader import iter_epoch
+    from keras_dl.data.rows import count_rows
+    from keras_dl.sizing import count_split_rows
+
+    path = copy("cdf-table")
+    (case,) = [e for e in EXPECTED if (e["table"], e["since"], e["version"]) == ("cdf-table", 0, 3)]
+    want = sorted(json.loads(r)["id"] for r in case["rows"])
+    snap = open_table(path, version=3, since_version=0)
+    stats = count_rows(snap, ["id"])
+    assert stats.rows == len(want) == 5
+    got = []
+    for shard in range(2):
+        read = [
+            i
+            for t in iter_epoch(snap, ["id"], stats, shard=shard, num_shards=2)
+            for i in t.column("id").to_pylist()
+        ]
+        assert len(read) == stats.shard_rows(shard, 2)
+        got += read
+    assert sorted(got) == want
+    data = DataConfig(table=path, version=3, since_version=0, label="name")
+    assert count_split_rows(data) == (5, 0)
+
+
+def test_since_timestamp_starts_after_the_version_committed_by_then(copy):
+    path = copy("cdf-table")  # v1 was committed on 2023-12-22, v2 on 2023-12-29
+    (case,) = [e for e in EXPECTED if (e["table"], e["since"], e["version"]) == ("cdf-table", 1, 3)]
+    table = read_table(path, version=3)  # the whole table, to show the range reads less
+    snap = open_table(path, version=3, since_timestamp="2023-12-25T00:00:00+00:00")
+    assert snap.since_version == 1 and snap.lineage["data.since_version"] == "1"
+    got = read_table(path, version=3, since_version=snap.since_version)
+    assert sorted(as_json(r) for r in got.to_pylist()) == case["rows"]
+    assert got.num_rows < table.num_rows

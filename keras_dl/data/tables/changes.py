@@ -62,13 +62,17 @@ def open_changes(
     end = open_delta(storage, version, timestamp)
     since = version_at(storage, since_timestamp) if since_timestamp else since_version
     if since is None or since < 0 or since >= end.version:
+        given = (
+            f" (the version at data.since_timestamp={since_timestamp})" if since_timestamp else ""
+        )
         raise DataError(
-            f"data.since_version={since} does not name a range of Delta table {storage.uri!r}: it "
-            f"must be at least 0 and before the version read ({end.version}). Set it to a version "
-            f"from 0 to {end.version - 1}, or drop it to read the whole table."
+            f"data.since_version={since}{given} does not name a range of Delta table "
+            f"{storage.uri!r}: it must be at least 0 and before the version read ({end.version}"
+            "). Set it to such a version (or read a later data.version), or drop it to read the "
+            "whole table."
         )
     commits = commit_actions(storage, since + 1, end.version)
-    config = dict((replay(storage, since).metadata.get("configuration") or {}))
+    config = dict(replay(storage, since).metadata.get("configuration") or {})
     events = []  # (version, "in" | "out", action, change types kept or None)
     for v, actions in commits.items():
         for a in actions:
@@ -83,7 +87,9 @@ def _changes(table: str, v: int, actions: list[dict], cdf: bool) -> list[tuple]:
     if cdcs:
         return [(v, "in", c, INSERTED) for c in cdcs] + [(v, "out", c, REMOVED) for c in cdcs]
     adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
-    removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
+    removes = [
+        a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)
+    ]
     if removes and not cdf:
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         raise DataError(
@@ -193,4 +199,3 @@ def _plain(value):
     if isinstance(value, int | float | str | bool) or value is None:
         return value
     return str(value)
-
