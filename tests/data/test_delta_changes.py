@@ -200,3 +200,21 @@ def test_since_timestamp_starts_after_the_version_committed_by_then(copy):
     got = read_table(path, version=3, since_version=snap.since_version)
     assert sorted(as_json(r) for r in got.to_pylist()) == case["rows"]
     assert got.num_rows < table.num_rows
+
+
+def test_tf_data_trains_on_the_changed_rows_only(copy):
+    from keras_dl.data import ReadOptions, make_dataset, plan_columns
+    from keras_dl.data.features import NUMERIC
+
+    path = copy("cdf-table-non-partitioned")
+    (case,) = [
+        e
+        for e in EXPECTED
+        if (e["table"], e["since"], e["version"]) == ("cdf-table-non-partitioned", 1, 4)
+    ]
+    snap = open_table(path, version=4, since_version=1)
+    plan = plan_columns(snap, ["id", "long_field"], None, accept=(NUMERIC,))
+    split = make_dataset(snap, plan, ReadOptions(batch_size=3, shuffle=False))
+    got = sorted(int(i) for batch in split.dataset for i in batch["id"].numpy())
+    assert got == sorted(json.loads(r)["id"] for r in case["rows"])
+    assert split.stats.rows == len(case["rows"]) and split.steps == -(-len(case["rows"]) // 3)
