@@ -96,13 +96,15 @@ def test_a_rewrite_without_change_data_names_its_version_and_operation(tmp_path)
             open_table(path, since_version=since)
 
 
-# One step of the property: append new ids, delete some ids, or update some ids' x (always to
-# a value no row held, so every row in the table is distinct and its history can be followed).
+# One step of the property: append new ids, delete some ids, update some ids' x (always to a
+# value no row held, so every row in the table is distinct and its history can be followed), or
+# compact the files.
 STEPS = st.lists(
     st.one_of(
         st.tuples(st.just("append"), st.integers(1, 4)),
         st.tuples(st.just("delete"), st.sets(st.integers(0, 12), min_size=1, max_size=3)),
         st.tuples(st.just("update"), st.sets(st.integers(0, 12), min_size=1, max_size=3)),
+        st.tuples(st.just("compact"), st.none()),  # OPTIMIZE: files rewritten, no data change
     ),
     min_size=1,
     max_size=5,
@@ -129,33 +131,35 @@ def test_since_version_reads_the_rows_inserted_or_updated_in_the_range_and_still
     path = str(tmp_path_factory.mktemp("cdf") / "t")
     written: dict[int, tuple[int, int]] = {}  # live id -> (x, version that wrote this x)
     history = []  # the live rows after each version
-    next_id, version = 0, 0
+    version = 0
     _write(path, list(range(first)), [i * 10 for i in range(first)], mode="overwrite")
     written.update({i: (i * 10, 0) for i in range(first)})
     next_id = first
     history.append(dict(written))
     for kind, arg in steps:
-        ids = sorted(i for i in arg if i in written) if kind != "append" else []
-        if kind != "append" and not ids:
+        ids = sorted(i for i in arg if i in written) if kind in ("delete", "update") else []
+        if kind in ("delete", "update") and not ids:
             continue  # deltalake commits nothing for a predicate that matches no row
-        version += 1
+        table, where = DeltaTable(path), f"id in ({', '.join(map(str, ids))})"
+        upcoming = table.version() + 1
         if kind == "append":
             new = list(range(next_id, next_id + arg))
             next_id += arg
             _write(path, new, [i * 10 for i in new])
-            written.update({i: (i * 10, version) for i in new})
+            written.update({i: (i * 10, upcoming) for i in new})
         elif kind == "delete":
-            DeltaTable(path).delete(f"id in ({', '.join(map(str, ids))})")
+            table.delete(where)
             for i in ids:
                 del written[i]
+        elif kind == "update":
+            table.update(updates={"x": f"x + {1000 * upcoming}"}, predicate=where)
+            written.update({i: (written[i][0] + 1000 * upcoming, upcoming) for i in ids})
         else:
-            DeltaTable(path).update(
-                updates={"x": f"x + {1000 * version}"},
-                predicate=f"id in ({', '.join(map(str, ids))})",
-            )
-            written.update({i: (written[i][0] + 1000 * version, version) for i in ids})
-        history.append(dict(written))
-    assert DeltaTable(path).version() == version
+            table.optimize.compact()
+        version = DeltaTable(path).version()
+        if version == upcoming:
+            history.append(dict(written))
+        assert version == len(history) - 1
     if version == 0:
         return
     end = data.draw(st.integers(1, version), label="end")

@@ -73,7 +73,7 @@ def open_changes(
         )
     commits = commit_actions(storage, since + 1, end.version)
     config = dict(replay(storage, since).metadata.get("configuration") or {})
-    events = []  # (version, "in" | "out", action, change types kept or None)
+    events = []  # (version, "in" | "out", action, whether it is a change-data file)
     for v, actions in commits.items():
         for a in actions:
             if "metaData" in a:
@@ -85,7 +85,7 @@ def open_changes(
 def _changes(table: str, v: int, actions: list[dict], cdf: bool) -> list[tuple]:
     cdcs = [a["cdc"] for a in actions if "cdc" in a]
     if cdcs:
-        return [(v, "in", c, INSERTED) for c in cdcs] + [(v, "out", c, REMOVED) for c in cdcs]
+        return [(v, "in", c, True) for c in cdcs]
     adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
     removes = [
         a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)
@@ -98,45 +98,61 @@ def _changes(table: str, v: int, actions: list[dict], cdf: bool) -> list[tuple]:
             "it added cannot be told from the old rows its new files still hold. Set "
             f"data.since_version to {v} or later, or turn on {CDF} before such changes."
         )
-    return [(v, "in", a, None) for a in adds] + [(v, "out", r, None) for r in removes]
+    return [(v, "in", a, False) for a in adds] + [(v, "out", r, False) for r in removes]
 
 
 def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) -> TableSnapshot:
     """Read every changed file, cancel removed rows against earlier inserts, mask the rest."""
+    # Rows are compared by value only when something in the range removes rows.
+    compare = any(kind == "out" or cdc for _, kind, _, cdc in events)
     live: dict[str, list[tuple[int, int]]] = defaultdict(list)  # row value -> (file, row)
-    files, parts, sizes = [], [], []
-    for v, kind, action, types in sorted(events, key=lambda e: (e[0], e[1] == "out")):
-        path, values, keys = _read_rows(storage, end, action, types, since, v)
-        if kind == "in":
-            index = len(files)
-            files.append(path)
+    files, parts, kept = [], [], []
+    for v in sorted({e[0] for e in events}):
+        read = [
+            (kind, *_read_rows(storage, end, action, kind, cdc, since, v, compare))
+            for version, kind, action, cdc in events
+            if version == v
+        ]
+        # A commit's removals first: they cancel rows inserted by earlier commits only.
+        for _, _, _, _, _, removed in read:
+            for key in removed:
+                if live.get(key):
+                    index, row = live[key].pop()
+                    kept[index][row] = False
+        for kind, uri, values, rows, inserted, _ in read:
+            if kind != "in":
+                continue  # a removed file is only read for the rows it removes
+            files.append(uri)
             parts.append(values)
-            sizes.append(len(keys))
-            for row, key in enumerate(keys):
+            kept.append(np.zeros(rows, dtype=bool))
+            for row, key in inserted:
+                kept[-1][row] = True
                 if key is not None:
-                    live[key].append((index, row))
-        else:
-            for key in keys:
-                if key is not None and live.get(key):
-                    live[key].pop()
-    kept = [np.zeros(n, dtype=bool) for n in sizes]
-    for places in live.values():
-        for index, row in places:
-            kept[index][row] = True
+                    live[key].append((len(files) - 1, row))
     masks = tuple(None if k.all() else np.flatnonzero(~k).astype(np.uint64) for k in kept)
     return replace(
         end,
         files=tuple(files),
         partitions=tuple(parts),
         deleted_rows=masks,
-        file_records=tuple(sizes),
+        file_records=tuple(len(k) for k in kept),
         since_version=since,
     )
 
 
-def _read_rows(storage: Storage, end: TableSnapshot, action: dict, types, since: int, v: int):
-    """The file's URI, typed partition values and one key per row (None for rows not counted:
-    deleted by the file's deletion vector, or of a change type not wanted here)."""
+def _read_rows(
+    storage: Storage,
+    end: TableSnapshot,
+    action: dict,
+    kind: str,
+    cdc: bool,
+    since: int,
+    v: int,
+    compare: bool,
+):
+    """Read one changed file: its URI, typed partition values, rows, the ``(row, key)`` of the
+    rows it inserts and the keys of the rows it removes. A key is the row's value as JSON (None
+    when ``compare`` is off); rows a deletion vector deleted count as neither."""
     import pyarrow.parquet as pq
 
     from keras_dl.storage.retry import retrying
@@ -144,7 +160,7 @@ def _read_rows(storage: Storage, end: TableSnapshot, action: dict, types, since:
     raw = unquote(action["path"])
     where = storage.strip(raw) if "://" in raw else storage.path(raw)
     physical = [end.physical_field(c).name for c in end.data_columns]
-    wanted = physical + (["_change_type"] if types else [])
+    wanted = (physical if compare else []) + (["_change_type"] if cdc else [])
     try:
         table = retrying(
             lambda: pq.read_table(where, columns=wanted, filesystem=storage.fs),
@@ -166,22 +182,31 @@ def _read_rows(storage: Storage, end: TableSnapshot, action: dict, types, since:
         )
         for c in end.partition_columns
     }
-    columns = [
-        table.column(p).cast(end.schema.field(c).type).to_pylist()
-        for p, c in zip(physical, end.data_columns, strict=True)
-    ]
-    ok = np.ones(table.num_rows, dtype=bool)
-    if types:
-        ok &= np.isin(np.asarray(table.column("_change_type").to_pylist(), dtype=object), types)
+    n = table.num_rows
+    live = np.ones(n, dtype=bool)
     dv = action.get("deletionVector")
     if dv:
-        ok[read_deletion_vector(dv, storage.uri, storage.read_bytes).astype(np.int64)] = False
-    fixed = json.dumps([_plain(values[c]) for c in end.partition_columns])
-    keys = [
-        fixed + json.dumps([_plain(col[i]) for col in columns]) if ok[i] else None
-        for i in range(table.num_rows)
-    ]
-    return storage.file_uri(where), values, keys
+        live[read_deletion_vector(dv, storage.uri, storage.read_bytes).astype(np.int64)] = False
+    if cdc:
+        types = np.asarray(table.column("_change_type").to_pylist(), dtype=object)
+        ins, outs = live & np.isin(types, INSERTED), live & np.isin(types, REMOVED)
+    elif kind == "in":
+        ins, outs = live, np.zeros(n, dtype=bool)
+    else:
+        ins, outs = np.zeros(n, dtype=bool), live
+    keys = [None] * n
+    if compare:
+        fixed = json.dumps([_plain(values[c]) for c in end.partition_columns])
+        columns = [
+            table.column(p).cast(end.schema.field(c).type).to_pylist()
+            for p, c in zip(physical, end.data_columns, strict=True)
+        ]
+        keys = [
+            fixed + json.dumps([_plain(col[i]) for col in columns]) if ins[i] or outs[i] else None
+            for i in range(n)
+        ]
+    inserted = [(int(i), keys[i]) for i in np.flatnonzero(ins)]
+    return storage.file_uri(where), values, n, inserted, [keys[i] for i in np.flatnonzero(outs)]
 
 
 def _partition_key(end: TableSnapshot, column: str) -> str:
