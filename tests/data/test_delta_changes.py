@@ -222,3 +222,52 @@ def test_tf_data_trains_on_the_changed_rows_only(copy):
     got = sorted(int(i) for batch in split.dataset for i in batch["id"].numpy())
     assert got == sorted(json.loads(r)["id"] for r in case["rows"])
     assert split.stats.rows == len(case["rows"]) and split.steps == -(-len(case["rows"]) // 3)
+
+
+def _dv(rows: list[int]) -> dict:
+    from tests.data.delta_writer import bitmap_bytes, z85_encode
+
+    data = bitmap_bytes(rows)
+    inline = {"storageType": "i", "pathOrInlineDv": z85_encode(data)}
+    return {**inline, "sizeInBytes": len(data), "cardinality": len(rows)}
+
+
+@pytest.mark.parametrize("cdf", [False, True])
+def test_deletion_vectors_in_the_range_apply(tmp_path, cdf):
+    """v1 appends a file whose own deletion vector drops 2 of its 5 rows; v2 deletes one more
+    row by replacing that deletion vector (no change data written): with the feed off that is a
+    rewrite it cannot read, with it on the removed and re-added file count as delete + insert."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.data.delta_writer import write_delta
+
+    path = tmp_path / "t"
+    write_delta(path, [[pa.table({"id": pa.array(range(5), pa.int64())})]])
+    pq.write_table(pa.table({"id": pa.array(range(100, 105), pa.int64())}), path / "b.parquet")
+    add = {"path": "b.parquet", "partitionValues": {}, "size": 1, "modificationTime": 0}
+    log = path / "_delta_log"
+    first = [json.loads(line) for line in (log / f"{0:020d}.json").read_text().splitlines()]
+    meta = next(a for a in first if "metaData" in a)
+    meta["metaData"]["configuration"]["delta.enableChangeDataFeed"] = str(cdf).lower()
+    commits = [
+        [meta, {"add": {**add, "dataChange": True, "deletionVector": _dv([1, 3])}}],
+        [
+            {"commitInfo": {"operation": "DELETE"}},
+            {"remove": {"path": "b.parquet", "dataChange": True, "deletionVector": _dv([1, 3])}},
+            {"add": {**add, "dataChange": True, "deletionVector": _dv([1, 3, 4])}},
+        ],
+    ]
+    for v, actions in enumerate(commits, 1):
+        (log / f"{v:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    assert sorted(read_table(str(path), version=2).column("id").to_pylist()) == [
+        0, 1, 2, 3, 4, 100, 102,
+    ]  # fmt: skip
+    appended = read_table(str(path), version=1, since_version=0).column("id").to_pylist()
+    assert sorted(appended) == [100, 102, 104]
+    if not cdf:
+        with pytest.raises(DataError, match=r"version 2 \(DELETE\) rewrote 1 file"):
+            open_table(str(path), since_version=0)
+        return
+    assert sorted(read_table(str(path), since_version=0).column("id").to_pylist()) == [100, 102]
+    assert read_table(str(path), since_version=1).num_rows == 0  # v2 only deleted

@@ -15,10 +15,11 @@ Delta protocol ("Change Data Files") defines:
   a :class:`~keras_dl.errors.DataError` naming the version and the operation, since rewritten
   files hold old rows beside the new ones.
 
-A removed row cancels one equal row (same value in every column) inserted by an earlier commit
-of the range, so a row inserted and then deleted or updated in the range is not read, and an
-updated row is read once, in its last form. Removed rows that match no inserted row were older
-than the range and change nothing. Equal rows are interchangeable, so this is exact as a
+A removed row cancels one equal row (same value in every column) inserted by the same commit
+or an earlier one of the range, the newest first. So a row inserted and then deleted or updated in
+the range is not read, an updated row is read once, in its last form, the unchanged rows a
+rewrite copies into new files are not read, and neither is an update that changes nothing.
+Removed rows that match no inserted row were older than the range and change nothing. Equal rows are interchangeable, so this is exact as a
 multiset. The snapshot keeps each inserted file whole and masks the rows not read (the masks
 deletion vectors use), so the row-exact shards, the reader and tf.data are unchanged.
 """
@@ -102,7 +103,7 @@ def _changes(table: str, v: int, actions: list[dict], cdf: bool) -> list[tuple]:
 
 
 def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) -> TableSnapshot:
-    """Read every changed file, cancel removed rows against earlier inserts, mask the rest."""
+    """Read every changed file, cancel removed rows against inserted ones, mask the rest."""
     # Rows are compared by value only when something in the range removes rows.
     compare = any(kind == "out" or cdc for _, kind, _, cdc in events)
     live: dict[str, list[tuple[int, int]]] = defaultdict(list)  # row value -> (file, row)
@@ -113,12 +114,7 @@ def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) ->
             for version, kind, action, cdc in events
             if version == v
         ]
-        # A commit's removals first: they cancel rows inserted by earlier commits only.
-        for _, _, _, _, _, removed in read:
-            for key in removed:
-                if live.get(key):
-                    index, row = live[key].pop()
-                    kept[index][row] = False
+        # A commit's inserts first...
         for kind, uri, values, rows, inserted, _ in read:
             if kind != "in":
                 continue  # a removed file is only read for the rows it removes
@@ -129,6 +125,13 @@ def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) ->
                 kept[-1][row] = True
                 if key is not None:
                     live[key].append((len(files) - 1, row))
+        # ...then its removals: they cancel the newest equal row, this commit's own first, so the
+        # unchanged rows a rewrite copies into new files (remove + add) are not news.
+        for _, _, _, _, _, removed in read:
+            for key in removed:
+                if live.get(key):
+                    index, row = live[key].pop()
+                    kept[index][row] = False
     masks = tuple(None if k.all() else np.flatnonzero(~k).astype(np.uint64) for k in kept)
     return replace(
         end,
