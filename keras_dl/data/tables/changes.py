@@ -139,6 +139,8 @@ def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) ->
         partitions=tuple(parts),
         deleted_rows=masks,
         file_records=tuple(len(k) for k in kept),
+        # Change-data files carry no statistics: only row groups are skipped (by their footers).
+        file_stats=(),
         since_version=since,
     )
 
