@@ -98,7 +98,7 @@ def select(snapshot: TableSnapshot, filters: Sequence[Filter]) -> TableSnapshot:
         else:
             row_filters.append((col, op, typed))
     skipped = 0
-    if row_filters and snapshot.file_stats:
+    if row_filters and snapshot.file_stats and snapshot.data_skipping:
         before = len(keep)
         keep = [i for i in keep if file_may_match(snapshot, i, row_filters)]
         skipped = before - len(keep)

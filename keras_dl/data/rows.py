@@ -209,7 +209,7 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
             stored = _stored_names(snapshot, pf.schema_arrow, filtered)
             counts = []
             for rg in range(meta.num_row_groups):
-                if not group_may_match(snapshot, meta, rg, stored):
+                if snapshot.data_skipping and not group_may_match(snapshot, meta, rg, stored):
                     skipped += 1  # its statistics prove no row matches: not read
                     counts.append(0)
                     continue

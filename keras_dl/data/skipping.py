@@ -5,7 +5,7 @@ A file is skipped by the statistics its table's log keeps (Delta's ``stats``: ``
 before anything else of it is read. The answer is exact-safe: :func:`may_match` says False only
 when the statistics prove that no row can pass, and True whenever they cannot say:
 
-- a missing or unreadable statistic, a nested column, a type without an order: no proof;
+- a missing or unreadable statistic, a null count of wide bounds (``tightBounds`` false), a nested column, a type without an order: no proof;
 - nulls never pass a filter (SQL), so a column that is null in every row passes nothing;
 - NaN is not in floating-point statistics (Parquet leaves it out; a NaN bound is ignored), and a
   NaN row passes ``!=`` and ``not in``: those never skip floating-point columns;
@@ -105,7 +105,10 @@ def log_bounds(snapshot: TableSnapshot, stats: dict, column: str) -> Bounds:
     name = snapshot.physical_field(column).name
     kind = snapshot.schema.field(column).type
     rows = stats.get("numRecords")
-    nulls = (stats.get("nullCount") or {}).get(name)
+    # Wide bounds (tightBounds false, after a deletion vector) keep min and max valid bounds;
+    # the null count is then only an estimate, so it proves nothing.
+    wide = stats.get("tightBounds") is False
+    nulls = None if wide else (stats.get("nullCount") or {}).get(name)
     low = to_bound((stats.get("minValues") or {}).get(name), kind, -1)
     high = to_bound((stats.get("maxValues") or {}).get(name), kind, +1)
     return Bounds(

@@ -52,6 +52,8 @@ class TableSnapshot:
             string that may have been cut to a prefix is left out), or None where the log has
             none. Filters skip the files they prove hold no match (:mod:`.skipping`).
         skipped_files: Files the filters skipped by those statistics, never opened.
+        data_skipping: Whether filters skip files and row groups by their statistics (False:
+            every file and row group is read and filtered row by row, as a baseline).
         since_version: For a change snapshot (``data.since_version``), the version after which
             rows were added: the snapshot holds only the rows versions ``since_version + 1`` to
             ``version`` inserted that are still live. None for a whole table.
@@ -72,6 +74,7 @@ class TableSnapshot:
     since_version: int | None = None
     file_stats: tuple[dict | None, ...] = field(default=(), compare=False, repr=False)
     skipped_files: int = 0
+    data_skipping: bool = True
 
     @property
     def lineage(self) -> dict[str, str]:
