@@ -9,6 +9,8 @@ when the statistics prove that no row can pass, and True whenever they cannot sa
 - nulls never pass a filter (SQL), so a column that is null in every row passes nothing;
 - NaN is not in floating-point statistics (Parquet leaves it out; a NaN bound is ignored), and a
   NaN row passes ``!=`` and ``not in``: those never skip floating-point columns;
+- float32 statistics and filter values are compared as the column's float32 values, as the
+  reader compares them (JSON statistics write a float32 as its shortest decimal);
 - timestamps in Delta statistics are truncated to milliseconds: their bounds are widened by one;
 - strings in Delta statistics are cut to a prefix: the log reader drops a maximum that may have
   been cut (:func:`keras_dl.data.tables.delta.file_stats`); a cut minimum is still a lower bound.
@@ -56,6 +58,14 @@ def may_match(op: str, value: Any, bounds: Bounds, kind: pa.DataType) -> bool:
     low, high = bounds.low, bounds.high
     floating = pa.types.is_floating(kind)
     try:
+        if (
+            floating and kind.bit_width < 64
+        ):  # the reader compares the value cast to the column's type
+            value = (
+                [_narrow(v, kind) for v in value]
+                if op in ("in", "not in")
+                else _narrow(value, kind)
+            )
         if op in ("!=", "not in"):
             if floating or low is None or high is None or low != high:
                 return True  # a NaN row passes them; or the values differ
@@ -156,7 +166,7 @@ def to_bound(value: Any, kind: pa.DataType, side: int) -> Any:
                 int(value) if isinstance(value, int | str) and not isinstance(value, bool) else None
             )
         if pa.types.is_floating(kind):
-            number = float(value)
+            number = _narrow(float(value), kind)  # "0.1" in a float column is 0.1f
             return None if math.isnan(number) else number
         if pa.types.is_decimal(kind):
             number = Decimal(str(value))
@@ -189,6 +199,15 @@ def _timestamp(value: Any, kind: pa.DataType) -> datetime:
     if value.tzinfo is not None:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
+
+
+def _narrow(number: float, kind: pa.DataType) -> float:
+    """``number`` as the nearest value of a float32 or float16 column (a float64 is itself)."""
+    if kind.bit_width == 64:
+        return number
+    import numpy as np
+
+    return float(np.float32(number) if kind.bit_width == 32 else np.float16(number))
 
 
 def _inside(value: Any, low: Any, high: Any) -> bool:

@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -179,6 +180,8 @@ def _column_stats(table: pa.Table, physical: dict, prefix: int) -> dict:
         low, high = min(values), max(values)
         if isinstance(low, str):
             low, high = low[:prefix], high[:prefix]
+        elif column.type == pa.float32():  # Spark writes a float32 as its shortest decimal
+            low, high = (float(str(np.float32(v))) for v in (low, high))
         elif hasattr(low, "isoformat") and hasattr(low, "hour"):
             low, high = (
                 v.isoformat(timespec="milliseconds").replace("+00:00", "Z") for v in (low, high)

@@ -222,6 +222,35 @@ def test_nulls_nan_cut_strings_and_millisecond_times_are_not_skipped_wrongly(tmp
     assert select(open_table(str(tmp_path / "b")), [("s", ">", "r")]).skipped_files == 0
 
 
+def test_float32_and_decimal_bounds_compare_as_the_reader_does(tmp_path):
+    x = pa.array([0.1, 0.5], pa.float32())
+    write_delta(tmp_path / "t", [[pa.table({"id": [0, 1], "x": x})]], column_stats=True)
+    log = (tmp_path / "t/_delta_log" / f"{0:020d}.json").read_text().splitlines()[-1]
+    assert (
+        json.loads(json.loads(log)["add"]["stats"])["minValues"]["x"] == 0.1
+    )  # as Spark writes 0.1f
+    assert ids(str(tmp_path / "t"), ["x <= 0.1"]) == [0]  # 0.1f <= 0.1f: not skipped
+    assert ids(str(tmp_path / "t"), ["x < 0.1"]) == []
+    # 0.1000000001 is 0.1f as a float32 (the reader's comparison): above the log's 0.1 as a
+    # double, not above the row's value.
+    assert ids(str(tmp_path / "t"), ["x >= 0.1000000001", "x < 0.2"]) == [0]
+    assert ids(str(tmp_path / "t"), ["x >= 0.5"]) == [1]
+    from decimal import Decimal
+
+    from keras_dl.data.skipping import Bounds, may_match
+
+    big = pa.decimal128(20, 2)
+    exact = Bounds(
+        rows=1, nulls=0, low=Decimal("12345678901234567.89"), high=Decimal("12345678901234567.89")
+    )
+    assert may_match("=", Decimal("12345678901234567.89"), exact, big)
+    assert not may_match("=", Decimal("12345678901234567.88"), exact, big)
+    from keras_dl.data.tables.delta import file_stats
+
+    stats = file_stats({"stats": '{"numRecords": 1, "minValues": {"d": 12345678901234567.89}}'})
+    assert stats["minValues"]["d"] == Decimal("12345678901234567.89")  # not through a double
+
+
 def test_column_mapping_stats_are_read_by_physical_name(tmp_path):
     files = [[pa.table({"id": [k], "x": [k]})] for k in range(3)]
     write_delta(tmp_path / "t", files, mapping=True, column_stats=True)

@@ -16,6 +16,7 @@ protocol requires of a reader:
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote
 
@@ -225,7 +226,7 @@ def file_stats(add: dict, strings=(), prefix: int = 32) -> dict | None:
     stats = add.get("stats")
     if isinstance(stats, str):
         try:
-            stats = json.loads(stats)
+            stats = json.loads(stats, parse_float=Decimal)  # decimals exact, not via a double
         except ValueError:
             stats = None
     if not isinstance(stats, dict):
