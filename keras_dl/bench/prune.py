@@ -62,28 +62,13 @@ def write_table(root: str, files: int, groups: int, rows: int, features: int) ->
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from keras_dl.bench.plan import log_head
     from keras_dl.delta_writer import file_stats
 
     rng = np.random.default_rng(0)
     fields = [("id", "long"), ("day", "integer"), ("label", "long")]
     fields += [(f"f{j}", "float") for j in range(features)]
-    schema = {
-        "type": "struct",
-        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
-    }
-    actions = [
-        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-        {
-            "metaData": {
-                "id": "bench-prune",
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": json.dumps(schema),
-                "partitionColumns": [],
-                "configuration": {},
-                "createdTime": 0,
-            }
-        },
-    ]
+    actions = log_head("bench-prune", fields)
     size = 0
     per_file = groups * rows
     for i in range(files):
