@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
     bsub = b.add_subparsers(dest="bench")
-    for name in ("input", "fit", "distributed", "callbacks", "predict", "plan"):
+    for name in ("input", "fit", "distributed", "callbacks", "predict", "plan", "prune"):
         _add_module_command(bsub, name, f"keras_dl.bench.{name}")
     # It trains a recipe: the recipe's settings come as in `train` (--config, --set).
     _add_module_command(

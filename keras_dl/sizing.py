@@ -117,8 +117,8 @@ def count_split_rows(data: DataConfig) -> tuple[int, int]:
     from keras_dl.data.rows import scan_table
     from keras_dl.data.tables import open_table
 
-    def opened(table, version=None, timestamp=None):
-        snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
+    def opened(table, version=None, timestamp=None, **since):
+        snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata, **since)
         if data.filters:
             snapshot = select(snapshot, parse_filters(data.filters, snapshot.schema))
         return snapshot
@@ -128,7 +128,13 @@ def count_split_rows(data: DataConfig) -> tuple[int, int]:
             snapshot = select(snapshot, [(data.split_column, "=", value)])
         return scan_table(snapshot).rows
 
-    table = opened(data.table, data.version, data.timestamp)
+    table = opened(
+        data.table,
+        data.version,
+        data.timestamp,
+        since_version=data.since_version,
+        since_timestamp=data.since_timestamp,
+    )
     train = rows(table, data.train_split) if data.split_column else scan_table(table).rows
     if data.validation_table:
         validation = scan_table(opened(data.validation_table)).rows

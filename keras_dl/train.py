@@ -177,6 +177,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
                 # rank (zero weights, for equal steps) is what fills its last batch.
                 "data.rows_trained_per_epoch": stats.rows,
                 "data.padded_rows_per_epoch": data.train.padded_rows,
+                **_skipping_params(data),
             }
         )
     if exp.runtime.strategy == "horovod":
@@ -264,3 +265,22 @@ def make_optimizer(name: str, learning_rate):
             f"train.optimizer={name!r} is not a Keras optimizer. Use adam, adamw, sgd, rmsprop, "
             "nadam, adagrad or another keras.optimizers class name."
         ) from None
+
+
+def _skipping_params(data) -> dict:
+    """Per split read through row filters: the rows whose row groups a filter was applied to
+    beside the rows kept, and the files and row groups their statistics skipped unread."""
+    out = {}
+    for name in ("train", "validation", "test"):
+        split = getattr(data, name, None)
+        if split is None or split.stats.rows_scanned is None:
+            continue  # no row filter: every live row is kept, nothing is scanned for one
+        out.update(
+            {
+                f"data.{name}.rows_scanned": split.stats.rows_scanned,
+                f"data.{name}.rows_kept": split.stats.rows,
+                f"data.{name}.files_skipped": split.snapshot.skipped_files,
+                f"data.{name}.row_groups_skipped": split.stats.row_groups_skipped,
+            }
+        )
+    return out

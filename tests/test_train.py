@@ -127,3 +127,22 @@ def test_a_read_error_inside_fit_fails_the_run_as_the_reader_s_data_error(
     (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert run.info.status == "FAILED"
     assert run.data.tags["keras_dl.failure"].startswith("DataError: File '")
+
+
+@pytest.mark.slow
+def test_a_filtered_run_logs_rows_scanned_beside_rows_kept(digits_table, tmp_path):
+    """A filter on a data column: each split's rows scanned and kept, files and row groups
+    skipped, as run params; the rows kept are the rows the filter keeps."""
+    from keras_dl.data import read_table
+
+    _, result, uri = train_digits(
+        digits_table, tmp_path, "data.filters=label >= 5", "train.epochs=1"
+    )
+    (run,) = runs_in(uri)
+    params = run.data.params
+    kept = read_table(digits_table, columns=["label"], filters=["split = train", "label >= 5"])
+    assert int(params["data.train.rows_kept"]) == kept.num_rows == int(params["data.train_rows"])
+    assert int(params["data.train.rows_scanned"]) >= kept.num_rows
+    for split in ("train", "validation"):
+        assert int(params[f"data.{split}.files_skipped"]) >= 0
+        assert int(params[f"data.{split}.row_groups_skipped"]) >= 0

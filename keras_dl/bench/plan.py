@@ -137,26 +137,7 @@ def write_synthetic_log(root: str, files: int, seed: int = 0) -> list[int]:
     """Version 0 of a Delta table of ``files`` add actions with ``numRecords``; no data files."""
     rng = np.random.default_rng(seed)
     records = rng.integers(50_000, 150_000, size=files).tolist()
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"name": "x", "type": "float", "nullable": True, "metadata": {}},
-            {"name": "label", "type": "long", "nullable": True, "metadata": {}},
-        ],
-    }
-    actions = [
-        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-        {
-            "metaData": {
-                "id": "bench-plan",
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": json.dumps(schema),
-                "partitionColumns": [],
-                "configuration": {},
-                "createdTime": 0,
-            }
-        },
-    ]
+    actions = log_head("bench-plan", [("x", "float"), ("label", "long")])
     for i, n in enumerate(records):
         actions.append(
             {
@@ -196,3 +177,25 @@ def _generated(name: str) -> list[int]:
     # 30 daily appends of 50k-150k rows (one row group each), a 2M-row backfill in 16 groups.
     daily = rng.integers(50_000, 150_000, size=30).tolist()
     return daily + [125_000] * 16
+
+
+def log_head(table_id: str, fields: list[tuple[str, str]]) -> list[dict]:
+    """The protocol and metaData actions of version 0 of an unpartitioned Delta table whose
+    columns are ``(name, Delta type)`` pairs (the benchmarks write their logs with it)."""
+    schema = {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+    }
+    return [
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": table_id,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": 0,
+            }
+        },
+    ]

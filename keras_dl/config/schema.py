@@ -25,6 +25,11 @@ class DataConfig:
         table: Delta table or Parquet directory, glob or comma-separated file list.
         version: Delta version to read (time travel). Defaults to the latest.
         timestamp: Delta timestamp (ISO 8601) to read instead of a version. Defaults to None.
+        since_version: Read only the rows added after this Delta version and still in the table
+            at ``version`` (appends, and inserts and update post-images from the change data
+            feed; see ``keras_dl.data.tables.changes``). Defaults to None (the whole table).
+        since_timestamp: As ``since_version``, from the latest version committed at or before
+            this ISO 8601 time. Defaults to None.
         label: Label column. Defaults to "label".
         features: Feature columns; empty means every column but the label and split column.
         split_column: Column that holds "train"/"validation"/"test". Defaults to None (no splits).
@@ -61,6 +66,8 @@ class DataConfig:
     table: str = ""
     version: int | None = None
     timestamp: str | None = None
+    since_version: int | None = None
+    since_timestamp: str | None = None
     label: str = "label"
     features: tuple[str, ...] = ()
     split_column: str | None = None

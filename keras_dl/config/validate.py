@@ -54,6 +54,13 @@ def validate(exp: Experiment) -> Experiment:
     _check_registry(exp.registry)
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
+    if exp.data.since_version is not None and exp.data.since_timestamp:
+        raise ConfigError("Set data.since_version or data.since_timestamp, not both.")
+    if exp.data.since_version is not None and exp.data.since_version < 0:
+        raise ConfigError(
+            f"data.since_version={exp.data.since_version} is negative: it names the Delta version "
+            "after which rows are read, e.g. --set data.since_version=0."
+        )
     if not exp.data.table:
         raise ConfigError(
             "data.table is empty. Point it at a Delta table or Parquet directory, for example "

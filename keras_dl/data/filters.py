@@ -5,8 +5,10 @@ column's type from the table schema, so ``year >= 2020`` compares numbers and ``
 compares dates, on partition and data columns alike. Filters follow SQL: a null never matches.
 
 :func:`select` narrows a snapshot: filters on partition columns drop whole files (the values
-are typed in the snapshot), the others are kept on the snapshot and applied to every row group
-as it is read (:func:`row_mask`), so counts, steps and the rows read always agree.
+are typed in the snapshot), filters on other columns drop the files whose log statistics prove
+that no row matches (:mod:`keras_dl.data.skipping`), and are kept on the snapshot: row groups
+are skipped by their footer statistics and the rest filtered row by row as they are read
+(:func:`row_mask`), so counts, steps and the rows read always agree.
 
 Example:
     >>> import pyarrow as pa
@@ -26,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from keras_dl.data.skipping import file_may_match
 from keras_dl.data.snapshot import Filter, TableSnapshot
 from keras_dl.errors import DataError
 
@@ -69,6 +72,9 @@ def parse_filter(text: str, schema: pa.Schema) -> Filter:
 def select(snapshot: TableSnapshot, filters: Sequence[Filter]) -> TableSnapshot:
     """Keep the rows matching every ``(column, op, value)`` filter.
 
+    Files are dropped only where their partition values or log statistics prove that none of
+    their rows matches; ``skipped_files`` counts those the statistics dropped.
+
     Raises:
         DataError: For a column the table lacks or an unknown operator.
     """
@@ -83,18 +89,25 @@ def select(snapshot: TableSnapshot, filters: Sequence[Filter]) -> TableSnapshot:
         if op not in OPS:
             raise DataError(f"Filter operator {op!r} on {col!r} is not one of {', '.join(OPS)}.")
         op = "=" if op == "==" else op
+        kind = snapshot.schema.field(col).type
+        typed = (
+            [to_type(v, kind, col) for v in value] if _is_list(value) else to_type(value, kind, col)
+        )
         if col in snapshot.partition_columns:
-            kind = snapshot.schema.field(col).type
-            typed = (
-                [to_type(v, kind, col) for v in value]
-                if _is_list(value)
-                else to_type(value, kind, col)
-            )
             keep = [i for i in keep if _matches(snapshot.partitions[i].get(col), op, typed)]
         else:
-            row_filters.append((col, op, value))
+            row_filters.append((col, op, typed))
+    skipped = 0
+    if row_filters and snapshot.file_stats and snapshot.data_skipping:
+        before = len(keep)
+        keep = [i for i in keep if file_may_match(snapshot, i, row_filters)]
+        skipped = before - len(keep)
     narrowed = snapshot.take(keep)
-    return replace(narrowed, row_filters=snapshot.row_filters + tuple(row_filters))
+    return replace(
+        narrowed,
+        row_filters=snapshot.row_filters + tuple(row_filters),
+        skipped_files=snapshot.skipped_files + skipped,
+    )
 
 
 def row_mask(table: pa.Table, filters: Sequence[Filter]) -> pa.BooleanArray | None:

@@ -28,6 +28,7 @@ def read_table(
     filters: Sequence[str | Filter] | None = None,
     workers: int = 2,
     limit: int | None = None,
+    since_version: int | None = None,
 ) -> pa.Table:
     """Read a Delta table (at a version or timestamp) or Parquet files into a ``pyarrow.Table``.
 
@@ -40,6 +41,8 @@ def read_table(
             value)`` tuples. Defaults to None.
         workers: Petastorm reader threads. Defaults to 2.
         limit: Stop after this many rows (the first ones in file order). Defaults to None.
+        since_version: Only the rows added after this Delta version and still live at
+            ``version`` (``data.since_version``). Defaults to None (the whole table).
 
     Returns:
         The rows in file order (files as the log lists them, row groups in file order).
@@ -52,7 +55,7 @@ def read_table(
         >>> read_table("data/digits", version=0, columns=["label"]).num_rows  # doctest: +SKIP
         1797
     """
-    snapshot = open_table(table, version, timestamp)
+    snapshot = open_table(table, version, timestamp, since_version=since_version)
     if snapshot.format == "petastorm":
         raise DataError(
             f"{snapshot.uri!r} is a Petastorm dataset (codec-encoded columns): read_table reads "

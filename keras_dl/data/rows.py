@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from keras_dl.data.filters import row_mask
 from keras_dl.data.shards import shard_sizes
+from keras_dl.data.skipping import group_may_match
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError, KerasDLError
 from keras_dl.storage.retry import retrying
@@ -42,6 +43,8 @@ class TableStats:
     bytes: int = 0
     file_rows: tuple[int, ...] = ()
     group_rows: tuple[tuple[int, ...], ...] | None = None
+    rows_scanned: int | None = None  # rows of the row groups a filter was applied to
+    row_groups_skipped: int = 0  # row groups the filters skipped by their footer statistics
 
     def check_shards(self, num_shards: int, table: str) -> None:
         """Refuse more shards than live rows: every rank must read at least one row.
@@ -195,17 +198,24 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
         DataError: For a file that is not valid Parquet, or that lacks or retypes one of
             ``columns`` (named by file), or a column with nulls (named by file and row group).
     """
-    size = 0
+    size = scanned = skipped = 0
     per_file: list[tuple[int, ...]] = []
+    filtered = [c for c, _, _ in snapshot.row_filters]
     for index in range(len(snapshot.files)):
         pf = open_file(snapshot, index)
         check_file(snapshot, index, pf, columns)
         meta = pf.metadata
         if snapshot.row_filters:
-            groups = tuple(
-                load_row_group(snapshot, index, pf, rg, []).num_rows
-                for rg in range(meta.num_row_groups)
-            )
+            stored = _stored_names(snapshot, pf.schema_arrow, filtered)
+            counts = []
+            for rg in range(meta.num_row_groups):
+                if snapshot.data_skipping and not group_may_match(snapshot, meta, rg, stored):
+                    skipped += 1  # its statistics prove no row matches: not read
+                    counts.append(0)
+                    continue
+                scanned += meta.row_group(rg).num_rows
+                counts.append(load_row_group(snapshot, index, pf, rg, []).num_rows)
+            groups = tuple(counts)
         else:
             groups = group_live_rows(snapshot, index, meta)
         per_file.append(groups)
@@ -218,6 +228,8 @@ def scan_table(snapshot: TableSnapshot, columns: Sequence[str] = ()) -> TableSta
         bytes=size,
         file_rows=file_rows,
         group_rows=tuple(per_file),
+        rows_scanned=scanned if snapshot.row_filters else None,
+        row_groups_skipped=skipped,
     )
 
 

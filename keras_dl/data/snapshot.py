@@ -47,6 +47,16 @@ class TableSnapshot:
         file_records: Per file, the rows it holds as the Delta log's ``stats.numRecords``
             says (deleted rows included), or None where the log has no statistics. Lets the
             shards be planned without opening any footer. Empty for non-Delta tables.
+        file_stats: Per file, the log's column statistics (Delta ``stats``: ``numRecords``,
+            ``minValues``, ``maxValues``, ``nullCount``, keyed by physical name; a maximum
+            string that may have been cut to a prefix is left out), or None where the log has
+            none. Filters skip the files they prove hold no match (:mod:`.skipping`).
+        skipped_files: Files the filters skipped by those statistics, never opened.
+        data_skipping: Whether filters skip files and row groups by their statistics (False:
+            every file and row group is read and filtered row by row, as a baseline).
+        since_version: For a change snapshot (``data.since_version``), the version after which
+            rows were added: the snapshot holds only the rows versions ``since_version + 1`` to
+            ``version`` inserted that are still live. None for a whole table.
     """
 
     uri: str
@@ -61,15 +71,23 @@ class TableSnapshot:
     physical_schema: pa.Schema | None = None
     unischema: Any = None
     file_records: tuple[int | None, ...] = field(default=(), compare=False)
+    since_version: int | None = None
+    file_stats: tuple[dict | None, ...] = field(default=(), compare=False, repr=False)
+    skipped_files: int = 0
+    data_skipping: bool = True
 
     @property
     def lineage(self) -> dict[str, str]:
-        """Tags recording what was read: ``data.table``, ``data.version``, ``data.format``."""
-        return {
+        """Tags recording what was read: ``data.table``, ``data.version``, ``data.format``, and
+        ``data.since_version`` for a change snapshot (the range is since_version to version]."""
+        tags = {
             "data.table": self.uri,
             "data.version": "" if self.version is None else str(self.version),
             "data.format": self.format,
         }
+        if self.since_version is not None:
+            tags["data.since_version"] = str(self.since_version)
+        return tags
 
     def take(self, indexes) -> TableSnapshot:
         """The same snapshot with only the files at ``indexes`` (in that order)."""
@@ -84,6 +102,7 @@ class TableSnapshot:
             partitions=pick(self.partitions),
             deleted_rows=pick(self.deleted_rows),
             file_records=pick(self.file_records),
+            file_stats=pick(self.file_stats),
         )
 
     def deletions(self, index: int) -> np.ndarray | None:

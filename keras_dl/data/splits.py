@@ -68,7 +68,7 @@ def make_splits(
     """
     # data.image_size / data.on_bad_image reach the recipe's image hooks here.
     preprocess, preprocess_train = configure(preprocess, data), configure(preprocess_train, data)
-    snapshot = _open(data, data.table, data.version, data.timestamp)
+    snapshot = _open(data, data.table, data.version, data.timestamp, changes=True)
     train_snap = _split(snapshot, data, data.train_split, "data.train_split")
     if not snapshot.files:
         raise DataError(
@@ -117,9 +117,15 @@ def make_splits(
     return DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks)
 
 
-def _open(data: DataConfig, table: str, version=None, timestamp=None) -> TableSnapshot:
-    """Open a table with ``data.filters`` applied and, with ``data.cache_dir``, cached locally."""
-    snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
+def _open(
+    data: DataConfig, table: str, version=None, timestamp=None, changes=False
+) -> TableSnapshot:
+    """Open a table with ``data.filters`` applied and, with ``data.cache_dir``, cached locally;
+    with ``changes``, only the rows ``data.since_version``/``since_timestamp`` selects."""
+    since = dict(since_version=data.since_version, since_timestamp=data.since_timestamp)
+    snapshot = open_table(
+        table, version, timestamp, data.trust_petastorm_metadata, **(since if changes else {})
+    )
     if data.filters:
         snapshot = select(snapshot, parse_filters(data.filters, snapshot.schema))
     if data.cache_dir:

@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -52,6 +53,8 @@ def write_delta(
     partition: tuple[str, list] | None = None,
     stats: bool = True,
     parquet_options: dict | None = None,
+    column_stats: bool = False,
+    string_prefix: int = 32,
 ) -> None:
     """Write version 0 of a table: ``files[i]`` is the row groups of file ``i``.
 
@@ -65,6 +68,10 @@ def write_delta(
         stats: Write each file's ``stats.numRecords`` (readers then plan without footers).
         parquet_options: More ``pq.ParquetWriter`` options (``write_page_checksum``,
             ``compression``...). Defaults to None: pyarrow's defaults.
+        column_stats: Also write ``minValues``, ``maxValues`` and ``nullCount`` (keyed by
+            physical name) as Spark does: NaN left out, timestamps cut to milliseconds, and
+            strings cut to ``string_prefix`` characters (the maximum too, without Delta's
+            tie-breaker: the worst case a reader must survive).
     """
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -126,6 +133,11 @@ def write_delta(
         }
         if stats:
             add["stats"] = json.dumps({"numRecords": rows})
+        if column_stats:
+            whole = pa.concat_tables(groups)
+            add["stats"] = json.dumps(
+                {"numRecords": rows, **_column_stats(whole, physical, string_prefix)}
+            )
         if partition:
             add["partitionValues"] = {physical[partition[0]]: partition[1][i]}
         rows_deleted = (deleted or [[]] * len(files))[i]
@@ -156,6 +168,28 @@ def write_delta(
     (log / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
 
 
+def _column_stats(table: pa.Table, physical: dict, prefix: int) -> dict:
+    lows, highs, nulls = {}, {}, {}
+    for name in table.column_names:
+        column = table.column(name)
+        key = physical[name]
+        nulls[key] = column.null_count
+        values = [v for v in column.to_pylist() if v is not None and v == v]  # no null, no NaN
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        if isinstance(low, str):
+            low, high = low[:prefix], high[:prefix]
+        elif column.type == pa.float32():  # Spark writes a float32 as its shortest decimal
+            low, high = (float(str(np.float32(v))) for v in (low, high))
+        elif hasattr(low, "isoformat") and hasattr(low, "hour"):
+            low, high = (
+                v.isoformat(timespec="milliseconds").replace("+00:00", "Z") for v in (low, high)
+            )
+        lows[key], highs[key] = low, high
+    return {"minValues": lows, "maxValues": highs, "nullCount": nulls}
+
+
 def _field(f: pa.Field, physical: str, field_id: int, mapping: bool) -> dict:
     kinds = {
         "int64": "long",
@@ -164,6 +198,8 @@ def _field(f: pa.Field, physical: str, field_id: int, mapping: bool) -> dict:
         "float": "float",
         "string": "string",
         "bool": "boolean",
+        "timestamp[us, tz=UTC]": "timestamp",
+        "timestamp[us]": "timestamp_ntz",
     }
     meta = {}
     if mapping:

@@ -18,6 +18,8 @@ def open_table(
     version: int | None = None,
     timestamp: str | None = None,
     trust_petastorm_metadata: bool | None = None,
+    since_version: int | None = None,
+    since_timestamp: str | None = None,
 ) -> TableSnapshot:
     """Open a Delta table (latest, ``version`` or ``timestamp``), a Petastorm dataset or Parquet.
 
@@ -33,6 +35,10 @@ def open_table(
         trust_petastorm_metadata: Unpickle a Petastorm dataset's Unischema with Petastorm's own
             loader, which can run code (``data.trust_petastorm_metadata``). Defaults to None:
             only data classes are loaded, unless inside ``petastorm_meta.trusting()``.
+        since_version: Read only the rows added after this Delta version and still live at
+            ``version`` (see ``changes``). Defaults to None (the whole table).
+        since_timestamp: As ``since_version``, at the latest version committed at or before
+            this ISO 8601 time. Defaults to None.
 
     Raises:
         DataError: When the table does not exist, cannot be listed, or cannot be read exactly.
@@ -44,7 +50,7 @@ def open_table(
     if isinstance(table, str) and "," in table:
         table = [t.strip() for t in table.split(",") if t.strip()]
     if not isinstance(table, str):
-        _no_time_travel(table, version, timestamp)
+        _no_time_travel(table, version, timestamp, since_version, since_timestamp)
         return open_parquet_files(list(table))
     try:
         storage = open_storage(table)
@@ -57,8 +63,12 @@ def open_table(
             "storage, the credentials and endpoint."
         ) from None
     if delta:
+        if since_version is not None or since_timestamp:
+            from keras_dl.data.tables.changes import open_changes
+
+            return open_changes(storage, since_version, version, timestamp, since_timestamp)
         return open_delta(storage, version, timestamp)
-    _no_time_travel(table, version, timestamp)
+    _no_time_travel(table, version, timestamp, since_version, since_timestamp)
     local = local_path(table)
     if local is not None:
         from keras_dl.data.tables.petastorm import is_petastorm_dataset, open_petastorm
@@ -68,9 +78,9 @@ def open_table(
     return open_parquet(table)
 
 
-def _no_time_travel(table, version, timestamp) -> None:
-    if version is not None or timestamp:
+def _no_time_travel(table, version, timestamp, since=None, since_timestamp=None) -> None:
+    if version is not None or timestamp or since is not None or since_timestamp:
         raise DataError(
-            f"data.version/data.timestamp was given but {table!r} is not a Delta table (no "
+            f"data.version/data.timestamp/data.since_version was given but {table!r} is not a Delta table (no "
             "_delta_log folder). Time travel needs Delta; drop the version for plain Parquet."
         )

@@ -16,6 +16,7 @@ protocol requires of a reader:
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote
 
@@ -98,7 +99,13 @@ def open_delta(
         physical = pa.schema([_arrow_field(f, physical=True, table=storage.uri) for f in fields])
     partition_columns = tuple(meta.get("partitionColumns") or ())
     keys = {c: _physical_name(schema, physical, c) for c in partition_columns}
-    files, parts, deleted, records = [], [], [], []
+    strings = frozenset(
+        _physical_name(schema, physical, f.name)
+        for f in schema
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+    )
+    prefix = _string_prefix(meta)
+    files, parts, deleted, records, stats = [], [], [], [], []
     for add in sorted(state.adds, key=lambda a: unquote(a["path"])):
         path = unquote(add["path"])
         files.append(
@@ -113,7 +120,8 @@ def open_delta(
         )
         dv = add.get("deletionVector")
         deleted.append(read_deletion_vector(dv, storage.uri, storage.read_bytes) if dv else None)
-        records.append(_num_records(add))
+        stats.append(file_stats(add, strings, prefix))
+        records.append(_num_records(stats[-1]))
     return TableSnapshot(
         uri=storage.uri,
         format="delta",
@@ -125,6 +133,7 @@ def open_delta(
         deleted_rows=tuple(deleted),
         physical_schema=physical,
         file_records=tuple(records),
+        file_stats=tuple(stats),
     )
 
 
@@ -205,16 +214,51 @@ def _arrow_field(spec: dict, physical: bool, table: str) -> pa.Field:
     return pa.field(name, kind, nullable=spec.get("nullable", True), metadata=field_meta)
 
 
-def _num_records(add: dict) -> int | None:
-    """``stats.numRecords`` of an ``add`` action (a JSON string in the log), or None."""
+def file_stats(add: dict, strings=(), prefix: int = 32) -> dict | None:
+    """The column statistics of an ``add`` action: its ``stats`` (JSON text in a commit, or in
+    a checkpoint) or a checkpoint's ``stats_parsed``; None when it has neither.
+
+    Delta writers cut string statistics to their first ``prefix`` characters
+    (``delta.dataSkippingStringPrefixLength``, 32 by default): a cut minimum still bounds the
+    values from below, a cut maximum does not bound them from above, so the maximum of each
+    physical string column in ``strings`` that is that long or longer is left out.
+    """
     stats = add.get("stats")
     if isinstance(stats, str):
         try:
-            stats = json.loads(stats)
+            stats = json.loads(stats, parse_float=Decimal)  # decimals exact, not via a double
         except ValueError:
-            return None
+            stats = None
+    if not isinstance(stats, dict):
+        stats = add.get("stats_parsed")
+    if not isinstance(stats, dict):
+        return None
+    highs = stats.get("maxValues")
+    if isinstance(highs, dict) and any(
+        isinstance(highs.get(c), str) and len(highs[c]) >= prefix for c in strings
+    ):
+        highs = {
+            c: v
+            for c, v in highs.items()
+            if not (c in strings and isinstance(v, str) and len(v) >= prefix)
+        }
+        stats = {**stats, "maxValues": highs}
+    return stats
+
+
+def _num_records(stats: dict | None) -> int | None:
+    """``stats.numRecords`` of an ``add`` action, or None."""
     number = stats.get("numRecords") if isinstance(stats, dict) else None
     return int(number) if isinstance(number, int) and number >= 0 else None
+
+
+def _string_prefix(meta: dict) -> int:
+    """The table's ``delta.dataSkippingStringPrefixLength`` (32 by default, as in Delta)."""
+    value = (meta.get("configuration") or {}).get("delta.dataSkippingStringPrefixLength", "32")
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0  # unreadable: no string maximum is trusted
 
 
 def _physical_name(schema: pa.Schema, physical: pa.Schema | None, column: str) -> str:

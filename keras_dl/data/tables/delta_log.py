@@ -115,6 +115,33 @@ def commit_times(storage: Storage) -> dict[int, int]:
     return {v: _commit_time(storage, listing, v) for v in sorted(listing.commits)}
 
 
+def version_at(storage: Storage, timestamp: str) -> int:
+    """The latest version committed at or before ``timestamp`` (see :func:`replay`)."""
+    return _version_at(storage, _list_log(storage), timestamp)
+
+
+def commit_actions(storage: Storage, first: int, last: int) -> dict[int, list[dict]]:
+    """The actions of the JSON commits ``first`` to ``last`` (both included), by version.
+
+    Raises:
+        DataError: Naming the versions whose JSON commit is missing (a history kept only as a
+            checkpoint, or commits removed by log cleanup): their changes cannot be known.
+    """
+    listing = _list_log(storage)
+    missing = [v for v in range(first, last + 1) if v not in listing.commits]
+    if missing:
+        raise DataError(
+            f"Delta table {storage.uri!r} cannot say what changed in versions {first} to {last}: "
+            f"the commit(s) {missing[:5]} are not in {LOG} (only a checkpoint or nothing covers "
+            "them; log cleanup removed them). Set data.since_version to a version at or after "
+            f"{max(missing)}, or read the whole table without it."
+        )
+    return {
+        v: _read_json_actions(storage, f"{LOG}/{listing.commits[v][0]}")
+        for v in range(first, last + 1)
+    }
+
+
 def _apply(state: LogState, live: dict, actions: list[dict]) -> None:
     for action in actions:
         if "add" in action:
