@@ -113,6 +113,8 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
         kinds = {type(a) for a in args}
         return _coerce(value, kinds.pop(), key, origin) if len(kinds) == 1 else value
     if origin_type is tuple:
+        if isinstance(value, Mapping):  # train.class_weight: {0: 1.0, 1: 5.0} in YAML
+            value = [f"{k}:{v}" for k, v in value.items()]
         if isinstance(value, str):
             text = value.strip()
             if text[:1] + text[-1:] in ("[]", "()"):  # --set data.features=[a, b]

@@ -26,6 +26,9 @@ class DataConfig:
         version: Delta version to read (time travel). Defaults to the latest.
         timestamp: Delta timestamp (ISO 8601) to read instead of a version. Defaults to None.
         label: Label column. Defaults to "label".
+        weight_column: A numeric column of per-row sample weights (finite, >= 0), used by
+            training and by the validation and test metrics (weighted), never a model input.
+            Defaults to None (every row weighs 1).
         features: Feature columns; empty means every column but the label and split column.
         split_column: Column that holds "train"/"validation"/"test". Defaults to None (no splits).
         train_split: Value of ``split_column`` for training rows. Defaults to "train".
@@ -62,6 +65,7 @@ class DataConfig:
     version: int | None = None
     timestamp: str | None = None
     label: str = "label"
+    weight_column: str | None = None
     features: tuple[str, ...] = ()
     split_column: str | None = None
     train_split: str = "train"
@@ -100,6 +104,10 @@ class TrainConfig:
         mixed_precision: Use the "mixed_float16" policy. Defaults to False.
         seed: Seed for weights initialisation and dropout. Defaults to 42.
         verbose: Keras ``fit`` verbosity on the chief (0, 1 or 2). Defaults to 2.
+        class_weight: "balanced" (each class weighs n_rows / (n_classes * its rows), from the
+            training split's label counts) or "LABEL:WEIGHT" pairs, e.g. ("0:1", "1:5"); a
+            YAML mapping works too. Unlisted labels weigh 1. Multiplied with
+            ``data.weight_column`` when both are set. Defaults to () (no class weights).
     """
 
     epochs: int | None = 10
@@ -110,6 +118,7 @@ class TrainConfig:
     mixed_precision: bool = False
     seed: int = 42
     verbose: int = 2
+    class_weight: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

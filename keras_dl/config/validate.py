@@ -52,6 +52,7 @@ def validate(exp: Experiment) -> Experiment:
             "or greater than 1, e.g. --set callbacks.divergence_factor=10."
         )
     _check_registry(exp.registry)
+    parse_class_weight(exp.train.class_weight)
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
     if not exp.data.table:
@@ -127,6 +128,31 @@ def _check_finite(exp: Experiment) -> None:
 
 
 METRIC_OPS = (">=", "<=", ">", "<")  # two-character operators first: ">" prefixes ">="
+
+
+def parse_class_weight(entries: tuple[str, ...]) -> str | dict[str, float] | None:
+    """``train.class_weight`` as "balanced", ``{label text: weight}``, or None when unset.
+
+    Raises:
+        ConfigError: For an unknown mode or a pair that is not ``LABEL:WEIGHT`` with a finite
+            weight >= 0, naming it.
+    """
+    if not entries:
+        return None
+    if len(entries) == 1 and entries[0].strip() == "balanced":
+        return "balanced"
+    weights = {}
+    for entry in entries:
+        key, sep, text = entry.rpartition(":")
+        value = _number(text) if sep else None
+        if not sep or not key.strip() or value is None or not 0 <= value < math.inf:
+            raise ConfigError(
+                f"train.class_weight entry {entry!r} is neither 'balanced' nor LABEL:WEIGHT with "
+                "a finite weight >= 0. Use --set train.class_weight=balanced or "
+                "--set train.class_weight=0:1,1:5."
+            )
+        weights[key.strip()] = value
+    return weights
 
 
 def parse_min_metric(text: str) -> tuple[str, str, float]:

@@ -33,14 +33,27 @@ class FeatureSpec:
 
 @dataclass(frozen=True)
 class ColumnPlan:
-    """The feature and label columns of a dataset, in model-input order."""
+    """The feature and label columns of a dataset, in model-input order, and how rows weigh.
+
+    ``weight`` is the sample-weight column (``data.weight_column``): read with the features,
+    never a model input. ``class_weights`` are ``(label, weight)`` pairs
+    (``train.class_weight``), multiplied with the weight column when both are set.
+    """
 
     features: tuple[FeatureSpec, ...]
     label: FeatureSpec | None
+    weight: FeatureSpec | None = None
+    class_weights: tuple[tuple, ...] = ()
 
     @property
     def columns(self) -> list[str]:
-        return [s.name for s in self.specs]
+        """The columns read: the features, the label and the weight column."""
+        return [s.name for s in self.specs] + ([self.weight.name] if self.weight else [])
+
+    @property
+    def weighs_rows(self) -> bool:
+        """Rows carry their own sample weights (a weight column or class weights)."""
+        return self.label is not None and (self.weight is not None or bool(self.class_weights))
 
     @property
     def specs(self) -> list[FeatureSpec]:
@@ -54,6 +67,7 @@ def plan_columns(
     label: str | None = "label",
     exclude: Sequence[str] = (),
     accept: Sequence[str] = (NUMERIC,),
+    weight: str | None = None,
 ) -> ColumnPlan:
     """Choose and type-check the feature and label columns of ``snapshot``.
 
@@ -65,6 +79,7 @@ def plan_columns(
         exclude: Columns never used as features (for example the split column). Defaults to ().
         accept: Feature kinds the recipe can consume: "numeric", "string", "binary".
             Defaults to numeric only.
+        weight: The sample-weight column (never a feature), or None. Defaults to None.
 
     Raises:
         DataError: For a missing column, a column of a kind the recipe does not accept, or a
@@ -74,13 +89,20 @@ def plan_columns(
     names = list(schema.names)
     if label is not None and label not in names:
         raise DataError(_missing(snapshot, [label], "data.label"))
+    if weight is not None and weight not in names:
+        raise DataError(_missing(snapshot, [weight], "data.weight_column"))
+    if weight is not None and (weight == label or weight in features):
+        raise DataError(
+            f"data.weight_column={weight!r} is also the label or a feature of table "
+            f"{snapshot.uri!r}. A weight column is never a model input: name another column."
+        )
     if features:
         missing = [f for f in features if f not in names]
         if missing:
             raise DataError(_missing(snapshot, missing, "data.features"))
         chosen = list(features)
     else:
-        skip = {label, *snapshot.partition_columns, *exclude}
+        skip = {label, weight, *snapshot.partition_columns, *exclude}
         chosen = [n for n in names if n not in skip]
         if not chosen:
             raise DataError(f"Table {snapshot.uri!r} has no feature column besides {label!r}.")
@@ -97,7 +119,15 @@ def plan_columns(
     label_spec = None
     if label is not None:
         label_spec = spec_of(label, (NUMERIC, STRING), "label")
-    return ColumnPlan(specs, label_spec)
+    weight_spec = None
+    if weight is not None:
+        weight_spec = spec_of(weight, (NUMERIC,), "sample weight (data.weight_column)")
+        if weight_spec.shape:
+            raise DataError(
+                f"data.weight_column={weight!r} of table {snapshot.uri!r} is a list column "
+                f"(shape {weight_spec.shape}): a sample weight is one number per row."
+            )
+    return ColumnPlan(specs, label_spec, weight_spec)
 
 
 def _spec(
