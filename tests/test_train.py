@@ -45,7 +45,9 @@ def test_one_run_holds_config_metrics_tags_model_and_version(trained, digits_tab
 
 
 @pytest.mark.slow
-def test_the_run_records_each_split_as_an_mlflow_dataset_and_the_model_an_input_example(trained, digits_table):
+def test_the_run_records_each_split_as_an_mlflow_dataset_and_the_model_an_input_example(
+    trained, digits_table
+):
     """Train, validation and test: the Delta table and version, the columns and the live rows."""
     import json
 

@@ -152,8 +152,12 @@ def _spec(
     if kind not in accept:
         raise DataError(
             f"Column {field.name!r} of table {snapshot.uri!r} has type {field.type}, which this "
-            f"recipe cannot use as a {role} (it accepts {', '.join(accept)} columns). Drop it "
-            f"from data.features, or convert it to a number when writing the table."
+            f"recipe cannot use as a {role} (it accepts {', '.join(accept)} columns). "
+            + (
+                "Point data.weight_column at a numeric column, or cast it when writing the table."
+                if role.startswith("sample weight")
+                else "Drop it from data.features, or convert it to a number when writing the table."
+            )
         )
     if len(shape) > 1:
         raise DataError(
