@@ -62,7 +62,8 @@ def layouts(draw):
     return files, deleted
 
 
-@settings(max_examples=25, **SETTINGS)
+@pytest.mark.slow  # 15 examples: 24-44 s on 2 shared cores
+@settings(max_examples=15, **SETTINGS)
 @given(
     layout=layouts(),
     shards=st.integers(1, 3),
@@ -191,3 +192,22 @@ def test_class_weight_keys_and_modes_are_config_errors_naming_them(tmp_path):
             resolve(Experiment(data=data), sets=[f"train.class_weight={bad}"])
     exp = resolve(Experiment(data=data), sets=["train.class_weight=0:1,2:0.5"])
     assert exp.train.class_weight == ("0:1", "2:0.5")
+
+
+@pytest.mark.parametrize("cache", [0, 1 << 20])
+def test_weights_ride_past_a_preprocess_hook_run_in_tf_data_or_cached(tmp_path, cache):
+    import tensorflow as tf
+
+    def hook(features, label):
+        return tf.cast(features, tf.float32) * 2.0, label
+
+    hook.deterministic = True  # with the memory cache on, it runs in the generator, once per row
+    path, live = write_weighted(tmp_path, [[5, 4], [6]], [[2], []])
+    snap = open_table(path)
+    plan = plan_columns(snap, ["id"], "label", weight="w")
+    split = make_dataset(snap, plan, ReadOptions(4, cache_max_bytes=cache), hook)
+    got = {}
+    for _ in range(2):  # the second pass replays the cache when it is on
+        for features, _, weights in split.dataset:
+            got.update(zip((features.numpy() / 2).astype(int).tolist(), weights.numpy().tolist()))
+        assert got == {i: weight_of(np.array([i]))[0] for i in live}
