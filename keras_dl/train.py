@@ -149,7 +149,11 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
             # Padding rows (equal steps on every rank) weigh 0 and data.weight_column /
             # train.class_weight weigh rows: only weighted metrics count those weights.
             weighted = options.pop("metrics")
-            options["weighted_metrics"] = [*weighted, *(options.get("weighted_metrics") or [])]
+            if isinstance(weighted, dict):  # per output head (several labels)
+                options["weighted_metrics"] = weighted
+            else:
+                extra = options.get("weighted_metrics") or []
+                options["weighted_metrics"] = [*weighted, *extra]
         lr = exp.train.learning_rate
         if exp.train.lr_schedule == "cosine":
             lr = keras.optimizers.schedules.CosineDecay(lr, exp.train.epochs * data.train.steps)

@@ -18,6 +18,11 @@ What it infers from the schema:
 - **Task**: a string, boolean or integer label means classification (softmax over the label's
   classes, accuracy); a float label means regression (mean squared error, MAE and RMSE).
   ``--set model.task=regression`` overrides it, e.g. for an integer count.
+- **Several labels** (``--set data.label=price,churned``): one output head per label, named
+  after it, each with its own task, loss and metrics (``val_price_mae``,
+  ``val_churned_accuracy``); the heads share the hidden layers, the losses are summed, and
+  ``data.weight_column`` weighs every head. ``model.task`` other than "auto" applies to every
+  head.
 - **Batch size, epochs and early stopping**: from the training rows ``R``, unless you set them
   (:mod:`keras_dl.sizing`): ``train.batch_size`` = R/16 rounded to a power of two within 8..256;
   ``train.epochs`` = enough for about 3,000 steps, within 10..300; and with a validation split,
@@ -123,18 +128,23 @@ def prepare(exp: Experiment) -> Recipe:
     if m.task not in TASKS:
         raise ConfigError(f"model.task={m.task!r} is not one of {', '.join(TASKS)}.")
     snapshot = open_table(exp.data.table, exp.data.version, exp.data.timestamp)
-    label = exp.data.label
-    if label not in snapshot.schema.names:
-        raise DataError(
-            f"Label column {label!r} is not in table {snapshot.uri!r}. Its columns: "
-            f"{', '.join(snapshot.schema.names)}. Set data.label to one of them."
+    labels = exp.data.labels
+    for label in labels:
+        if label not in snapshot.schema.names:
+            raise DataError(
+                f"Label column {label!r} is not in table {snapshot.uri!r}. Its columns: "
+                f"{', '.join(snapshot.schema.names)}. Set data.label to one of them."
+            )
+    targets = {
+        label: _make_target(
+            _read_column(snapshot, label), snapshot.schema.field(label).type, m.task, label
         )
-    values = _read_column(snapshot, label)
-    target = _make_target(values, snapshot.schema.field(label).type, m.task, label)
+        for label in labels
+    }
     names = list(exp.data.features) or [
         n
         for n in snapshot.schema.names
-        if n not in {label, exp.data.split_column, *snapshot.partition_columns}
+        if n not in {*labels, exp.data.split_column, *snapshot.partition_columns}
     ]
     unknown = [c for c in m.optional if c not in names]
     if unknown:
@@ -143,7 +153,9 @@ def prepare(exp: Experiment) -> Recipe:
             f"{snapshot.uri!r}. Its features: {', '.join(names)}. Name feature columns only."
         )
     single = names[0] if len(names) == 1 else None
-    preprocess = partial(_encode_label, _make_label_table(target), single)
+    tables = {label: _make_label_table(t) for label, t in targets.items()}
+    preprocess = partial(_encode_labels, tables, single)
+    target = targets if len(labels) > 1 else targets[labels[0]]
     return dataclasses.replace(
         RECIPE,
         build_model=partial(build_model, target=target),
@@ -153,29 +165,47 @@ def prepare(exp: Experiment) -> Recipe:
     )
 
 
-def compile_options(data, exp: Experiment, target: Target) -> dict:
-    """Loss and metrics for the task; on the chief, the run records the task and classes."""
-    import keras
+def compile_options(data, exp: Experiment, target: Target | dict[str, Target]) -> dict:
+    """Loss and metrics for the task (per head, keyed by label, for several labels); on the
+    chief, the run records the task and classes (JSON objects by label for several)."""
     import mlflow
 
-    if mlflow.active_run() is not None:  # only the chief has a run
+    if isinstance(target, dict):
+        if mlflow.active_run() is not None:  # only the chief has a run
+            mlflow.set_tags(
+                {
+                    "keras_dl.task": json.dumps({k: t.task for k, t in target.items()}),
+                    "keras_dl.classes": json.dumps({k: list(t.classes) for k, t in target.items()}),
+                }
+            )
+        heads = {k: _loss_and_metrics(t) for k, t in target.items()}
+        return {
+            "loss": {k: loss for k, (loss, _) in heads.items()},
+            "metrics": {k: metrics for k, (_, metrics) in heads.items()},
+        }
+    if mlflow.active_run() is not None:
         mlflow.set_tags({"keras_dl.task": target.task, "keras_dl.classes": _classes_tag(target)})
+    loss, metrics = _loss_and_metrics(target)
+    return {"loss": loss, "metrics": metrics}
+
+
+def _loss_and_metrics(target: Target) -> tuple:
+    import keras
+
     if target.task == "classification":
-        return {"loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}
-    return {
-        "loss": "mean_squared_error",
-        "metrics": [
-            keras.metrics.MeanAbsoluteError(name="mae"),
-            keras.metrics.RootMeanSquaredError(name="rmse"),
-        ],
-    }
+        return "sparse_categorical_crossentropy", ["accuracy"]
+    return "mean_squared_error", [
+        keras.metrics.MeanAbsoluteError(name="mae"),
+        keras.metrics.RootMeanSquaredError(name="rmse"),
+    ]
 
 
 # ## The model
 
 
-def build_model(data, exp: Experiment, target: Target | None = None):
-    """One input per column, each normalized or looked up inside the model, then an MLP."""
+def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None = None):
+    """One input per column, each normalized or looked up inside the model, then an MLP, and
+    one output (or, for several labels, one output per label, keyed by it)."""
     import keras
     from keras import layers
 
@@ -214,12 +244,10 @@ def build_model(data, exp: Experiment, target: Target | None = None):
     for units in m.hidden:
         x = layers.Dense(units, activation="relu")(x)
         x = layers.Dropout(m.dropout)(x)
-    if target.task == "classification":
-        outputs = layers.Dense(len(target.classes), activation="softmax", dtype="float32")(x)
+    if isinstance(target, dict):
+        outputs = {k: _head(x, t, _input_name(k)) for k, t in target.items()}
     else:
-        # The network learns the standardized label; the output layer restores its scale.
-        x = layers.Dense(1, dtype="float32")(x)
-        outputs = layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32")(x)
+        outputs = _head(x, target)
     with warnings.catch_warnings():
         # Inputs are keyed by column name; a name Keras refuses for a layer ("/") keeps its
         # column as the key and Keras warns that key and layer name differ. That is the intent.
@@ -237,10 +265,24 @@ RECIPE = Recipe(
     accept=(NUMERIC, STRING),
     prepare=prepare,
     configure=fill_in_sizes,
+    heads=True,
 )
 
 
 # ## Helpers
+
+
+def _head(x, target: Target, name: str | None = None):
+    """The output layer for one label: softmax over its classes, or its rescaled value."""
+    from keras import layers
+
+    if target.task == "classification":
+        return layers.Dense(len(target.classes), activation="softmax", dtype="float32", name=name)(
+            x
+        )
+    # The network learns the standardized label; the output layer restores its scale.
+    x = layers.Dense(1, dtype="float32")(x)
+    return layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32", name=name)(x)
 
 
 def _input_name(column: str) -> str:
@@ -289,19 +331,26 @@ def _make_label_table(target: Target):
     return tf.lookup.StaticHashTable(init, default_value=-1)
 
 
-def _encode_label(table, single: str | None, features, label):
-    """Classes as integers; features always as a dict keyed by column (one-column tables too)."""
-    import tensorflow as tf
-
+def _encode_labels(tables: dict, single: str | None, features, label):
+    """Classes as integers (each head's, for several labels); features always as a dict keyed
+    by column (one-column tables too)."""
     if single is not None and not isinstance(features, dict):
         features = {single: features}
+    if isinstance(label, dict):
+        return features, {k: _encode_label(tables[k], v) for k, v in label.items()}
+    return features, _encode_label(next(iter(tables.values())), label)
+
+
+def _encode_label(table, label):
+    import tensorflow as tf
+
     if table is not None:
         if label.dtype != tf.string:
             label = tf.cast(label, tf.int64)
         label = table.lookup(label)
     elif label.dtype == tf.bool:
         label = tf.cast(label, tf.int64)
-    return features, label
+    return label
 
 
 def _read_column(snapshot: TableSnapshot, column: str) -> np.ndarray:

@@ -25,7 +25,9 @@ class DataConfig:
         table: Delta table or Parquet directory, glob or comma-separated file list.
         version: Delta version to read (time travel). Defaults to the latest.
         timestamp: Delta timestamp (ISO 8601) to read instead of a version. Defaults to None.
-        label: Label column. Defaults to "label".
+        label: Label column, or several (a list, e.g. ``--set data.label=price,churned``):
+            the model then gets one output head per label, each with its own loss and
+            metrics, and scores one column per head. Defaults to "label".
         weight_column: A numeric column of per-row sample weights (finite, >= 0), used by
             training and by the validation and test metrics (weighted), never a model input.
             Defaults to None (every row weighs 1).
@@ -64,7 +66,7 @@ class DataConfig:
     table: str = ""
     version: int | None = None
     timestamp: str | None = None
-    label: str = "label"
+    label: str | tuple[str, ...] = "label"
     weight_column: str | None = None
     features: tuple[str, ...] = ()
     split_column: str | None = None
@@ -85,6 +87,13 @@ class DataConfig:
     image_size: tuple[int, ...] = ()
     on_bad_image: Literal["fail", "skip"] = "fail"
     trust_petastorm_metadata: bool = False
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The label columns, one per output head: ``label`` as a tuple (empty for none)."""
+        if isinstance(self.label, str):
+            return (self.label,) if self.label else ()
+        return tuple(self.label)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def integer_label_range(
         values: training reports a missing or unusable label itself.
     """
     snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
-    label = data.label
+    label = data.labels[0]
     if (
         snapshot.format == "petastorm"
         or label not in snapshot.schema.names
@@ -85,7 +85,7 @@ def class_weights(data: DataConfig, entries: tuple[str, ...]) -> tuple[tuple, ..
     if unknown:
         raise ConfigError(
             f"train.class_weight names {', '.join(map(repr, unknown))}, which is not a label of "
-            f"column {data.label!r} in the training rows of table {data.table!r} (its labels: "
+            f"column {data.labels[0]!r} in the training rows of table {data.table!r} (its labels: "
             f"{', '.join(sorted(by_text))}). Fix the key(s) in train.class_weight."
         )
     return tuple((by_text[key], weight) for key, weight in mode.items())
@@ -97,7 +97,7 @@ def label_counts(data: DataConfig) -> dict:
     if data.split_column:
         filters.append((data.split_column, "=", data.train_split))
     values = read_table(
-        data.table, data.version, data.timestamp, columns=[data.label], filters=filters or None
-    ).column(data.label)
+        data.table, data.version, data.timestamp, columns=[data.labels[0]], filters=filters or None
+    ).column(data.labels[0])
     counts = pc.value_counts(pc.drop_null(values))
     return {c["values"]: c["counts"] for c in counts.to_pylist()}

@@ -71,11 +71,17 @@ def predict(
         )
     run = mlflow.MlflowClient().get_run(lineage.run_id) if lineage.run_id else None
     trained_on = (run.data.params.get("data.features", "") if run else "").split(",")
-    classes = tuple(json.loads(run.data.tags.get("keras_dl.classes", "[]"))) if run else ()
+    classes = json.loads(run.data.tags.get("keras_dl.classes", "[]")) if run else []
+    heads = ()
+    if isinstance(classes, dict):  # several labels: the classes of each head, by label
+        outputs = [c.name for c in signature.outputs.inputs] if signature.outputs else []
+        heads = tuple((h, tuple(classes.get(h, ()))) for h in outputs)
+        classes = []
     plan = make_plan(df, signature, pinned, features or [f for f in trained_on if f], keys)
     plan = dataclasses.replace(
         plan,
-        classes=classes,
+        classes=tuple(classes),
+        heads=heads,
         model_file=os.path.basename(local),
         keras_flavor="keras" in logged.flavors,
     )
