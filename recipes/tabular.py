@@ -35,7 +35,6 @@ What it infers from the schema:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import warnings
 from dataclasses import dataclass
@@ -54,11 +53,18 @@ from keras_dl.errors import ConfigError, DataError
 from keras_dl.keras_dl_pyfunc import IMPUTE_ATTRIBUTE
 from keras_dl.recipe import Recipe
 from keras_dl.sizing import fill_in_sizes
+from recipes._tabular_labels import (
+    Target,
+    compile_options,
+    encode_labels,
+    make_head,
+    make_label_table,
+    make_target,
+)
 
 log = logging.getLogger(__name__)
 Task = Literal["auto", "classification", "regression"]
 TASKS = get_args(Task)
-MAX_CLASSES = 1000
 
 # ## Defaults
 
@@ -105,17 +111,7 @@ DEFAULTS = Experiment(
 )
 
 
-@dataclass(frozen=True)
-class Target:
-    """What ``prepare`` learned about the label: the task, the classes or the label's scale."""
-
-    task: str
-    classes: tuple = ()
-    mean: float = 0.0
-    std: float = 1.0
-
-
-# ## Reading the label: classification or regression
+# ## Reading the labels: classification or regression (recipes/_tabular_labels.py)
 
 
 def prepare(exp: Experiment) -> Recipe:
@@ -136,7 +132,7 @@ def prepare(exp: Experiment) -> Recipe:
                 f"{', '.join(snapshot.schema.names)}. Set data.label to one of them."
             )
     targets = {
-        label: _make_target(
+        label: make_target(
             _read_column(snapshot, label), snapshot.schema.field(label).type, m.task, label
         )
         for label in labels
@@ -153,8 +149,8 @@ def prepare(exp: Experiment) -> Recipe:
             f"{snapshot.uri!r}. Its features: {', '.join(names)}. Name feature columns only."
         )
     single = names[0] if len(names) == 1 else None
-    tables = {label: _make_label_table(t) for label, t in targets.items()}
-    preprocess = partial(_encode_labels, tables, single)
+    tables = {label: make_label_table(t) for label, t in targets.items()}
+    preprocess = partial(encode_labels, tables, single)
     target = targets if len(labels) > 1 else targets[labels[0]]
     return dataclasses.replace(
         RECIPE,
@@ -163,41 +159,6 @@ def prepare(exp: Experiment) -> Recipe:
         preprocess=preprocess,
         prepare=None,
     )
-
-
-def compile_options(data, exp: Experiment, target: Target | dict[str, Target]) -> dict:
-    """Loss and metrics for the task (per head, keyed by label, for several labels); on the
-    chief, the run records the task and classes (JSON objects by label for several)."""
-    import mlflow
-
-    if isinstance(target, dict):
-        if mlflow.active_run() is not None:  # only the chief has a run
-            mlflow.set_tags(
-                {
-                    "keras_dl.task": json.dumps({k: t.task for k, t in target.items()}),
-                    "keras_dl.classes": json.dumps({k: list(t.classes) for k, t in target.items()}),
-                }
-            )
-        heads = {k: _loss_and_metrics(t) for k, t in target.items()}
-        return {
-            "loss": {k: loss for k, (loss, _) in heads.items()},
-            "metrics": {k: metrics for k, (_, metrics) in heads.items()},
-        }
-    if mlflow.active_run() is not None:
-        mlflow.set_tags({"keras_dl.task": target.task, "keras_dl.classes": _classes_tag(target)})
-    loss, metrics = _loss_and_metrics(target)
-    return {"loss": loss, "metrics": metrics}
-
-
-def _loss_and_metrics(target: Target) -> tuple:
-    import keras
-
-    if target.task == "classification":
-        return "sparse_categorical_crossentropy", ["accuracy"]
-    return "mean_squared_error", [
-        keras.metrics.MeanAbsoluteError(name="mae"),
-        keras.metrics.RootMeanSquaredError(name="rmse"),
-    ]
 
 
 # ## The model
@@ -245,9 +206,9 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
         x = layers.Dense(units, activation="relu")(x)
         x = layers.Dropout(m.dropout)(x)
     if isinstance(target, dict):
-        outputs = {k: _head(x, t, _input_name(k)) for k, t in target.items()}
+        outputs = {k: make_head(x, t, _input_name(k)) for k, t in target.items()}
     else:
-        outputs = _head(x, target)
+        outputs = make_head(x, target)
     with warnings.catch_warnings():
         # Inputs are keyed by column name; a name Keras refuses for a layer ("/") keeps its
         # column as the key and Keras warns that key and layer name differ. That is the intent.
@@ -272,85 +233,9 @@ RECIPE = Recipe(
 # ## Helpers
 
 
-def _head(x, target: Target, name: str | None = None):
-    """The output layer for one label: softmax over its classes, or its rescaled value."""
-    from keras import layers
-
-    if target.task == "classification":
-        return layers.Dense(len(target.classes), activation="softmax", dtype="float32", name=name)(
-            x
-        )
-    # The network learns the standardized label; the output layer restores its scale.
-    x = layers.Dense(1, dtype="float32")(x)
-    return layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32", name=name)(x)
-
-
 def _input_name(column: str) -> str:
     """A Keras layer name for a column: Keras refuses "/" in names (Delta and Spark allow it)."""
     return column.replace("/", "∕") if "/" in column else column
-
-
-def _make_target(values: np.ndarray, arrow_type, task: str, label: str) -> Target:
-    if task == "auto":
-        task = "regression" if pa.types.is_floating(arrow_type) else "classification"
-    if task == "regression":
-        if values.dtype.kind not in "fiub":
-            raise DataError(
-                f"Label {label!r} is {arrow_type}, which cannot be a regression target. Set "
-                "model.task=classification, or pick a numeric label."
-            )
-        values = values.astype(np.float64)
-        return Target("regression", mean=float(values.mean()), std=float(values.std() or 1.0))
-    classes = np.unique(values)
-    if len(classes) > MAX_CLASSES:
-        raise DataError(
-            f"Label {label!r} has {len(classes)} distinct values, too many for classification "
-            f"(at most {MAX_CLASSES}). For a numeric label set model.task=regression."
-        )
-    if len(classes) < 2:
-        raise DataError(f"Label {label!r} has a single value {classes!r}: nothing to classify.")
-    return Target(
-        "classification", classes=tuple(c.item() if hasattr(c, "item") else c for c in classes)
-    )
-
-
-def _make_label_table(target: Target):
-    """A lookup from label value to class index, built once, outside the tf.data function."""
-    import tensorflow as tf
-
-    if target.task != "classification":
-        return None
-    keys = list(target.classes)
-    if keys == list(range(len(keys))):
-        return None  # already 0..K-1
-    key_dtype = tf.string if isinstance(keys[0], str) else tf.int64
-    keys = [int(k) for k in keys] if key_dtype == tf.int64 else keys
-    init = tf.lookup.KeyValueTensorInitializer(
-        tf.constant(keys, key_dtype), tf.range(len(keys), dtype=tf.int64)
-    )
-    return tf.lookup.StaticHashTable(init, default_value=-1)
-
-
-def _encode_labels(tables: dict, single: str | None, features, label):
-    """Classes as integers (each head's, for several labels); features always as a dict keyed
-    by column (one-column tables too)."""
-    if single is not None and not isinstance(features, dict):
-        features = {single: features}
-    if isinstance(label, dict):
-        return features, {k: _encode_label(tables[k], v) for k, v in label.items()}
-    return features, _encode_label(next(iter(tables.values())), label)
-
-
-def _encode_label(table, label):
-    import tensorflow as tf
-
-    if table is not None:
-        if label.dtype != tf.string:
-            label = tf.cast(label, tf.int64)
-        label = table.lookup(label)
-    elif label.dtype == tf.bool:
-        label = tf.cast(label, tf.int64)
-    return label
 
 
 def _read_column(snapshot: TableSnapshot, column: str) -> np.ndarray:
@@ -395,10 +280,6 @@ def _vocabulary(values: np.ndarray, limit: int) -> list[str]:
     counts = pc.value_counts(pa.array(values.tolist(), pa.string()))
     pairs = sorted(((-c.as_py(), v.as_py()) for v, c in zip(counts.field(0), counts.field(1))))
     return [v for _, v in pairs[:limit] if v is not None]
-
-
-def _classes_tag(target: Target) -> str:
-    return json.dumps(list(target.classes)) if target.task == "classification" else "[]"
 
 
 # ## Run it
