@@ -143,7 +143,11 @@ def frame_signature(model: Any, sample_input: dict):
 
     frame = pd.DataFrame({k: _widen(np.asarray(v)) for k, v in sample_input.items()})
     prediction = model.predict(to_model_inputs(model, frame), verbose=0)
-    inferred = infer_signature(frame, np.asarray(prediction))
+    if isinstance(prediction, dict):  # one output head per label: one column each
+        prediction = keras_dl_pyfunc.to_columns(prediction)
+    else:
+        prediction = np.asarray(prediction)
+    inferred = infer_signature(frame, prediction)
     optional = set(getattr(model, IMPUTE_ATTRIBUTE, None) or {})
     inputs = Schema(
         [ColSpec(c.type, c.name, required=c.name not in optional) for c in inferred.inputs.inputs]

@@ -19,6 +19,11 @@ The model must pass, in this order:
    model must do better on the same metric (accuracy, MSE, or else the loss). When no version
    holds the alias yet, the model passes.
 
+A model with several labels (one output head each, metrics named ``test_<label>_<metric>``) is
+judged head by head: every head must beat its own trivial predictor (on its own label column)
+and, with ``registry.must_beat``, the champion's same head on the same metric; one head that
+does not refuses the model, and the reason names it.
+
 The baselines read the label column of the split snapshots training read, through the same
 reader. A recipe may map labels to class indices in its preprocessing (the tabular recipe does,
 for string labels); a one-to-one mapping does not change which predictions are right, so the
@@ -126,24 +131,35 @@ def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
         if reg.must_beat:
             check(False, f"no test or validation split to compare with @{reg.must_beat} on")
         return Decision(not refused, refused[0] if refused else "", tuple(checks))
-    score = main_score(model, scores, prefix)
-    if score is None or score.task is None:
-        checks.append("no accuracy or MSE metric: not compared with a trivial predictor")
-    else:
-        ok, text = _against_trivial(score, _labels(data.train, data), _labels(split, data))
-        check(ok, text)
+    heads = _heads(data.plan)
+    score_of = {h: main_score(model, scores, _head_prefix(prefix, h), h) for h in heads}
+    for head, score in score_of.items():
+        where = f"head {head!r}: " if head else ""
+        if score is None or score.task is None:
+            checks.append(
+                f"{where}no accuracy or MSE metric: not compared with a trivial predictor"
+            )
+            continue
+        spec = _label_spec(data.plan, head)
+        ok, text = _against_trivial(score, _labels(data.train, spec), _labels(split, spec))
+        check(ok, where + text)
     if reg.must_beat and not refused:
-        check(*_against_champion(exp, model, split, prefix, score))
+        for ok, text in _against_champion(exp, model, split, prefix, score_of):
+            check(ok, text)
     return Decision(not refused, refused[0] if refused else "", tuple(checks))
 
 
-def main_score(model, scores: Mapping[str, float], prefix: str) -> Score | None:
+def main_score(
+    model, scores: Mapping[str, float], prefix: str, head: str | None = None
+) -> Score | None:
     """The metric the gate compares: accuracy (classification), MSE (regression), else the loss.
 
     Args:
         model: The compiled model (its loss tells a mean-squared-error regression apart).
         scores: One split's metrics, each named ``prefix`` + the compiled name.
-        prefix: "test_" or "val_".
+        prefix: "test_" or "val_" (with the head's label for several heads: "test_price_").
+        head: The output head (label) whose loss to look at, for several heads. Defaults to
+            None (one output).
     """
     for name in ACCURACY:
         if prefix + name in scores:
@@ -158,6 +174,8 @@ def main_score(model, scores: Mapping[str, float], prefix: str) -> Score | None:
     if prefix + "loss" not in scores:
         return None
     loss = getattr(model, "loss", None)
+    if head is not None and isinstance(loss, Mapping):
+        loss = loss.get(head)
     if loss in MSE or type(loss).__name__ == "MeanSquaredError":
         return Score(f"{prefix}loss (MSE)", scores[prefix + "loss"], False, "regression")
     return Score(prefix + "loss", scores[prefix + "loss"], False, None)
@@ -175,9 +193,23 @@ def _evaluation(model, data, metrics: Mapping[str, float]):
     return None, "", {}
 
 
-def _labels(split, data) -> np.ndarray:
-    """Every label of ``split``, read from its snapshot as training reads it."""
-    plan = ColumnPlan(features=(), label=data.plan.label)
+def _heads(plan: ColumnPlan) -> list[str | None]:
+    """The output heads to judge: each label's name for several, else [None] (one output)."""
+    return [s.name for s in plan.labels] if plan.heads else [None]
+
+
+def _head_prefix(prefix: str, head: str | None) -> str:
+    """Keras names a head's metrics after its output: ``val_`` + ``price_`` + ``mae``."""
+    return f"{prefix}{head}_" if head else prefix
+
+
+def _label_spec(plan: ColumnPlan, head: str | None):
+    return plan.label if head is None else next(s for s in plan.labels if s.name == head)
+
+
+def _labels(split, spec) -> np.ndarray:
+    """Every value of label ``spec`` in ``split``, read from its snapshot as training reads it."""
+    plan = ColumnPlan(features=(), labels=(spec,))
     chunks = [
         c[plan.label.name] for c in iter_epoch_arrays(split.snapshot, plan, split.stats, seed=None)
     ]
@@ -204,8 +236,9 @@ def _against_trivial(score: Score, train: np.ndarray, rows: np.ndarray) -> tuple
     return ok, f"{score.name}={score.value:.4g} {verb} {what} on the same {n} rows"
 
 
-def _against_champion(exp, model, split, prefix: str, score: Score | None) -> tuple[bool, str]:
-    """Evaluate the holder of ``registry.must_beat`` on ``split``; compare the main metric."""
+def _against_champion(exp, model, split, prefix: str, score_of: dict) -> list[tuple[bool, str]]:
+    """Evaluate the holder of ``registry.must_beat`` on ``split``; compare the main metric of
+    each head (``score_of``: head, or None for one output, to this model's score)."""
     import mlflow
 
     name, alias = exp.tracking.registered_model, exp.registry.must_beat
@@ -217,25 +250,39 @@ def _against_champion(exp, model, split, prefix: str, score: Score | None) -> tu
             raise
         version = None
     if version is None:
-        return True, f"no version of {name!r} holds @{alias} yet: nothing to beat"
+        return [(True, f"no version of {name!r} holds @{alias} yet: nothing to beat")]
     try:
         champion = _load_keras(f"models:/{name}/{version}")
         _compile_like(champion, model)
         got = champion.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
     except Exception as exc:
-        return False, (
-            f"{name}@{alias} (version {version}) could not be evaluated on these rows "
-            f"({type(exc).__name__}: {exc}); promote a version by hand or drop registry.must_beat"
+        return [
+            (
+                False,
+                f"{name}@{alias} (version {version}) could not be evaluated on these rows "
+                f"({type(exc).__name__}: {exc}); promote a version by hand or drop "
+                "registry.must_beat",
+            )
+        ]
+    got = {f"{prefix}{k}": float(v) for k, v in got.items()}
+    out = []
+    for head, score in score_of.items():
+        theirs = main_score(champion, got, _head_prefix(prefix, head), head)
+        if score is None or theirs is None:
+            where = f" on head {head!r}" if head else ""
+            text = f"no common metric{where} to compare with {name}@{alias} (version {version})"
+            out.append((False, text))
+            continue
+        ok = score.beats(theirs.value)
+        verb = "beats" if ok else "does not beat"
+        out.append(
+            (
+                ok,
+                f"{score.name}={score.value:.4g} {verb} {name}@{alias} (version {version}): "
+                f"{theirs.value:.4g} on the same rows",
+            )
         )
-    theirs = main_score(champion, {f"{prefix}{k}": float(v) for k, v in got.items()}, prefix)
-    if score is None or theirs is None:
-        return False, f"no common metric to compare with {name}@{alias} (version {version})"
-    ok = score.beats(theirs.value)
-    verb = "beats" if ok else "does not beat"
-    return ok, (
-        f"{score.name}={score.value:.4g} {verb} {name}@{alias} (version {version}): "
-        f"{theirs.value:.4g} on the same rows"
-    )
+    return out
 
 
 def _load_keras(uri: str):

@@ -10,6 +10,10 @@ data-derived runs as code: what the model learned is in ``model.keras`` and ``ke
 ``predict`` refuses a null or NaN feature with an ``MlflowException`` (INVALID_PARAMETER_VALUE,
 so ``mlflow models serve`` answers HTTP 400) that names the column and the row, unless the column
 is declared optional: then the missing value is replaced by its training-time statistic.
+
+A model with several outputs (one head per label) predicts a DataFrame with one column per
+head, named after its output: a regression head's value, or a classifier head's probabilities
+(a list per row).
 """
 
 from __future__ import annotations
@@ -49,12 +53,16 @@ class KerasDLModel:
         return self.model
 
     def predict(self, model_input, params=None):
-        """Probabilities (classification) or values (regression) as a numpy array."""
+        """Probabilities (classification) or values (regression) as a numpy array; for a model
+        with several outputs, a DataFrame with one column per output (see :func:`to_columns`)."""
         import numpy as np
 
         inputs = self.prepare(model_input)
         rows = len(next(iter(inputs.values())) if isinstance(inputs, dict) else inputs)
-        return np.asarray(self.model.predict(inputs, batch_size=max(1, min(rows, 4096)), verbose=0))
+        out = self.model.predict(inputs, batch_size=max(1, min(rows, 4096)), verbose=0)
+        if isinstance(out, dict):
+            return to_columns(out)
+        return np.asarray(out)
 
     def prepare(self, model_input):
         """The model's inputs from a DataFrame, a dict of arrays or an array: missing values
@@ -112,6 +120,23 @@ class KerasDLModel:
             text = [v.decode() if isinstance(v, bytes) else str(v) for v in values.ravel()]
             return tf.constant(np.array(text, dtype=object).reshape(values.shape), tf.string)
         return np.asarray(values, dtype=dtype)
+
+
+def to_columns(outputs: dict):
+    """A DataFrame of a several-output model's predictions, one column per output: a value per
+    row for a one-wide output (float64), else the row's values as a list (probabilities)."""
+    import numpy as np
+    import pandas as pd
+
+    columns = {}
+    for name, values in outputs.items():
+        values = np.asarray(values)
+        flat = values.reshape(len(values), -1)
+        if flat.shape[1] == 1:
+            columns[name] = flat[:, 0].astype(np.float64)
+        else:
+            columns[name] = list(flat.astype(np.float64))
+    return pd.DataFrame(columns)
 
 
 def _is_array(value) -> bool:

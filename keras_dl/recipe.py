@@ -50,6 +50,8 @@ class Recipe:
             :class:`~keras_dl.errors.ConfigError`, e.g. :func:`check_num_classes`. ``fit`` and
             the Horovod launcher call it before any MLflow run starts (the ranges of the
             ``model`` fields are checked earlier, when the config is resolved). Defaults to None.
+        heads: The model can have several labels (``data.label`` a list), one output head
+            each. Defaults to False: a second label is refused before any run starts.
     """
 
     name: str
@@ -65,6 +67,7 @@ class Recipe:
     prepare: Callable | None = None
     configure: Callable | None = None
     check: Callable | None = None
+    heads: bool = False
 
 
 def configure(exp: Experiment, recipe: Recipe) -> Experiment:
@@ -91,7 +94,18 @@ def configure(exp: Experiment, recipe: Recipe) -> Experiment:
 
 def check_model(exp: Experiment, recipe: Recipe) -> None:
     """Run ``recipe.check`` on ``exp``: what the ``model`` settings need from the table, checked
-    before any run starts (see :class:`Recipe`)."""
+    before any run starts (see :class:`Recipe`), and that the recipe takes as many labels.
+
+    Raises:
+        ConfigError: For several labels in ``data.label`` when the recipe has one output.
+    """
+    labels = exp.data.labels
+    if len(labels) > 1 and not recipe.heads:
+        raise ConfigError(
+            f"data.label names {len(labels)} columns ({', '.join(labels)}), but recipe "
+            f"{recipe.name!r} has one output. Set data.label to one column, or train a recipe "
+            "with one head per label (tabular)."
+        )
     if recipe.check is not None:
         recipe.check(exp)
 

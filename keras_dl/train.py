@@ -110,6 +110,7 @@ def _run(run: Run, recipe, callbacks) -> TrainResult:
         accept=recipe.accept,
         preprocess=recipe.preprocess,
         preprocess_train=recipe.preprocess_train,
+        class_weight=exp.train.class_weight,
     )
     if run.start(tags=data.snapshot.lineage):  # on the chief; a no-op on other ranks
         _log_datasets(run, data)
@@ -145,9 +146,14 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         if recipe.compile_options is not None:
             options.update(recipe.compile_options(data, exp))
         if data.train.weighted and options.get("metrics"):
-            # Padding rows (equal steps on every rank) weigh 0: only weighted metrics skip them.
+            # Padding rows (equal steps on every rank) weigh 0 and data.weight_column /
+            # train.class_weight weigh rows: only weighted metrics count those weights.
             weighted = options.pop("metrics")
-            options["weighted_metrics"] = [*weighted, *(options.get("weighted_metrics") or [])]
+            if isinstance(weighted, dict):  # per output head (several labels)
+                options["weighted_metrics"] = weighted
+            else:
+                extra = options.get("weighted_metrics") or []
+                options["weighted_metrics"] = [*weighted, *extra]
         lr = exp.train.learning_rate
         if exp.train.lr_schedule == "cosine":
             lr = keras.optimizers.schedules.CosineDecay(lr, exp.train.epochs * data.train.steps)

@@ -18,6 +18,11 @@ What it infers from the schema:
 - **Task**: a string, boolean or integer label means classification (softmax over the label's
   classes, accuracy); a float label means regression (mean squared error, MAE and RMSE).
   ``--set model.task=regression`` overrides it, e.g. for an integer count.
+- **Several labels** (``--set data.label=price,churned``): one output head per label, named
+  after it, each with its own task, loss and metrics (``val_price_mae``,
+  ``val_churned_accuracy``); the heads share the hidden layers, the losses are summed, and
+  ``data.weight_column`` weighs every head. ``model.task`` other than "auto" applies to every
+  head.
 - **Batch size, epochs and early stopping**: from the training rows ``R``, unless you set them
   (:mod:`keras_dl.sizing`): ``train.batch_size`` = R/16 rounded to a power of two within 8..256;
   ``train.epochs`` = enough for about 3,000 steps, within 10..300; and with a validation split,
@@ -30,7 +35,6 @@ What it infers from the schema:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import warnings
 from dataclasses import dataclass
@@ -49,11 +53,18 @@ from keras_dl.errors import ConfigError, DataError
 from keras_dl.keras_dl_pyfunc import IMPUTE_ATTRIBUTE
 from keras_dl.recipe import Recipe
 from keras_dl.sizing import fill_in_sizes
+from recipes._tabular_labels import (
+    Target,
+    compile_options,
+    encode_labels,
+    make_head,
+    make_label_table,
+    make_target,
+)
 
 log = logging.getLogger(__name__)
 Task = Literal["auto", "classification", "regression"]
 TASKS = get_args(Task)
-MAX_CLASSES = 1000
 
 # ## Defaults
 
@@ -100,17 +111,7 @@ DEFAULTS = Experiment(
 )
 
 
-@dataclass(frozen=True)
-class Target:
-    """What ``prepare`` learned about the label: the task, the classes or the label's scale."""
-
-    task: str
-    classes: tuple = ()
-    mean: float = 0.0
-    std: float = 1.0
-
-
-# ## Reading the label: classification or regression
+# ## Reading the labels: classification or regression (recipes/_tabular_labels.py)
 
 
 def prepare(exp: Experiment) -> Recipe:
@@ -123,18 +124,23 @@ def prepare(exp: Experiment) -> Recipe:
     if m.task not in TASKS:
         raise ConfigError(f"model.task={m.task!r} is not one of {', '.join(TASKS)}.")
     snapshot = open_table(exp.data.table, exp.data.version, exp.data.timestamp)
-    label = exp.data.label
-    if label not in snapshot.schema.names:
-        raise DataError(
-            f"Label column {label!r} is not in table {snapshot.uri!r}. Its columns: "
-            f"{', '.join(snapshot.schema.names)}. Set data.label to one of them."
+    labels = exp.data.labels
+    for label in labels:
+        if label not in snapshot.schema.names:
+            raise DataError(
+                f"Label column {label!r} is not in table {snapshot.uri!r}. Its columns: "
+                f"{', '.join(snapshot.schema.names)}. Set data.label to one of them."
+            )
+    targets = {
+        label: make_target(
+            _read_column(snapshot, label), snapshot.schema.field(label).type, m.task, label
         )
-    values = _read_column(snapshot, label)
-    target = _make_target(values, snapshot.schema.field(label).type, m.task, label)
+        for label in labels
+    }
     names = list(exp.data.features) or [
         n
         for n in snapshot.schema.names
-        if n not in {label, exp.data.split_column, *snapshot.partition_columns}
+        if n not in {*labels, exp.data.split_column, *snapshot.partition_columns}
     ]
     unknown = [c for c in m.optional if c not in names]
     if unknown:
@@ -143,7 +149,9 @@ def prepare(exp: Experiment) -> Recipe:
             f"{snapshot.uri!r}. Its features: {', '.join(names)}. Name feature columns only."
         )
     single = names[0] if len(names) == 1 else None
-    preprocess = partial(_encode_label, _make_label_table(target), single)
+    tables = {label: make_label_table(t) for label, t in targets.items()}
+    preprocess = partial(encode_labels, tables, single)
+    target = targets if len(labels) > 1 else targets[labels[0]]
     return dataclasses.replace(
         RECIPE,
         build_model=partial(build_model, target=target),
@@ -153,29 +161,12 @@ def prepare(exp: Experiment) -> Recipe:
     )
 
 
-def compile_options(data, exp: Experiment, target: Target) -> dict:
-    """Loss and metrics for the task; on the chief, the run records the task and classes."""
-    import keras
-    import mlflow
-
-    if mlflow.active_run() is not None:  # only the chief has a run
-        mlflow.set_tags({"keras_dl.task": target.task, "keras_dl.classes": _classes_tag(target)})
-    if target.task == "classification":
-        return {"loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}
-    return {
-        "loss": "mean_squared_error",
-        "metrics": [
-            keras.metrics.MeanAbsoluteError(name="mae"),
-            keras.metrics.RootMeanSquaredError(name="rmse"),
-        ],
-    }
-
-
 # ## The model
 
 
-def build_model(data, exp: Experiment, target: Target | None = None):
-    """One input per column, each normalized or looked up inside the model, then an MLP."""
+def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None = None):
+    """One input per column, each normalized or looked up inside the model, then an MLP, and
+    one output (or, for several labels, one output per label, keyed by it)."""
     import keras
     from keras import layers
 
@@ -214,12 +205,10 @@ def build_model(data, exp: Experiment, target: Target | None = None):
     for units in m.hidden:
         x = layers.Dense(units, activation="relu")(x)
         x = layers.Dropout(m.dropout)(x)
-    if target.task == "classification":
-        outputs = layers.Dense(len(target.classes), activation="softmax", dtype="float32")(x)
+    if isinstance(target, dict):
+        outputs = {k: make_head(x, t, _input_name(k)) for k, t in target.items()}
     else:
-        # The network learns the standardized label; the output layer restores its scale.
-        x = layers.Dense(1, dtype="float32")(x)
-        outputs = layers.Rescaling(scale=target.std, offset=target.mean, dtype="float32")(x)
+        outputs = make_head(x, target)
     with warnings.catch_warnings():
         # Inputs are keyed by column name; a name Keras refuses for a layer ("/") keeps its
         # column as the key and Keras warns that key and layer name differ. That is the intent.
@@ -237,6 +226,7 @@ RECIPE = Recipe(
     accept=(NUMERIC, STRING),
     prepare=prepare,
     configure=fill_in_sizes,
+    heads=True,
 )
 
 
@@ -246,62 +236,6 @@ RECIPE = Recipe(
 def _input_name(column: str) -> str:
     """A Keras layer name for a column: Keras refuses "/" in names (Delta and Spark allow it)."""
     return column.replace("/", "∕") if "/" in column else column
-
-
-def _make_target(values: np.ndarray, arrow_type, task: str, label: str) -> Target:
-    if task == "auto":
-        task = "regression" if pa.types.is_floating(arrow_type) else "classification"
-    if task == "regression":
-        if values.dtype.kind not in "fiub":
-            raise DataError(
-                f"Label {label!r} is {arrow_type}, which cannot be a regression target. Set "
-                "model.task=classification, or pick a numeric label."
-            )
-        values = values.astype(np.float64)
-        return Target("regression", mean=float(values.mean()), std=float(values.std() or 1.0))
-    classes = np.unique(values)
-    if len(classes) > MAX_CLASSES:
-        raise DataError(
-            f"Label {label!r} has {len(classes)} distinct values, too many for classification "
-            f"(at most {MAX_CLASSES}). For a numeric label set model.task=regression."
-        )
-    if len(classes) < 2:
-        raise DataError(f"Label {label!r} has a single value {classes!r}: nothing to classify.")
-    return Target(
-        "classification", classes=tuple(c.item() if hasattr(c, "item") else c for c in classes)
-    )
-
-
-def _make_label_table(target: Target):
-    """A lookup from label value to class index, built once, outside the tf.data function."""
-    import tensorflow as tf
-
-    if target.task != "classification":
-        return None
-    keys = list(target.classes)
-    if keys == list(range(len(keys))):
-        return None  # already 0..K-1
-    key_dtype = tf.string if isinstance(keys[0], str) else tf.int64
-    keys = [int(k) for k in keys] if key_dtype == tf.int64 else keys
-    init = tf.lookup.KeyValueTensorInitializer(
-        tf.constant(keys, key_dtype), tf.range(len(keys), dtype=tf.int64)
-    )
-    return tf.lookup.StaticHashTable(init, default_value=-1)
-
-
-def _encode_label(table, single: str | None, features, label):
-    """Classes as integers; features always as a dict keyed by column (one-column tables too)."""
-    import tensorflow as tf
-
-    if single is not None and not isinstance(features, dict):
-        features = {single: features}
-    if table is not None:
-        if label.dtype != tf.string:
-            label = tf.cast(label, tf.int64)
-        label = table.lookup(label)
-    elif label.dtype == tf.bool:
-        label = tf.cast(label, tf.int64)
-    return features, label
 
 
 def _read_column(snapshot: TableSnapshot, column: str) -> np.ndarray:
@@ -346,10 +280,6 @@ def _vocabulary(values: np.ndarray, limit: int) -> list[str]:
     counts = pc.value_counts(pa.array(values.tolist(), pa.string()))
     pairs = sorted(((-c.as_py(), v.as_py()) for v, c in zip(counts.field(0), counts.field(1))))
     return [v for _, v in pairs[:limit] if v is not None]
-
-
-def _classes_tag(target: Target) -> str:
-    return json.dumps(list(target.classes)) if target.task == "classification" else "[]"
 
 
 # ## Run it

@@ -106,6 +106,9 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
             if type(None) in args:
                 return None
         inner = [a for a in args if a is not type(None)]
+        tuples = [a for a in inner if typing.get_origin(a) is tuple]
+        if tuples and len(inner) > 1 and _is_list(value):  # data.label=a,b: several labels
+            return _coerce(value, tuples[0], key, origin)
         return _coerce(value, inner[0], key, origin)
     if origin_type is typing.Literal:
         # Parsed as the type its values share (str for every choice today). Whether it is one
@@ -113,6 +116,8 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
         kinds = {type(a) for a in args}
         return _coerce(value, kinds.pop(), key, origin) if len(kinds) == 1 else value
     if origin_type is tuple:
+        if isinstance(value, Mapping):  # train.class_weight: {0: 1.0, 1: 5.0} in YAML
+            value = [f"{k}:{v}" for k, v in value.items()]
         if isinstance(value, str):
             text = value.strip()
             if text[:1] + text[-1:] in ("[]", "()"):  # --set data.features=[a, b]
@@ -152,6 +157,14 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
 
 
 _NULLS = ("null", "none", "~", "")
+
+
+def _is_list(value: Any) -> bool:
+    """A list from Python or YAML, or a text written as one (``a,b`` or ``[a]``)."""
+    if isinstance(value, (list, tuple)):
+        return True
+    text = value.strip() if isinstance(value, str) else ""
+    return "," in text or text[:1] + text[-1:] in ("[]", "()")
 
 
 def _did_you_mean(wrong: str, choices: Iterable[str], name: str | None = None) -> str:

@@ -30,7 +30,12 @@ class DataConfig:
             feed; see ``keras_dl.data.tables.changes``). Defaults to None (the whole table).
         since_timestamp: As ``since_version``, from the latest version committed at or before
             this ISO 8601 time. Defaults to None.
-        label: Label column. Defaults to "label".
+        label: Label column, or several (a list, e.g. ``--set data.label=price,churned``):
+            the model then gets one output head per label, each with its own loss and
+            metrics, and scores one column per head. Defaults to "label".
+        weight_column: A numeric column of per-row sample weights (finite, >= 0), used by
+            training and by the validation and test metrics (weighted), never a model input.
+            Defaults to None (every row weighs 1).
         features: Feature columns; empty means every column but the label and split column.
         split_column: Column that holds "train"/"validation"/"test". Defaults to None (no splits).
         train_split: Value of ``split_column`` for training rows. Defaults to "train".
@@ -68,7 +73,8 @@ class DataConfig:
     timestamp: str | None = None
     since_version: int | None = None
     since_timestamp: str | None = None
-    label: str = "label"
+    label: str | tuple[str, ...] = "label"
+    weight_column: str | None = None
     features: tuple[str, ...] = ()
     split_column: str | None = None
     train_split: str = "train"
@@ -89,6 +95,13 @@ class DataConfig:
     on_bad_image: Literal["fail", "skip"] = "fail"
     trust_petastorm_metadata: bool = False
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The label columns, one per output head: ``label`` as a tuple (empty for none)."""
+        if isinstance(self.label, str):
+            return (self.label,) if self.label else ()
+        return tuple(self.label)
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -107,6 +120,10 @@ class TrainConfig:
         mixed_precision: Use the "mixed_float16" policy. Defaults to False.
         seed: Seed for weights initialisation and dropout. Defaults to 42.
         verbose: Keras ``fit`` verbosity on the chief (0, 1 or 2). Defaults to 2.
+        class_weight: "balanced" (each class weighs n_rows / (n_classes * its rows), from the
+            training split's label counts) or "LABEL:WEIGHT" pairs, e.g. ("0:1", "1:5"); a
+            YAML mapping works too. Unlisted labels weigh 1. Multiplied with
+            ``data.weight_column`` when both are set. Defaults to () (no class weights).
     """
 
     epochs: int | None = 10
@@ -117,6 +134,7 @@ class TrainConfig:
     mixed_precision: bool = False
     seed: int = 42
     verbose: int = 2
+    class_weight: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

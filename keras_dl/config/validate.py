@@ -52,6 +52,8 @@ def validate(exp: Experiment) -> Experiment:
             "or greater than 1, e.g. --set callbacks.divergence_factor=10."
         )
     _check_registry(exp.registry)
+    parse_class_weight(exp.train.class_weight)
+    _check_labels(exp)
     if exp.data.version is not None and exp.data.timestamp:
         raise ConfigError("Set data.version or data.timestamp, not both.")
     if exp.data.since_version is not None and exp.data.since_timestamp:
@@ -75,6 +77,35 @@ def validate(exp: Experiment) -> Experiment:
     )
     runtime = dataclasses.replace(exp.runtime, run_dir=exp.runtime.run_dir or f"runs/{name}")
     return dataclasses.replace(exp, tracking=tracking, runtime=runtime)
+
+
+def _check_labels(exp: Experiment) -> None:
+    """``data.label``: one column or several distinct ones, none of them a feature."""
+    data = exp.data
+    labels = data.labels
+    twice = sorted({c for c in labels if labels.count(c) > 1})
+    if twice:
+        raise ConfigError(
+            f"data.label names {', '.join(map(repr, twice))} more than once "
+            f"({', '.join(labels)}): each label is one output head. List each column once."
+        )
+    both = [c for c in labels if c in data.features]
+    if both:
+        raise ConfigError(
+            f"data.label {', '.join(map(repr, both))} is also in data.features: a model would "
+            "see its own answer. Drop it from data.features, or from data.label."
+        )
+    if data.weight_column is not None and data.weight_column in labels:
+        raise ConfigError(
+            f"data.weight_column={data.weight_column!r} is also in data.label: a weight column "
+            "is never predicted. Name another column."
+        )
+    if len(labels) > 1 and exp.train.class_weight:
+        raise ConfigError(
+            f"train.class_weight weighs the classes of one label, but data.label names "
+            f"{len(labels)} ({', '.join(labels)}). Use data.weight_column to weigh rows of a "
+            "several-label model, or train on one label."
+        )
 
 
 def default_tracking_uri() -> str:
@@ -134,6 +165,31 @@ def _check_finite(exp: Experiment) -> None:
 
 
 METRIC_OPS = (">=", "<=", ">", "<")  # two-character operators first: ">" prefixes ">="
+
+
+def parse_class_weight(entries: tuple[str, ...]) -> str | dict[str, float] | None:
+    """``train.class_weight`` as "balanced", ``{label text: weight}``, or None when unset.
+
+    Raises:
+        ConfigError: For an unknown mode or a pair that is not ``LABEL:WEIGHT`` with a finite
+            weight >= 0, naming it.
+    """
+    if not entries:
+        return None
+    if len(entries) == 1 and entries[0].strip() == "balanced":
+        return "balanced"
+    weights = {}
+    for entry in entries:
+        key, sep, text = entry.rpartition(":")
+        value = _number(text) if sep else None
+        if not sep or not key.strip() or value is None or not 0 <= value < math.inf:
+            raise ConfigError(
+                f"train.class_weight entry {entry!r} is neither 'balanced' nor LABEL:WEIGHT with "
+                "a finite weight >= 0. Use --set train.class_weight=balanced or "
+                "--set train.class_weight=0:1,1:5."
+            )
+        weights[key.strip()] = value
+    return weights
 
 
 def parse_min_metric(text: str) -> tuple[str, str, float]:

@@ -13,14 +13,20 @@ import re
 import numpy as np
 import pyarrow as pa
 
+from keras_dl.data.blocks import WEIGHT
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.rows import load_row_group, one_array, open_file
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 
-def to_arrays(table: pa.Table, plan: ColumnPlan, snapshot: TableSnapshot) -> dict[str, np.ndarray]:
-    """One row group's planned columns as dense numpy arrays of their planned dtypes."""
+def to_arrays(
+    table: pa.Table, plan: ColumnPlan, snapshot: TableSnapshot, where: str = ""
+) -> dict[str, np.ndarray]:
+    """One row group's planned columns as dense numpy arrays of their planned dtypes, and
+    with a weight column or class weights, the rows' sample weights (``blocks.WEIGHT``).
+
+    ``where`` names the file and row group in errors (", file 'x', row group 0")."""
     out = {}
     for spec in plan.specs:
         column = table.column(spec.name)
@@ -37,7 +43,42 @@ def to_arrays(table: pa.Table, plan: ColumnPlan, snapshot: TableSnapshot) -> dic
             out[spec.name] = _dense_lists(column, spec, snapshot)
         else:
             out[spec.name] = column.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
+    if plan.weighs_rows:
+        out[WEIGHT] = row_weights(table, plan, snapshot, out, where)
     return out
+
+
+def row_weights(table: pa.Table, plan: ColumnPlan, snapshot, arrays: dict, where: str = ""):
+    """The rows' sample weights: the weight column (checked: no null, NaN, infinite or
+    negative value) times the class weight of each row's label, as float32."""
+    weights = np.ones(len(table), np.float32)
+    if plan.weight is not None:
+        name = plan.weight.name
+        column = table.column(name)
+        values = column.to_numpy(zero_copy_only=False) if not column.null_count else None
+        bad = None
+        if values is None:
+            bad = f"{column.null_count} null value(s)"
+        else:
+            values = values.astype(np.float64)
+            if not np.isfinite(values).all():
+                bad = f"{int((~np.isfinite(values)).sum())} NaN or infinite value(s)"
+            elif (values < 0).any():
+                bad = f"{int((values < 0).sum())} negative value(s), e.g. {values.min():g}"
+        if bad is not None:
+            raise DataError(
+                f"Column {name!r} (data.weight_column) of table {snapshot.uri!r}{where} has "
+                f"{bad}. Sample weights must be finite numbers >= 0: fix those rows when "
+                "writing the table, or filter them out with data.filters."
+            )
+        weights = values.astype(np.float32)
+    if plan.class_weights:
+        labels = arrays[plan.label.name]
+        factor = np.ones(len(labels), np.float32)
+        for label, weight in plan.class_weights:
+            factor[labels == label] = weight
+        weights = weights * factor
+    return weights
 
 
 def read_error(snapshot: TableSnapshot, exc: Exception) -> DataError:

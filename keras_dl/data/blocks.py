@@ -27,14 +27,18 @@ def trim(chunks: Iterable[dict], skip: int) -> Iterator[dict]:
 
 
 def weigh_and_pad(chunks: Iterable[dict], rows: int, total: int) -> Iterator[dict]:
-    """Add a sample-weight column (1 for the epoch's ``rows`` rows), then ``total - rows``
-    padding rows of weight 0: copies of the epoch's first rows, so every rank runs the same
-    steps and the padding moves no gradient and no weighted metric."""
+    """Add a sample-weight column (1 for the epoch's ``rows`` rows, unless the chunks carry
+    their own weights), then ``total - rows`` padding rows of weight 0: copies of the epoch's
+    first rows, so every rank runs the same steps and the padding moves no gradient and no
+    weighted metric."""
     source = None
     for arrays in chunks:
         if source is None:
             source = arrays
-        yield {**arrays, WEIGHT: np.ones(num_rows(arrays), np.float32)}
+        if WEIGHT in arrays:
+            yield arrays
+        else:
+            yield {**arrays, WEIGHT: np.ones(num_rows(arrays), np.float32)}
     missing = total - rows
     if missing <= 0 or source is None:
         return

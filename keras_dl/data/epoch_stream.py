@@ -124,15 +124,19 @@ class EpochStream:
         self.stats = count_rows(snapshot, plan.columns)
         self.steps = steps_per_epoch(snapshot, self.stats, options)
         self.shuffle = options.training and options.shuffle
-        self.weighted = (
-            options.training and plan.label is not None and (options.num_shards > 1 or options.pad)
-        )
+        padded = options.training and (options.num_shards > 1 or options.pad)
+        self.weighted = plan.label is not None and (padded or plan.weighs_rows)
         self.rows = self.stats.shard_rows(options.shard, options.num_shards)
-        self.total = self.steps * options.batch_size if self.weighted else self.rows
+        self.total = self.steps * options.batch_size if padded and self.weighted else self.rows
         self.groups = RowGroupCounts(snapshot, self.stats, plan.columns)
         self.position = DataPosition()
         self.errors: deque = deque(maxlen=ERRORS_KEPT)
         table = snapshot.format != "petastorm"  # a Unischema dataset is read row by row
+        if not table and plan.weighs_rows:
+            raise DataError(
+                f"Petastorm dataset {snapshot.uri!r}: data.weight_column and train.class_weight "
+                "are read from Delta and Parquet tables only. Unset them for this dataset."
+            )
         self.cache = EpochCache(options.cache_max_bytes if table else 0)
         # Rows per call of the preprocess hook: whole batches, at least PREPROCESS_ROWS.
         batch = options.batch_size
@@ -180,7 +184,10 @@ class EpochStream:
         return shuffle_rows(chunks, buffer, mix_seed) if buffer > 0 else chunks
 
     def epoch(self, epoch: int, skip: int = 0):
-        """An epoch's chunks with sample weights and padding (when weighted), after ``skip``."""
+        """An epoch's chunks with sample weights and padding (when weighted), after ``skip``.
+
+        Rows keep the weights read with them (``data.weight_column``, class weights); the
+        padding rows weigh 0."""
         chunks = self.chunks(epoch)
         if self.weighted:
             chunks = weigh_and_pad(chunks, self.rows, self.total)
@@ -228,7 +235,8 @@ class EpochStream:
 
     def _arrays(self, pieces):
         read = read_pieces(self.snapshot, self.plan.columns, pieces, self.options.workers)
-        chunks = ((p, to_arrays(t, self.plan, self.snapshot)) for p, t in read)
+        files = self.snapshot.files
+        chunks = ((p, to_arrays(t, self.plan, self.snapshot, _where(files, p))) for p, t in read)
         return self.hook.apply(chunks, self.plan, self.hook_rows) if self.hook else chunks
 
     def _fill_from_whole_split(self) -> bool:
@@ -240,6 +248,10 @@ class EpochStream:
         for _ in self.cache.fill(self._arrays(pieces), emit=False):
             pass
         return self.cache.ready
+
+
+def _where(files, piece) -> str:
+    return f", file {files[piece.file]!r}, row group {piece.row_group}"
 
 
 __all__ = ["DataPosition", "EpochStream", "ReadOptions", "steps_per_epoch"]

@@ -33,27 +33,52 @@ class FeatureSpec:
 
 @dataclass(frozen=True)
 class ColumnPlan:
-    """The feature and label columns of a dataset, in model-input order."""
+    """The feature and label columns of a dataset, in model-input order, and how rows weigh.
+
+    ``labels`` holds one spec per output head (``data.label`` may name several columns);
+    ``label`` is the first, or None for unlabeled data. ``weight`` is the sample-weight column (``data.weight_column``): read with the features,
+    never a model input. ``class_weights`` are ``(label, weight)`` pairs
+    (``train.class_weight``), multiplied with the weight column when both are set.
+    """
 
     features: tuple[FeatureSpec, ...]
-    label: FeatureSpec | None
+    labels: tuple[FeatureSpec, ...] = ()
+    weight: FeatureSpec | None = None
+    class_weights: tuple[tuple, ...] = ()
+
+    @property
+    def label(self) -> FeatureSpec | None:
+        """The (first) label's spec, or None for unlabeled data."""
+        return self.labels[0] if self.labels else None
+
+    @property
+    def heads(self) -> bool:
+        """Several labels: the model has one named output per label."""
+        return len(self.labels) > 1
 
     @property
     def columns(self) -> list[str]:
-        return [s.name for s in self.specs]
+        """The columns read: the features, the label and the weight column."""
+        return [s.name for s in self.specs] + ([self.weight.name] if self.weight else [])
+
+    @property
+    def weighs_rows(self) -> bool:
+        """Rows carry their own sample weights (a weight column or class weights)."""
+        return self.label is not None and (self.weight is not None or bool(self.class_weights))
 
     @property
     def specs(self) -> list[FeatureSpec]:
-        """The features' specs, then the label's."""
-        return list(self.features) + ([self.label] if self.label else [])
+        """The features' specs, then the labels'."""
+        return list(self.features) + list(self.labels)
 
 
 def plan_columns(
     snapshot: TableSnapshot,
     features: Sequence[str] = (),
-    label: str | None = "label",
+    label: str | Sequence[str] | None = "label",
     exclude: Sequence[str] = (),
     accept: Sequence[str] = (NUMERIC,),
+    weight: str | None = None,
 ) -> ColumnPlan:
     """Choose and type-check the feature and label columns of ``snapshot``.
 
@@ -61,10 +86,12 @@ def plan_columns(
         snapshot: The table to read.
         features: Feature columns; empty means all columns except the label, the partition
             columns and ``exclude``. Defaults to ().
-        label: Label column, or None for unlabeled data. Defaults to "label".
+        label: Label column, several (one output head each), or None for unlabeled data.
+            Defaults to "label".
         exclude: Columns never used as features (for example the split column). Defaults to ().
         accept: Feature kinds the recipe can consume: "numeric", "string", "binary".
             Defaults to numeric only.
+        weight: The sample-weight column (never a feature), or None. Defaults to None.
 
     Raises:
         DataError: For a missing column, a column of a kind the recipe does not accept, or a
@@ -72,18 +99,35 @@ def plan_columns(
     """
     schema = snapshot.schema
     names = list(schema.names)
-    if label is not None and label not in names:
-        raise DataError(_missing(snapshot, [label], "data.label"))
+    labels = [label] if isinstance(label, str) else list(label or ())
+    absent = [c for c in labels if c not in names]
+    if absent:
+        raise DataError(_missing(snapshot, absent, "data.label"))
+    if len(set(labels)) < len(labels) or set(labels) & set(features):
+        raise DataError(
+            f"data.label={labels} names a column twice or a column of data.features in table "
+            f"{snapshot.uri!r}: each label is one output head, never a model input. List "
+            "each label once, and not among the features."
+        )
+    if weight is not None and weight not in names:
+        raise DataError(_missing(snapshot, [weight], "data.weight_column"))
+    if weight is not None and (weight in labels or weight in features):
+        raise DataError(
+            f"data.weight_column={weight!r} is also the label or a feature of table "
+            f"{snapshot.uri!r}. A weight column is never a model input: name another column."
+        )
     if features:
         missing = [f for f in features if f not in names]
         if missing:
             raise DataError(_missing(snapshot, missing, "data.features"))
         chosen = list(features)
     else:
-        skip = {label, *snapshot.partition_columns, *exclude}
+        skip = {*labels, weight, *snapshot.partition_columns, *exclude}
         chosen = [n for n in names if n not in skip]
         if not chosen:
-            raise DataError(f"Table {snapshot.uri!r} has no feature column besides {label!r}.")
+            raise DataError(
+                f"Table {snapshot.uri!r} has no feature column besides {', '.join(labels)}."
+            )
     if snapshot.unischema is not None:  # a Petastorm dataset: its Unischema knows the shapes
 
         def spec_of(name, kinds, role):
@@ -94,10 +138,16 @@ def plan_columns(
             return _spec(snapshot, schema.field(name), kinds, role)
 
     specs = tuple(spec_of(n, accept, "feature") for n in chosen)
-    label_spec = None
-    if label is not None:
-        label_spec = spec_of(label, (NUMERIC, STRING), "label")
-    return ColumnPlan(specs, label_spec)
+    label_specs = tuple(spec_of(c, (NUMERIC, STRING), "label") for c in labels)
+    weight_spec = None
+    if weight is not None:
+        weight_spec = spec_of(weight, (NUMERIC,), "sample weight (data.weight_column)")
+        if weight_spec.shape:
+            raise DataError(
+                f"data.weight_column={weight!r} of table {snapshot.uri!r} is a list column "
+                f"(shape {weight_spec.shape}): a sample weight is one number per row."
+            )
+    return ColumnPlan(specs, label_specs, weight_spec)
 
 
 def _spec(
@@ -122,8 +172,12 @@ def _spec(
     if kind not in accept:
         raise DataError(
             f"Column {field.name!r} of table {snapshot.uri!r} has type {field.type}, which this "
-            f"recipe cannot use as a {role} (it accepts {', '.join(accept)} columns). Drop it "
-            f"from data.features, or convert it to a number when writing the table."
+            f"recipe cannot use as a {role} (it accepts {', '.join(accept)} columns). "
+            + (
+                "Point data.weight_column at a numeric column, or cast it when writing the table."
+                if role.startswith("sample weight")
+                else "Drop it from data.features, or convert it to a number when writing the table."
+            )
         )
     if len(shape) > 1:
         raise DataError(

@@ -41,17 +41,18 @@ class CachedHook:
             n = num_rows(arrays)
             parts = []
             for lo in range(0, n, rows):
-                args = to_structure(slice_rows(arrays, lo, min(lo + rows, n), n), plan)
+                rows_in = {k: v for k, v in arrays.items() if k != WEIGHT}
+                args = to_structure(slice_rows(rows_in, lo, min(lo + rows, n), n), plan)
                 out = self.concrete(*args) if isinstance(args, tuple) else self.concrete(args)
                 parts.append([t.numpy() for t in tf.nest.flatten(out)])
             if parts:
-                yield (
-                    piece,
-                    {
-                        k: parts[0][i] if len(parts) == 1 else np.concatenate([p[i] for p in parts])
-                        for i, k in enumerate(self.keys)
-                    },
-                )
+                out = {
+                    k: parts[0][i] if len(parts) == 1 else np.concatenate([p[i] for p in parts])
+                    for i, k in enumerate(self.keys)
+                }
+                if WEIGHT in arrays:  # the rows' own sample weights ride past the hook
+                    out[WEIGHT] = arrays[WEIGHT]
+                yield piece, out
 
     def pack(self, values: dict):
         import tensorflow as tf

@@ -1,5 +1,6 @@
 """What a table's label column holds, read before training: for checks such as a classifier's
-``model.num_classes`` against the labels, made before any run starts.
+``model.num_classes`` against the labels, made before any run starts, and the class weights
+(``train.class_weight``) counted on the training split.
 
 Only the label column is read (column projection), from the same snapshot and with the same
 ``data.filters`` as training.
@@ -13,8 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keras_dl.config import DataConfig
+from keras_dl.config.validate import parse_class_weight
 from keras_dl.data.read import read_table
 from keras_dl.data.tables import open_table
+from keras_dl.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ def integer_label_range(
         values: training reports a missing or unusable label itself.
     """
     snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
-    label = data.label
+    label = data.labels[0]
     if (
         snapshot.format == "petastorm"
         or label not in snapshot.schema.names
@@ -59,3 +62,42 @@ def integer_label_range(
         high=extremes["max"].as_py(),
         distinct=pc.count_distinct(values).as_py(),
     )
+
+
+def class_weights(data: DataConfig, entries: tuple[str, ...]) -> tuple[tuple, ...]:
+    """``train.class_weight`` as ``(label, weight)`` pairs for the training split.
+
+    "balanced" weighs each class ``n_rows / (n_classes * rows of the class)``, counted on the
+    training split (``data.filters`` applied); a mapping's keys must be labels of that split.
+
+    Raises:
+        ConfigError: For a key that is not a label of the training split, naming it.
+    """
+    mode = parse_class_weight(entries)
+    if mode is None:
+        return ()
+    counts = label_counts(data)
+    if mode == "balanced":
+        n = sum(counts.values())
+        return tuple((label, n / (len(counts) * c)) for label, c in sorted(counts.items()))
+    by_text = {str(label): label for label in counts}
+    unknown = [key for key in mode if key not in by_text]
+    if unknown:
+        raise ConfigError(
+            f"train.class_weight names {', '.join(map(repr, unknown))}, which is not a label of "
+            f"column {data.labels[0]!r} in the training rows of table {data.table!r} (its labels: "
+            f"{', '.join(sorted(by_text))}). Fix the key(s) in train.class_weight."
+        )
+    return tuple((by_text[key], weight) for key, weight in mode.items())
+
+
+def label_counts(data: DataConfig) -> dict:
+    """Rows per label in the training split of ``data.table`` (``data.filters`` applied)."""
+    filters: list = list(data.filters)
+    if data.split_column:
+        filters.append((data.split_column, "=", data.train_split))
+    values = read_table(
+        data.table, data.version, data.timestamp, columns=[data.labels[0]], filters=filters or None
+    ).column(data.labels[0])
+    counts = pc.value_counts(pc.drop_null(values))
+    return {c["values"]: c["counts"] for c in counts.to_pylist()}

@@ -1,5 +1,8 @@
 """What ``model.fit`` receives from a split: ``features``, ``(features, label)`` or
-``(features, label, sample_weight)``, built from ``{column: array}`` dicts, and its TensorSpecs."""
+``(features, label, sample_weight)``, built from ``{column: array}`` dicts, and its TensorSpecs.
+
+Several labels (one output head each) are a dict keyed by label column, the model's output
+names; the one sample weight applies to every head."""
 
 from __future__ import annotations
 
@@ -8,16 +11,21 @@ from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 
 
 def to_structure(values: dict, plan: ColumnPlan):
-    """(features, label[, weight]): one feature is a bare tensor, several a dict by column."""
+    """(features, label[, weight]): one feature (or label) is a bare tensor, several a dict by
+    column."""
     if len(plan.features) == 1:
         features = values[plan.features[0].name]
     else:
         features = {f.name: values[f.name] for f in plan.features}
     if plan.label is None:
         return features
+    if plan.heads:
+        label = {s.name: values[s.name] for s in plan.labels}
+    else:
+        label = values[plan.label.name]
     if WEIGHT in values:
-        return features, values[plan.label.name], values[WEIGHT]
-    return features, values[plan.label.name]
+        return features, label, values[WEIGHT]
+    return features, label
 
 
 def input_signature(plan: ColumnPlan, blocked: bool = False, weighted: bool = False):

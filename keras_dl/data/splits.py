@@ -7,6 +7,7 @@ process's rank.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from keras_dl.data.cache import cache_files
 from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
 from keras_dl.data.filters import parse_filters, select
 from keras_dl.data.images import configure
+from keras_dl.data.labels import class_weights
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
 from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset, original_errors
@@ -53,6 +55,7 @@ def make_splits(
     accept: Sequence[str] = (NUMERIC,),
     preprocess: Callable | None = None,
     preprocess_train: Callable | None = None,
+    class_weight: tuple[str, ...] = (),
 ) -> DataSplits:
     """Open ``data.table`` and build the train/validation/test pipelines for this rank.
 
@@ -65,6 +68,8 @@ def make_splits(
         preprocess: Vectorized ``fn(features, label)`` for every split. Defaults to None.
         preprocess_train: Replaces ``preprocess`` on the training split (augmentation).
             Defaults to None.
+        class_weight: ``train.class_weight`` ("balanced" or "LABEL:WEIGHT" pairs), applied
+            with ``data.weight_column`` to every split's rows. Defaults to ().
     """
     # data.image_size / data.on_bad_image reach the recipe's image hooks here.
     preprocess, preprocess_train = configure(preprocess, data), configure(preprocess_train, data)
@@ -82,7 +87,11 @@ def make_splits(
             "data.train_split or data.split_column."
         )
     exclude = [data.split_column] if data.split_column else []
-    plan = plan_columns(train_snap, data.features, data.label, exclude=exclude, accept=accept)
+    plan = plan_columns(
+        train_snap, data.features, data.label, exclude, accept, weight=data.weight_column
+    )
+    if class_weight and plan.label is not None:
+        plan = dataclasses.replace(plan, class_weights=class_weights(data, class_weight))
     common = dict(
         shuffle=data.shuffle,
         shuffle_buffer=data.shuffle_buffer,
@@ -107,7 +116,10 @@ def make_splits(
             evals[name] = None
             continue
         try:
-            evals[name] = make_dataset(snap, plan, ReadOptions(batch_size, **common), preprocess)
+            # Class weights train only (as Keras' class_weight); the weight column weighs all.
+            plan_eval = dataclasses.replace(plan, class_weights=())
+            options = ReadOptions(batch_size, **common)
+            evals[name] = make_dataset(snap, plan_eval, options, preprocess)
         except DataError as exc:
             if table or "has no rows" not in str(exc):
                 raise

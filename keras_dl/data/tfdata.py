@@ -183,7 +183,7 @@ def _with_weights(preprocess: Callable | None):
         with tf.control_dependencies(
             [
                 tf.debugging.assert_equal(
-                    tf.shape(label)[0],
+                    tf.shape(tf.nest.flatten(label)[0])[0],  # several labels: a dict
                     tf.shape(weight)[0],
                     message="The recipe's preprocess hook dropped or added rows; with several "
                     "ranks a hook must keep every row (or take and return sample weights: "

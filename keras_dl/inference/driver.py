@@ -73,19 +73,25 @@ def predict(
         )
     run = mlflow.MlflowClient().get_run(lineage.run_id) if lineage.run_id else None
     trained_on = (run.data.params.get("data.features", "") if run else "").split(",")
-    classes = tuple(json.loads(run.data.tags.get("keras_dl.classes", "[]"))) if run else ()
+    classes = json.loads(run.data.tags.get("keras_dl.classes", "[]")) if run else []
+    heads = ()
+    if isinstance(classes, dict):  # several labels: the classes of each head, by label
+        outputs = [c.name for c in signature.outputs.inputs] if signature.outputs else []
+        heads = tuple((h, tuple(classes.get(h, ()))) for h in outputs)
+        classes = []
     plan = make_plan(df, signature, pinned, features or [f for f in trained_on if f], keys)
     spark = df.sparkSession
     # The model folder travels to every executor once; each worker loads it once.
     plan = dataclasses.replace(
         plan,
-        classes=classes,
+        classes=tuple(classes),
+        heads=heads,
         model_file=ship_folder(spark, local),
         keras_flavor="keras" in logged.flavors,
     )
     # Read when the returned DataFrame is computed: it bounds the rows of each pandas batch.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
-    width = output_width(signature)
+    width = 1 if heads else output_width(signature)  # several heads: one column spec each
     columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
     # Positional aliases: PySpark's mapInPandas looks its input columns up by name, unquoted,
     # so a column named "a.b" would not resolve. The UDF gives the names back.

@@ -12,7 +12,7 @@ from typing import Any
 
 from keras_dl.distribute.gpus import use_task_gpus
 from keras_dl.errors import DataError
-from keras_dl.inference.plan import ScoringPlan, probability_columns
+from keras_dl.inference.plan import ScoringPlan, head_columns, probability_columns
 from keras_dl.keras_dl_pyfunc import LOADER, KerasDLModel
 
 _MODELS: dict[str, Any] = {}  # per Python worker process: model path -> loaded pyfunc model
@@ -29,6 +29,9 @@ def score_batches(plan: ScoringPlan, columns: list[str], batches):
         out = pdf[list(plan.keys)].reset_index(drop=True)
         if len(pdf) == 0:
             continue
+        if plan.heads:
+            yield _by_head(out, score(_model_input(pdf, plan)), plan)
+            continue
         scores = np.asarray(score(_model_input(pdf, plan)), dtype=np.float32)
         if scores.ndim == 2 and scores.shape[1] > 1:
             index = scores.argmax(1)
@@ -38,6 +41,26 @@ def score_batches(plan: ScoringPlan, columns: list[str], batches):
         else:
             out["prediction"] = scores.reshape(len(pdf)).astype(np.float64)
         yield out
+
+
+def _by_head(out, scores, plan: ScoringPlan):
+    """``prediction_<head>`` per head (the class, or the value), and a classifier head's
+    probabilities. ``scores``: a dict of arrays (direct call) or the pyfunc's DataFrame."""
+    import numpy as np
+    import pandas as pd
+
+    for head, classes in plan.heads:
+        values = scores[head]
+        if isinstance(values, pd.Series):  # the pyfunc's DataFrame: lists per row
+            values = np.stack(values.to_numpy()) if values.dtype == object else values.to_numpy()
+        values = np.asarray(values, dtype=np.float32).reshape(len(out), -1)
+        if classes:
+            out[f"prediction_{head}"] = np.asarray(classes)[values.argmax(1)]
+            probs = pd.DataFrame(values, columns=head_columns(head, classes))
+            out = pd.concat([out, probs], axis=1)
+        else:
+            out[f"prediction_{head}"] = values[:, 0].astype(np.float64)
+    return out
 
 
 def _model_input(pdf, plan: ScoringPlan):
@@ -115,7 +138,10 @@ def _direct(call, prepare, inputs):
             inputs = prepare(inputs)
         except MlflowException as exc:  # a null or NaN feature: the loader's message names it
             raise DataError(exc.message) from None
-    return call(inputs).numpy()
+    out = call(inputs)
+    if isinstance(out, dict):  # one output head per label
+        return {k: v.numpy() for k, v in out.items()}
+    return out.numpy()
 
 
 def _pyfunc_conf(path: str) -> dict:

@@ -26,6 +26,8 @@ class ScoringPlan:
         keys: Columns copied through to the output.
         classes: Class labels, when the model classifies and the run recorded them.
         keras_flavor: Whether the model has MLflow's Keras flavor (scored by a direct call).
+        heads: ``(output, classes)`` per output head of a several-label model, in signature
+            order (classes empty for a regression head); empty for one output.
     """
 
     model_file: str
@@ -35,6 +37,7 @@ class ScoringPlan:
     keys: tuple[str, ...]
     classes: tuple = ()
     keras_flavor: bool = False
+    heads: tuple[tuple[str, tuple], ...] = ()
 
 
 def make_plan(df, signature, model_uri: str, features: list[str], keys) -> ScoringPlan:
@@ -95,9 +98,16 @@ def output_width(signature) -> int:
 
 
 def output_schema(df, plan: ScoringPlan, width: int):
+    """The key columns, then ``prediction`` (and ``probability_<class>`` for a classifier);
+    for several heads, ``prediction_<head>`` (and ``probability_<head>_<class>``) per head."""
     from pyspark.sql import types as T
 
     fields = [df.schema[k] for k in plan.keys]
+    for head, classes in plan.heads:
+        fields.append(T.StructField(f"prediction_{head}", _class_type(classes)))
+        fields += [T.StructField(c, T.FloatType()) for c in head_columns(head, classes)]
+    if plan.heads:
+        return T.StructType(fields)
     if width > 1:
         first = plan.classes[0] if plan.classes else 0
         kind = (
@@ -112,6 +122,22 @@ def output_schema(df, plan: ScoringPlan, width: int):
     else:
         fields.append(T.StructField("prediction", T.DoubleType()))
     return T.StructType(fields)
+
+
+def head_columns(head: str, classes: tuple) -> list[str]:
+    """A classifier head's probability columns (none for a regression head)."""
+    return [f"probability_{head}_{re.sub(r'[^0-9A-Za-z_]', '_', str(n))}" for n in classes]
+
+
+def _class_type(classes: tuple):
+    from pyspark.sql import types as T
+
+    if not classes:
+        return T.DoubleType()
+    first = classes[0]
+    if isinstance(first, str):
+        return T.StringType()
+    return T.BooleanType() if isinstance(first, bool) else T.LongType()
 
 
 def probability_columns(plan: ScoringPlan, width: int) -> list[str]:

@@ -17,6 +17,7 @@ from keras_dl.errors import DataError
 FEATURES = "features"  # the columns of the materialized table
 LABEL = "label"
 SPLIT = "split"
+WEIGHT = "sample_weight"
 
 MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
 
@@ -145,6 +146,21 @@ def check_label_type(df, label: str) -> None:
         raise DataError(
             f"Label column {label!r} is {t.simpleString()}, not a number. Index string labels "
             "with StringIndexer (its output is the class index Spark ML's evaluators expect)."
+        )
+
+
+def check_weight_type(df, column: str) -> None:
+    """A sample-weight column must be a number (``sample_weight_col``).
+
+    Raises:
+        DataError: For a missing or non-numeric weight column.
+    """
+    check_present(df, [column], "sample_weight_col")
+    t = df.schema[column].dataType
+    if not _numeric(t):
+        raise DataError(
+            f"Sample-weight column {column!r} (sample_weight_col) is {t.simpleString()}, not a "
+            "number. Cast it to double, or drop sample_weight_col."
         )
 
 

@@ -59,6 +59,9 @@ class KerasEstimator(Estimator, EstimatorParams):
         feature_cols: Feature columns (vectors, numeric arrays, numbers), concatenated in
             this order into the model's one input.
         label_cols: The label column, as a one-item list (or a string).
+        sample_weight_col: A numeric column of per-row sample weights (finite, >= 0), as
+            Horovod's ``sample_weight_col``: it weighs the loss and the validation metrics and
+            is never a model input (``data.weight_column``). Defaults to None (weight 1).
         validation: A fraction of rows (chosen by a hash of each row and ``random_seed``) or a
             column whose true/1 rows validate. Defaults to None (no validation).
         batch_size: Global training batch. Defaults to 32.
@@ -129,6 +132,8 @@ class KerasEstimator(Estimator, EstimatorParams):
                 f"has {outputs}. Use 'sparse_categorical_crossentropy' to classify."
             )
         columns.check_label_type(df, label)
+        if self.getSampleWeightCol():
+            columns.check_weight_type(df, self.getSampleWeightCol())
         if isinstance(self.getValidation(), str):
             columns.check_present(df, [self.getValidation()], "validation")
         feature_array = columns.features_column(df, features)
@@ -181,6 +186,10 @@ class KerasEstimator(Estimator, EstimatorParams):
             feature_array.alias(columns.FEATURES),
             columns._col(label).cast(label_type).alias(columns.LABEL),
         ]
+        if self.getSampleWeightCol():
+            cols.append(
+                columns._col(self.getSampleWeightCol()).cast("double").alias(columns.WEIGHT)
+            )
         validation = self.getValidation()
         if isinstance(validation, str):
             is_val = F.coalesce(columns._col(validation).cast("boolean"), F.lit(False))
@@ -218,6 +227,7 @@ class KerasEstimator(Estimator, EstimatorParams):
             base.data,
             table=table,
             label=columns.LABEL,
+            weight_column=columns.WEIGHT if self.getSampleWeightCol() else None,
             features=(columns.FEATURES,),
             split_column=columns.SPLIT if self.getValidation() else None,
             test_split="",

@@ -32,6 +32,10 @@ def _to_cols(value):
     return TypeConverters.toListString(value)
 
 
+def _to_weight_col(value):
+    return None if value is None else TypeConverters.toString(value)
+
+
 def _identity(value):
     return value
 
@@ -44,6 +48,12 @@ SPECS = (
     ("metrics", "Keras metrics (names or instances)", _identity, None),
     ("feature_cols", "feature columns: vectors, numeric arrays or numbers", _to_cols, None),
     ("label_cols", "the label column (one)", _to_cols, None),
+    (
+        "sample_weight_col",
+        "a numeric column of per-row sample weights (data.weight_column)",
+        _to_weight_col,
+        None,
+    ),
     ("validation", "validation fraction in [0, 1) or a true/1 column", _to_validation, None),
     ("batch_size", "global training batch size", TypeConverters.toInt, 32),
     ("val_batch_size", "batch size for validation and scoring", TypeConverters.toInt, None),
