@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 
 from keras_dl.config import DataConfig
 from keras_dl.config.validate import parse_class_weight
-from keras_dl.data.read import read_table
+from keras_dl.data.read import read_snapshot, read_table
+from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
 from keras_dl.errors import ConfigError
 
@@ -64,11 +65,15 @@ def integer_label_range(
     )
 
 
-def class_weights(data: DataConfig, entries: tuple[str, ...]) -> tuple[tuple, ...]:
+def class_weights(
+    data: DataConfig, entries: tuple[str, ...], train: TableSnapshot
+) -> tuple[tuple, ...]:
     """``train.class_weight`` as ``(label, weight)`` pairs for the training split.
 
     "balanced" weighs each class ``n_rows / (n_classes * rows of the class)``, counted on the
-    training split (``data.filters`` applied); a mapping's keys must be labels of that split.
+    rows training reads: ``train``, the training split's snapshot (``data.filters`` applied,
+    and with ``data.since_version`` only the changed rows); a mapping's keys must be labels of
+    those rows.
 
     Raises:
         ConfigError: For a key that is not a label of the training split, naming it.
@@ -76,7 +81,7 @@ def class_weights(data: DataConfig, entries: tuple[str, ...]) -> tuple[tuple, ..
     mode = parse_class_weight(entries)
     if mode is None:
         return ()
-    counts = label_counts(data)
+    counts = label_counts(train, data.labels[0])
     if mode == "balanced":
         n = sum(counts.values())
         return tuple((label, n / (len(counts) * c)) for label, c in sorted(counts.items()))
@@ -85,19 +90,14 @@ def class_weights(data: DataConfig, entries: tuple[str, ...]) -> tuple[tuple, ..
     if unknown:
         raise ConfigError(
             f"train.class_weight names {', '.join(map(repr, unknown))}, which is not a label of "
-            f"column {data.labels[0]!r} in the training rows of table {data.table!r} (its labels: "
+            f"column {data.labels[0]!r} in the training rows of table {train.uri!r} (its labels: "
             f"{', '.join(sorted(by_text))}). Fix the key(s) in train.class_weight."
         )
     return tuple((by_text[key], weight) for key, weight in mode.items())
 
 
-def label_counts(data: DataConfig) -> dict:
-    """Rows per label in the training split of ``data.table`` (``data.filters`` applied)."""
-    filters: list = list(data.filters)
-    if data.split_column:
-        filters.append((data.split_column, "=", data.train_split))
-    values = read_table(
-        data.table, data.version, data.timestamp, columns=[data.labels[0]], filters=filters or None
-    ).column(data.labels[0])
+def label_counts(snapshot: TableSnapshot, label: str) -> dict:
+    """Rows per value of ``label`` among the live rows of ``snapshot`` (nulls left out)."""
+    values = read_snapshot(snapshot, columns=[label]).column(label)
     counts = pc.value_counts(pc.drop_null(values))
     return {c["values"]: c["counts"] for c in counts.to_pylist()}

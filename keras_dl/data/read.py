@@ -15,7 +15,7 @@ import pyarrow as pa
 from keras_dl.data.filters import parse_filters, select
 from keras_dl.data.reader import iter_epoch
 from keras_dl.data.rows import scan_table
-from keras_dl.data.snapshot import Filter
+from keras_dl.data.snapshot import Filter, TableSnapshot
 from keras_dl.data.tables import open_table
 from keras_dl.errors import DataError
 
@@ -67,6 +67,17 @@ def read_table(
             parse_filters([f], snapshot.schema)[0] if isinstance(f, str) else f for f in filters
         ]
         snapshot = select(snapshot, parsed)
+    return read_snapshot(snapshot, columns, workers, limit)
+
+
+def read_snapshot(
+    snapshot: TableSnapshot,
+    columns: Sequence[str] | None = None,
+    workers: int = 2,
+    limit: int | None = None,
+) -> pa.Table:
+    """The live rows of an opened snapshot (filters, splits and change ranges as it holds them),
+    in file order; see :func:`read_table` for the arguments."""
     names = list(columns) if columns is not None else list(snapshot.schema.names)
     missing = [c for c in names if c not in snapshot.schema.names]
     if missing:

@@ -91,7 +91,9 @@ def make_splits(
         train_snap, data.features, data.label, exclude, accept, weight=data.weight_column
     )
     if class_weight and plan.label is not None:
-        plan = dataclasses.replace(plan, class_weights=class_weights(data, class_weight))
+        plan = dataclasses.replace(
+            plan, class_weights=class_weights(data, class_weight, train_snap)
+        )
     common = dict(
         shuffle=data.shuffle,
         shuffle_buffer=data.shuffle_buffer,

@@ -211,3 +211,17 @@ def test_weights_ride_past_a_preprocess_hook_run_in_tf_data_or_cached(tmp_path, 
         for features, _, weights in split.dataset:
             got.update(zip((features.numpy() / 2).astype(int).tolist(), weights.numpy().tolist()))
         assert got == {i: weight_of(np.array([i]))[0] for i in live}
+
+
+def test_balanced_class_weights_of_a_run_on_what_changed_count_only_the_changed_rows(tmp_path):
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "grows")
+    write_deltalake(path, pa.table({"id": list(range(8)), "label": [0] * 6 + [1] * 2}))
+    write_deltalake(path, pa.table({"id": [8, 9, 10], "label": [1, 1, 2]}), mode="append")
+    data = DataConfig(table=path, label="label", features=("id",), since_version=0)
+    splits = make_splits(data, 2, class_weight=("balanced",))
+    # Version 1's rows only: two of label 1, one of label 2 (label 0 is not in the range).
+    assert dict(splits.plan.class_weights) == pytest.approx({1: 3 / (2 * 2), 2: 3 / (2 * 1)})
+    with pytest.raises(ConfigError, match=r"'0'.*not a label.*its labels: 1, 2"):
+        make_splits(data, 2, class_weight=("0:2",))
