@@ -175,6 +175,38 @@ def test_predict_command_writes_one_column_per_head(trained, tables):
 
 
 @pytest.mark.slow
+def test_must_beat_compares_every_head_with_the_champion_s_same_head(trained, tables, tmp_path):
+    delta, _ = tables
+    _, uri, _ = trained
+    client = mlflow.MlflowClient(uri)
+    client.set_registered_model_alias("tabular", "champion", "1")
+    exp, recipe = _exp(
+        delta,
+        tmp_path,
+        "data.label=tier,price",
+        "data.weight_column=w",
+        "train.epochs=15",
+        f"tracking.uri={uri}",
+        "registry.must_beat=champion",
+    )
+    try:
+        result = fit(exp, recipe)
+    finally:
+        client.delete_registered_model_alias("tabular", "champion")
+    run = mlflow.MlflowClient(uri).get_run(result.run_id)
+    lines = run.data.tags["keras_dl.gate"].split("; ")
+    against = [line for line in lines if "tabular@champion (version 1)" in line]
+    # One comparison per head, each on that head's own main metric.
+    assert len(against) == 2, lines
+    assert any(line.startswith("val_tier_accuracy=") for line in against), against
+    assert any(line.startswith("val_price_") for line in against), against
+    won = all(" beats tabular@champion" in line for line in against)
+    assert (result.registered_version is not None) == won, (result.registered_version, against)
+    if not won:
+        assert "does not beat tabular@champion" in run.data.tags["keras_dl.not_registered"]
+
+
+@pytest.mark.slow
 def test_one_head_below_its_baseline_keeps_the_model_unregistered(tables, tmp_path):
     delta, _ = tables
     exp, recipe = _exp(delta, tmp_path, "data.label=tier,flip", "train.epochs=10")
