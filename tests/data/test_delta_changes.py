@@ -7,7 +7,6 @@ with the rows deltalake's own ``load_cdf`` gives (fixtures/delta/make_cdf_expect
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,16 +20,6 @@ from tests.data.test_delta_fixtures import as_json
 FIXTURES = Path(__file__).parent / "fixtures" / "delta"
 EXPECTED = json.loads((FIXTURES / "cdf_expected.json").read_text())
 CASES = [pytest.param(e, id=f"{e['table']}({e['since']},{e['version']}]") for e in EXPECTED]
-
-
-@pytest.fixture
-def copy(tmp_path):
-    def make(name: str) -> str:
-        target = tmp_path / name
-        shutil.copytree(FIXTURES / name, target)
-        return str(target)
-
-    return make
 
 
 @pytest.mark.parametrize("case", CASES)

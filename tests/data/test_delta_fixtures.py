@@ -4,7 +4,6 @@ read exactly: every table and version, through read_table and through the traini
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -19,18 +18,6 @@ from keras_dl.errors import DataError
 FIXTURES = Path(__file__).parent / "fixtures" / "delta"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 CASES = [pytest.param(e, id=f"{e['table']}@v{e['version']}") for e in EXPECTED]
-
-
-@pytest.fixture
-def copy(tmp_path):
-    """Copy a fixture table to a temporary folder (tests never write into the fixtures)."""
-
-    def make(name: str) -> str:
-        target = tmp_path / name
-        shutil.copytree(FIXTURES / name, target)
-        return str(target)
-
-    return make
 
 
 def as_json(row: dict) -> str:
