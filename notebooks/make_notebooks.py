@@ -383,8 +383,8 @@ def nightly_loop() -> nbformat.NotebookNode:
             "(`registry.must_beat`), and move the alias only when it earned it "
             "(`registry.set_alias`). The CLI form of each step is in the README."
         ),
-        PARAMETERS
-        + """
+        PARAMETERS,
+        """\
 import shutil
 
 import numpy as np
