@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import keras
 import mlflow
 import numpy as np
 import pyarrow as pa
@@ -34,7 +35,7 @@ def rows(n_train: int, n_eval: int, seed: int, sign: float = 1.0) -> pa.Table:
     return pa.table({"x1": x1, "x2": x2, "y": y, "split": split, "batch": [seed] * n})
 
 
-def train(table: str, tmp: Path, run: str, *sets: str):
+def train(table: str, tmp: Path, run: str, *sets: str, callbacks=()):
     recipe = load_recipe("tabular")
     exp = resolve(
         recipe.defaults,
@@ -52,9 +53,10 @@ def train(table: str, tmp: Path, run: str, *sets: str):
             *sets,
         ],
     )
-    result = fit(exp, recipe)
-    assert mlflow.active_run() is None
-    return result
+    try:
+        return fit(exp, recipe, callbacks=callbacks)
+    finally:
+        assert mlflow.active_run() is None
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +148,63 @@ def test_init_from_an_unknown_alias_or_model_is_a_clear_error(champion, tmp_path
         train(table, tmp, "nope", f"model.init_from=models:/{NAME}@nope")
     with pytest.raises(KerasDLError, match=r"There is no registered model 'ghost'"):
         train(table, tmp, "ghost", "model.init_from=models:/ghost/1")
+
+
+@pytest.mark.slow
+def test_warm_start_copies_every_weight_of_the_registered_version(champion):
+    import keras
+
+    from keras_dl.registry import load_keras_model
+    from keras_dl.warm_start import warm_start
+
+    tmp, _, client = champion
+    registered = load_keras_model(f"models:/{NAME}/1")
+    fresh = keras.models.clone_model(registered)  # same layers, new random weights
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(fresh.get_weights(), registered.get_weights())
+    )
+    lineage = warm_start(fresh, f"models:/{NAME}/1", client.tracking_uri)
+    assert (lineage.name, lineage.version) == (NAME, 1)
+    for ours, theirs in zip(fresh.get_weights(), registered.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+class Stop(Exception):
+    pass
+
+
+class Weights(keras.callbacks.Callback):
+    """Keeps the weights at the start of fit, and after epoch ``stop_after`` (then stops)."""
+
+    def __init__(self, stop_after=None):
+        super().__init__()
+        self.stop_after, self.at_start, self.at_stop = stop_after, None, None
+
+    def on_train_begin(self, logs=None):
+        self.at_start = self.model.get_weights()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.stop_after:
+            self.at_stop = self.model.get_weights()
+            raise Stop
+
+
+@pytest.mark.slow
+def test_a_resumed_fine_tune_continues_from_its_checkpoint_not_from_init_from(champion, tmp_path):
+    from keras_dl.registry import load_keras_model
+
+    tmp, _, client = champion
+    table = append(champion, tmp_path, rows(160, 40, seed=3))
+    sets = ["data.since_version=0", f"model.init_from=models:/{NAME}/1", "train.epochs=3"]
+    first = Weights(stop_after=1)
+    with pytest.raises(Stop):
+        train(table, tmp, f"resume-{tmp_path.name}", *sets, callbacks=[first])
+    registered = load_keras_model(f"models:/{NAME}/1").get_weights()
+    for ours, theirs in zip(first.at_start, registered, strict=True):
+        np.testing.assert_array_equal(ours, theirs)  # the fine-tune started from version 1
+
+    again = Weights()
+    train(table, tmp, f"resume-{tmp_path.name}", *sets, callbacks=[again])
+    # The rerun resumed from the epoch-1 checkpoint: init_from did not overwrite it.
+    for ours, theirs in zip(again.at_start, first.at_stop, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
