@@ -43,7 +43,7 @@ def warm_start(model, init_from: str, tracking_uri: str | None = None) -> Lineag
     pinned = f"models:/{lineage.name}/{lineage.version}"
     source = load_keras_model(pinned)
     ours, theirs = list(model.weights), list(source.weights)
-    where = f"model.init_from={init_from!r} ({pinned})"
+    where = f"model.init_from={init_from!r}" + (f" ({pinned})" if pinned != init_from else "")
     for mine, other in zip(ours, theirs):
         if tuple(mine.shape) != tuple(other.shape):
             raise ConfigError(
