@@ -43,6 +43,7 @@ from keras_dl.config import parse_min_metric
 from keras_dl.data.features import ColumnPlan
 from keras_dl.data.reader import iter_epoch_arrays
 from keras_dl.errors import ConfigError
+from keras_dl.registry import load_keras_model
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ def _against_champion(exp, model, split, prefix: str, score_of: dict) -> list[tu
     if version is None:
         return [(True, f"no version of {name!r} holds @{alias} yet: nothing to beat")]
     try:
-        champion = _load_keras(f"models:/{name}/{version}")
+        champion = load_keras_model(f"models:/{name}/{version}")
         _compile_like(champion, model)
         got = champion.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
     except Exception as exc:
@@ -283,15 +284,6 @@ def _against_champion(exp, model, split, prefix: str, score_of: dict) -> list[tu
             )
         )
     return out
-
-
-def _load_keras(uri: str):
-    """The Keras model of a registered version (Keras flavor, or keras_dl's pyfunc loader)."""
-    import mlflow
-
-    if "keras" in mlflow.models.get_model_info(uri).flavors:
-        return mlflow.keras.load_model(uri)
-    return mlflow.pyfunc.load_model(uri).get_raw_model()
 
 
 def _compile_like(champion, model) -> None:

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from keras_dl.config import valid_alias
+from keras_dl.config import MODEL_URI, valid_alias
 from keras_dl.errors import KerasDLError
-
-_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
 
 
 @dataclass(frozen=True)
@@ -94,7 +91,7 @@ def resolve_model_uri(model_uri: str, tracking_uri: str | None = None) -> Lineag
     Raises:
         KerasDLError: For a URI of another form, an unknown model, version or alias.
     """
-    match = _MODEL_URI.match(model_uri)
+    match = MODEL_URI.match(model_uri)
     if not match:
         raise KerasDLError(
             f"Model URI {model_uri!r} is not of the form models:/NAME/VERSION or "
@@ -115,6 +112,19 @@ def resolve_model_uri(model_uri: str, tracking_uri: str | None = None) -> Lineag
             f"--alias {alias}`."
         ) from None
     return read_lineage(name, int(mv.version), tracking_uri)
+
+
+def load_keras_model(uri: str):
+    """The Keras model of a registered version (Keras flavor, or keras_dl's pyfunc loader).
+
+    Args:
+        uri: A pinned ``models:/NAME/VERSION`` (resolve an alias with :func:`resolve_model_uri`).
+    """
+    import mlflow
+
+    if "keras" in mlflow.models.get_model_info(uri).flavors:
+        return mlflow.keras.load_model(uri)
+    return mlflow.pyfunc.load_model(uri).get_raw_model()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

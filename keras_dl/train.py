@@ -122,10 +122,13 @@ def _log_datasets(run: Run, data: DataSplits) -> None:
     """The run's inputs: each split's table, version, columns and rows (MLflow's Datasets)."""
     import mlflow
 
-    from keras_dl.run.datasets import log_datasets
+    from keras_dl.run.datasets import log_datasets, range_params
 
     splits = (("train", data.train), ("validation", data.validation), ("test", data.test))
-    log_datasets(mlflow.MlflowClient(run.exp.tracking.uri), run.run_id, splits, data.plan.columns)
+    client = mlflow.MlflowClient(run.exp.tracking.uri)
+    log_datasets(client, run.run_id, splits, data.plan.columns)
+    for key, value in range_params(data.train.snapshot).items():  # data.since_version runs
+        client.log_param(run.run_id, key, value)
 
 
 def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult:
@@ -137,6 +140,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.distribute.lr import scale_learning_rate
     from keras_dl.finish import finish
     from keras_dl.run import make_callbacks, prepare_fit
+    from keras_dl.warm_start import init_from_tags, warm_start
 
     exp, world, run_id = run.exp, run.world, run.run_id
 
@@ -169,6 +173,10 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
             optimizer, more = _horovod_optimizer(optimizer, exp)
             options.update(more)
         model.compile(optimizer=optimizer, **options)
+        if exp.init_from and world.is_chief:
+            # Before the resume below, which overwrites these weights with a checkpoint's;
+            # under Horovod, BroadcastState copies rank 0's weights to the other ranks.
+            mlflow.set_tags(init_from_tags(warm_start(model, exp.init_from, exp.tracking.uri)))
     callbacks = [*make_callbacks(run, data), *callbacks]
     prepare_fit(callbacks, model, data)  # resume: rank 0 restores the last checkpoint
     if world.is_chief:

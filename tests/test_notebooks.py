@@ -55,6 +55,7 @@ def test_notebooks_are_generated_from_their_script():
         ("02_build_modules", module.build_modules),
         ("03_train_and_scale", module.train_and_scale),
         ("04_spark_ml_pipeline", module.spark_ml_pipeline),
+        ("05_nightly_loop", module.nightly_loop),
     ):
         stored = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         assert [c.source for c in stored.cells] == [c.source for c in build().cells], name
@@ -109,3 +110,16 @@ def test_04_spark_ml_pipeline(tmp_path, monkeypatch):
     assert accuracy >= 0.8, text
     assert "same predictions after load: True" in text
     assert "3 child runs under" in text  # two trials, then the refit of the best
+
+
+@pytest.mark.slow
+def test_05_nightly_loop(tmp_path, monkeypatch):
+    nb = _execute("05_nightly_loop", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="15")
+    text = _text(nb)
+    assert "champion -> version 1" in text and "table at version 1, last trained on 0" in text
+    assert "model.init_from: models:/nightly@champion" in text
+    assert "keras_dl.init_from: models:/nightly/1" in text
+    assert "data.version_range: (0,1]" in text and "data.train_rows: 160" in text
+    assert "beats nightly@champion (version 1)" in text
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}")
+    assert int(client.get_model_version_by_alias("nightly", "champion").version) == 2

@@ -28,6 +28,7 @@ from keras_dl.config.dump import dumps, to_dict, to_flat_dict
 from keras_dl.config.overrides import resolve
 from keras_dl.config.parse import apply_mapping, parse_set, read_yaml, valid_keys
 from keras_dl.config.schema import (
+    SHARED_MODEL_KEYS,
     STRATEGIES,
     CallbacksConfig,
     DataConfig,
@@ -40,6 +41,7 @@ from keras_dl.config.schema import (
 from keras_dl.config.validate import (
     CHOSEN_BY_RECIPE,
     METRIC_OPS,
+    MODEL_URI,
     default_tracking_uri,
     parse_min_metric,
     valid_alias,
@@ -49,6 +51,8 @@ from keras_dl.config.validate import (
 __all__ = [
     "CHOSEN_BY_RECIPE",
     "METRIC_OPS",
+    "MODEL_URI",
+    "SHARED_MODEL_KEYS",
     "STRATEGIES",
     "Bounds",
     "CallbacksConfig",

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from keras_dl.config.schema import Experiment
+from keras_dl.config.schema import SHARED_MODEL_KEYS, Experiment
 
 
 def to_flat_dict(exp: Experiment) -> dict[str, Any]:
@@ -20,6 +20,8 @@ def to_flat_dict(exp: Experiment) -> dict[str, Any]:
     for name, section in exp.sections().items():
         for f in dataclasses.fields(section):
             flat[f"{name}.{f.name}"] = getattr(section, f.name)
+    for key in SHARED_MODEL_KEYS:
+        flat[f"model.{key}"] = getattr(exp, key)
     return flat
 
 
@@ -31,6 +33,8 @@ def to_dict(exp: Experiment) -> dict[str, Any]:
             k: list(v) if isinstance(v, tuple) else v
             for k, v in dataclasses.asdict(section).items()
         }
+    model = out.setdefault("model", {})
+    model.update({key: getattr(exp, key) for key in SHARED_MODEL_KEYS})
     return out
 
 

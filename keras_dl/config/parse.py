@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from keras_dl.config.schema import Experiment
+from keras_dl.config.schema import SHARED_MODEL_KEYS, Experiment
 from keras_dl.errors import ConfigError
 
 
@@ -60,6 +60,14 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
     sections = exp.sections()
     changes = {}
     for section, values in mapping.items():
+        if section == "model" and isinstance(values, Mapping):
+            # model.init_from and the other keys every recipe shares live on Experiment.
+            shared = {k: v for k, v in values.items() if k in SHARED_MODEL_KEYS}
+            for key, value in shared.items():
+                changes[key] = _coerce(value, str, f"model.{key}", origin)
+            values = {k: v for k, v in values.items() if k not in SHARED_MODEL_KEYS}
+            if not values:
+                continue
         if section not in sections:
             raise ConfigError(
                 f"Unknown config section {section!r} in {origin}.{_did_you_mean(section, sections)}"
@@ -70,6 +78,8 @@ def apply_mapping(exp: Experiment, mapping: Mapping, origin: str = "config") -> 
             raise ConfigError(f"Section {section!r} in {origin} must be a mapping of key: value.")
         current = changes.get(section, sections[section])
         hints = typing.get_type_hints(type(current))
+        if section == "model":
+            hints.update(dict.fromkeys(SHARED_MODEL_KEYS, str))  # listed among its valid keys
         updates = {}
         for key, value in values.items():
             if key not in hints:
@@ -92,7 +102,7 @@ def valid_keys(exp: Experiment) -> list[str]:
         f"{name}.{f.name}"
         for name, section in exp.sections().items()
         for f in dataclasses.fields(section)
-    ]
+    ] + [f"model.{key}" for key in SHARED_MODEL_KEYS]
 
 
 def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:

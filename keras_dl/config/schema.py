@@ -16,6 +16,10 @@ from typing import Any, Literal, get_args
 Strategy = Literal["auto", "none", "mirrored", "horovod"]
 STRATEGIES = get_args(Strategy)
 
+# Keys of the ``model`` section that every recipe has, kept on Experiment itself rather than in
+# each recipe's own model dataclass: ``--set model.init_from=models:/digits@champion``.
+SHARED_MODEL_KEYS = ("init_from",)
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -281,6 +285,13 @@ class Experiment:
 
     ``model`` is a frozen dataclass defined by the recipe (or None); ``--set model.KEY=VALUE``
     overrides it like any other section.
+
+    ``init_from`` is the one key every recipe's ``model`` section has (``model.init_from``,
+    see :data:`SHARED_MODEL_KEYS`): a registered model, ``models:/NAME@ALIAS`` or
+    ``models:/NAME/VERSION``, whose weights the freshly built model starts from (a warm
+    start; a resumed checkpoint wins over it). It lives here, not in each recipe's dataclass;
+    :mod:`keras_dl.config.parse` and :mod:`keras_dl.config.dump` read and write it as
+    ``model.init_from``. Defaults to "" (random initialisation).
     """
 
     recipe: str = ""
@@ -291,6 +302,7 @@ class Experiment:
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     model: Any = None
+    init_from: str = ""
 
     def sections(self) -> dict[str, Any]:
         """The config sections by name, the recipe's ``model`` section included when present."""

@@ -52,6 +52,12 @@ def validate(exp: Experiment) -> Experiment:
             "or greater than 1, e.g. --set callbacks.divergence_factor=10."
         )
     _check_registry(exp.registry)
+    if exp.init_from and not MODEL_URI.match(exp.init_from):
+        raise ConfigError(
+            f"model.init_from={exp.init_from!r} is not a registered model: use "
+            "models:/NAME@ALIAS or models:/NAME/VERSION, e.g. "
+            "--set model.init_from=models:/digits@champion."
+        )
     parse_class_weight(exp.train.class_weight)
     _check_labels(exp)
     if exp.data.version is not None and exp.data.timestamp:
@@ -217,6 +223,10 @@ def _number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+# A registered model version: models:/NAME/VERSION or models:/NAME@ALIAS.
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
 
 
 def valid_alias(alias: str) -> bool:

@@ -6,6 +6,11 @@ source is the Delta table and version read (MLflow's ``delta_table`` source, the
 ``mlflow.data.from_spark(..., version=)`` records), or the Parquet folder, with the columns the
 model reads as its schema and the split's live rows as its profile. The table's rows are never
 loaded for this: the counts come from the snapshot keras_dl planned the epoch with.
+
+A run on what changed (``data.since_version``) reads the version range ``(since, version]``:
+MLflow's ``delta_table`` source has one version field, so it holds the range's end, the
+dataset's name carries the range (``table@(3,5]:train``), and the profile and the source's
+``delta_table_since_version`` its start. :func:`range_params` gives the run's params for it.
 """
 
 from __future__ import annotations
@@ -49,7 +54,10 @@ def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
 
     source = _source(snapshot)
     version = "" if snapshot.version is None else f"@v{snapshot.version}"
+    if snapshot.since_version is not None:
+        version = f"@({snapshot.since_version},{snapshot.version}]"
     name = f"{snapshot.uri.rstrip('/').rsplit('/', 1)[-1]}{version}:{split}"
+    since = {} if snapshot.since_version is None else {"since_version": snapshot.since_version}
     profiled, _ = _classes()
     return profiled(
         source=source,
@@ -60,16 +68,32 @@ def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
             "num_files": len(snapshot.files),
             "table": snapshot.uri,
             "version": snapshot.version,
+            **since,
             "format": snapshot.format,
             "split": split,
         },
     )
 
 
+def range_params(snapshot: TableSnapshot) -> dict[str, str]:
+    """The version range a run on what changed read, as run params: ``data.since_version_read``
+    and ``data.version_read`` (resolved, also for ``since_timestamp`` and a latest ``version``)
+    and ``data.version_range`` (``(3,5]``). Empty for a whole-table read."""
+    if snapshot.since_version is None:
+        return {}
+    return {
+        "data.since_version_read": str(snapshot.since_version),
+        "data.version_read": str(snapshot.version),
+        "data.version_range": f"({snapshot.since_version},{snapshot.version}]",
+    }
+
+
 def _source(snapshot: TableSnapshot):
     if snapshot.format == "delta":
         _, versioned = _classes()
-        return versioned(path=snapshot.uri, delta_table_version=snapshot.version)
+        source = versioned(path=snapshot.uri, delta_table_version=snapshot.version)
+        source.since_version = snapshot.since_version
+        return source
     from mlflow.data.dataset_source_registry import resolve_dataset_source
 
     return resolve_dataset_source(snapshot.uri)
@@ -137,6 +161,8 @@ def _classes():
             info = super().to_dict()
             if self.delta_table_version is not None:
                 info["delta_table_version"] = self.delta_table_version
+            if getattr(self, "since_version", None) is not None:
+                info["delta_table_since_version"] = self.since_version  # the range's start
             return info
 
     return ProfiledDataset, VersionedDeltaSource

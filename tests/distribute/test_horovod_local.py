@@ -163,3 +163,27 @@ def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
     # The run the launcher created holds the config artifact too (as a run fit starts does).
     local = mlflow.MlflowClient(uri).download_artifacts(result.run_id, "config.yaml", tmp_path)
     assert yaml.safe_load(Path(local).read_text()) == saved
+
+
+@pytest.mark.slow
+def test_init_from_reaches_every_rank_through_rank_0s_broadcast(digits_exp, tmp_path):
+    from keras_dl.registry import load_keras_model
+    from tests.distribute.workers import digest
+
+    champion = fit(digits_exp("runtime.strategy=none", "train.epochs=1"))
+    assert champion.registered_version == 1
+    exp = digits_exp(
+        "runtime.strategy=horovod",
+        "runtime.np=-2",
+        "train.epochs=1",
+        "model.init_from=models:/digits/1",
+        f"runtime.run_dir={tmp_path / 'fine_tune'}",
+        "tracking.log_model=false",
+    )
+    report = launch(exp, main=train_and_report)
+    mlflow.set_tracking_uri(exp.tracking.uri)
+    registered = digest(load_keras_model("models:/digits/1").get_weights())
+    # Rank 0 loaded the registered weights; rank 1 got them from BroadcastState before step 1.
+    assert [r["start_digest"] for r in report["ranks"]] == [registered, registered]
+    tags = mlflow.MlflowClient().get_run(report["result"].run_id).data.tags
+    assert tags["keras_dl.init_from"] == "models:/digits/1"

@@ -18,6 +18,11 @@ class Recorder(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.epochs = []
+        self.start = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.start is None:  # after every on_train_begin: what the first step starts from
+            self.start = digest(self.model.get_weights())
 
     def on_epoch_end(self, epoch, logs=None):
         # Without validation the model's metric objects still hold this rank's epoch values.
@@ -57,20 +62,17 @@ class Fault(keras.callbacks.Callback):
 
 def train_and_report(exp, run_id=None):
     """Train with a Recorder; rank 0 returns its TrainResult plus every rank's digest and logs."""
-    import hashlib
-
     import horovod.tensorflow as hvd
-    import numpy as np
 
     from keras_dl.train import fit
 
     recorder = Recorder()
     result = fit(exp, callbacks=[recorder], run_id=run_id)
-    weights = b"".join(np.ascontiguousarray(w).tobytes() for w in result.model.get_weights())
     mine = {
         "rank": hvd.rank(),
         "size": hvd.size(),
-        "digest": hashlib.sha256(weights).hexdigest(),
+        "digest": digest(result.model.get_weights()),
+        "start_digest": recorder.start,
         "epochs": recorder.epochs,
         "policy": keras.config.dtype_policy().name,
         "optimizer_classes": [c.__name__ for c in type(result.model.optimizer).__mro__],
@@ -225,3 +227,12 @@ def train_counting_rows(exp, run_id=None):
         "test_accuracy": result.metrics.get("test_accuracy"),
     }
     return hvd.allgather_object(mine)
+
+
+def digest(weights) -> str:
+    """One hash of a model's weight arrays, to compare models across ranks and runs."""
+    import hashlib
+
+    import numpy as np
+
+    return hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in weights)).hexdigest()

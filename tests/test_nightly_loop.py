@@ -1,0 +1,210 @@
+"""The nightly loop, end to end on a Delta table on disk and MLflow on SQLite: train on v0 and
+crown it champion; rows land (v1); fine-tune from models:/loop@champion on (v0, v1] only; the
+gate compares with the champion and moves the alias only when the fine-tune earned it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import keras
+import mlflow
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from keras_dl.config import resolve
+from keras_dl.errors import ConfigError, KerasDLError
+from keras_dl.recipe import load_recipe
+from keras_dl.train import fit
+from tests.conftest import seed_store, write_delta
+
+NAME = "loop"
+GATE = ("registry.must_beat=champion", "registry.set_alias=champion")
+
+
+def rows(n_train: int, n_eval: int, seed: int, sign: float = 1.0) -> pa.Table:
+    """A regression table: ``y = 2 x1 - x2`` (times ``sign`` on the train split only)."""
+    rng = np.random.default_rng(seed)
+    n = n_train + 2 * n_eval
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    split = ["train"] * n_train + ["validation"] * n_eval + ["test"] * n_eval
+    y = 2 * x1 - x2 + 0.05 * rng.normal(size=n)
+    y[:n_train] *= sign
+    return pa.table({"x1": x1, "x2": x2, "y": y, "split": split, "batch": [seed] * n})
+
+
+def train(table: str, tmp: Path, run: str, *sets: str, callbacks=()):
+    recipe = load_recipe("tabular")
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={table}",
+            "data.label=y",
+            "data.features=x1,x2",
+            "data.split_column=split",
+            f"tracking.uri={seed_store(tmp / 'mlflow.db')}",
+            f"tracking.registered_model={NAME}",
+            f"runtime.run_dir={tmp / run}",
+            "train.verbose=0",
+            "train.batch_size=32",
+            "callbacks.plots=false",
+            *sets,
+        ],
+    )
+    try:
+        return fit(exp, recipe, callbacks=callbacks)
+    finally:
+        assert mlflow.active_run() is None
+
+
+@pytest.fixture(scope="module")
+def champion(tmp_path_factory):
+    """v0 (300 training rows) trained briefly, registered as loop/1 and crowned champion."""
+    tmp = tmp_path_factory.mktemp("loop")
+    table = write_delta(str(tmp / "v0"), rows(300, 60, seed=0), rows_per_group=100)
+    result = train(table, tmp, "v0", "train.epochs=2", *GATE)
+    assert result.registered_version == 1
+    client = mlflow.MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    assert int(client.get_model_version_by_alias(NAME, "champion").version) == 1
+    return tmp, table, client
+
+
+def append(champion, tmp_path, new: pa.Table) -> str:
+    """A copy of the v0 table with ``new`` appended as v1."""
+    from deltalake import write_deltalake
+
+    table = str(tmp_path / "table")
+    shutil.copytree(champion[1], table)
+    write_deltalake(table, new, mode="append")
+    return table
+
+
+@pytest.mark.slow
+def test_a_fine_tune_on_the_appended_rows_that_beats_the_champion_is_promoted(champion, tmp_path):
+    tmp, _, client = champion
+    before = client.get_model_version_by_alias(NAME, "champion")
+    table = append(champion, tmp_path, rows(160, 40, seed=1))
+    init_from = f"models:/{NAME}@champion"
+    sets = ["data.since_version=0", f"model.init_from={init_from}", "train.epochs=15"]
+    result = train(table, tmp, f"v1-{tmp_path.name}", *sets, "train.learning_rate=0.01", *GATE)
+
+    run = client.get_run(result.run_id)
+    params, tags = run.data.params, run.data.tags
+    # It started from the champion, recorded as given and pinned to the version it resolved to.
+    assert params["model.init_from"] == init_from
+    assert tags["keras_dl.init_from"] == f"models:/{NAME}/{before.version}"
+    assert tags["keras_dl.init_from.run_id"] == before.run_id
+    # It trained on the appended rows only: 160 of them, not the 460 training rows in v1.
+    assert params["data.train_rows"] == "160"
+    assert params["data.version_range"] == "(0,1]"
+    assert (params["data.since_version_read"], params["data.version_read"]) == ("0", "1")
+    assert (tags["data.since_version"], tags["data.version"]) == ("0", "1")
+    logged = {i.dataset.name: i.dataset for i in run.inputs.dataset_inputs}
+    assert sorted(logged) == ["table@(0,1]:test", "table@(0,1]:train", "table@(0,1]:validation"]
+    train_set = logged["table@(0,1]:train"]
+    assert json.loads(train_set.profile)["num_rows"] == 160
+    assert json.loads(train_set.profile)["since_version"] == 0
+    source = json.loads(train_set.source)
+    assert (source["delta_table_version"], source["delta_table_since_version"]) == (1, 0)
+    # The gate compared it with the champion, and it earned the alias.
+    assert f"beats {NAME}@champion (version {before.version})" in tags["keras_dl.gate"]
+    assert result.registered_version is not None
+    after = client.get_model_version_by_alias(NAME, "champion")
+    assert int(after.version) == result.registered_version > int(before.version)
+
+
+@pytest.mark.slow
+def test_a_fine_tune_that_does_not_beat_the_champion_leaves_the_alias(champion, tmp_path):
+    tmp, _, client = champion
+    before = int(client.get_model_version_by_alias(NAME, "champion").version)
+    # The appended training rows say y = -(2 x1 - x2): fitting them makes the model worse on
+    # the appended test rows, which still follow y = 2 x1 - x2.
+    table = append(champion, tmp_path, rows(160, 40, seed=2, sign=-1.0))
+    sets = ["data.since_version=0", f"model.init_from=models:/{NAME}@champion", "train.epochs=3"]
+    result = train(table, tmp, f"v1-{tmp_path.name}", *sets, *GATE)
+
+    assert result.registered_version is None
+    assert f"does not beat {NAME}@champion (version {before})" in result.not_registered
+    assert int(client.get_model_version_by_alias(NAME, "champion").version) == before
+    assert client.get_run(result.run_id).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_init_from_names_the_layer_and_shapes_that_do_not_fit(champion, tmp_path):
+    tmp, table, client = champion
+    with pytest.raises(ConfigError) as err:
+        train(table, tmp, "mismatch", f"model.init_from=models:/{NAME}/1", "data.features=x1")
+    text = str(err.value)
+    assert f"model.init_from='models:/{NAME}/1'" in text
+    assert "layer " in text and "(1," in text and "(2," in text  # this model's and the registered
+
+
+@pytest.mark.slow
+def test_init_from_an_unknown_alias_or_model_is_a_clear_error(champion, tmp_path):
+    tmp, table, _ = champion
+    with pytest.raises(KerasDLError, match=rf"Registered model '{NAME}' has no alias 'nope'"):
+        train(table, tmp, "nope", f"model.init_from=models:/{NAME}@nope")
+    with pytest.raises(KerasDLError, match=r"There is no registered model 'ghost'"):
+        train(table, tmp, "ghost", "model.init_from=models:/ghost/1")
+
+
+@pytest.mark.slow
+def test_warm_start_copies_every_weight_of_the_registered_version(champion):
+    import keras
+
+    from keras_dl.registry import load_keras_model
+    from keras_dl.warm_start import warm_start
+
+    tmp, _, client = champion
+    registered = load_keras_model(f"models:/{NAME}/1")
+    fresh = keras.models.clone_model(registered)  # same layers, new random weights
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(fresh.get_weights(), registered.get_weights())
+    )
+    lineage = warm_start(fresh, f"models:/{NAME}/1", client.tracking_uri)
+    assert (lineage.name, lineage.version) == (NAME, 1)
+    for ours, theirs in zip(fresh.get_weights(), registered.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+class Stop(Exception):
+    pass
+
+
+class Weights(keras.callbacks.Callback):
+    """Keeps the weights at the start of fit, and after epoch ``stop_after`` (then stops)."""
+
+    def __init__(self, stop_after=None):
+        super().__init__()
+        self.stop_after, self.at_start, self.at_stop = stop_after, None, None
+
+    def on_train_begin(self, logs=None):
+        self.at_start = self.model.get_weights()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.stop_after:
+            self.at_stop = self.model.get_weights()
+            raise Stop
+
+
+@pytest.mark.slow
+def test_a_resumed_fine_tune_continues_from_its_checkpoint_not_from_init_from(champion, tmp_path):
+    from keras_dl.registry import load_keras_model
+
+    tmp, _, client = champion
+    table = append(champion, tmp_path, rows(160, 40, seed=3))
+    sets = ["data.since_version=0", f"model.init_from=models:/{NAME}/1", "train.epochs=3"]
+    first = Weights(stop_after=1)
+    with pytest.raises(Stop):
+        train(table, tmp, f"resume-{tmp_path.name}", *sets, callbacks=[first])
+    registered = load_keras_model(f"models:/{NAME}/1").get_weights()
+    for ours, theirs in zip(first.at_start, registered, strict=True):
+        np.testing.assert_array_equal(ours, theirs)  # the fine-tune started from version 1
+
+    again = Weights()
+    train(table, tmp, f"resume-{tmp_path.name}", *sets, callbacks=[again])
+    # The rerun resumed from the epoch-1 checkpoint: init_from did not overwrite it.
+    for ours, theirs in zip(again.at_start, first.at_stop, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
