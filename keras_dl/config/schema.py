@@ -203,6 +203,10 @@ class TrackingConfig:
             plots), e.g. ``s3://bucket/mlflow``; credentials and endpoint come from the
             standard AWS environment. An existing experiment with another location is an
             error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
+        system_metrics_seconds: Every rank samples its CPU %, resident memory, bytes read and
+            written, and GPU use and memory (when ``nvidia-ml-py`` is installed and finds a
+            GPU) this often, logged in the run as ``system/rank_<r>/<name>``; 0 turns it off,
+            otherwise at least 0.1. Defaults to 10.
     """
 
     uri: str = ""
@@ -210,6 +214,7 @@ class TrackingConfig:
     registered_model: str = ""
     log_model: bool = True
     artifact_location: str = ""
+    system_metrics_seconds: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,12 @@ def validate(exp: Experiment) -> Experiment:
             f"callbacks.divergence_factor={exp.callbacks.divergence_factor:g} must be 0 (off) "
             "or greater than 1, e.g. --set callbacks.divergence_factor=10."
         )
+    seconds = exp.tracking.system_metrics_seconds
+    if seconds != 0 and not seconds >= 0.1:
+        raise ConfigError(
+            f"tracking.system_metrics_seconds={seconds:g} must be 0 (off) or at least 0.1 "
+            "(seconds between samples), e.g. --set tracking.system_metrics_seconds=10."
+        )
     _check_registry(exp.registry)
     parse_class_weight(exp.train.class_weight)
     _check_labels(exp)
