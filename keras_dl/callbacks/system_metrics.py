@@ -57,6 +57,7 @@ class SystemMetrics(keras.callbacks.Callback):
         self.close()
         self._world = current_world()
         self._gathers = 0
+        self._early: list = []  # rank 0's samples the logger could not take yet
         if self.every_seconds <= 0:
             return
         deliver = self._deliver if self._world.is_chief else None
@@ -74,6 +75,9 @@ class SystemMetrics(keras.callbacks.Callback):
             self._sampler.stop()
             self._gather()
             self._sampler = None
+        for values, step, stamp in self._early:  # fit ended before the logger ever took them
+            self.logger.log_metrics(values, step, stamp)
+        self._early = []
 
     def close(self) -> None:
         """Stop the sampling thread without a last gather: for a ``fit`` that raised (Keras
@@ -84,8 +88,14 @@ class SystemMetrics(keras.callbacks.Callback):
 
     # -- internals ---------------------------------------------------------------------------
     def _deliver(self, step: int, timestamp_ms: int, values: dict) -> None:
-        """Rank 0's own samples, from the sampling thread, straight to the logger's queue."""
-        self.logger.log_metrics(_named(0, values), step, timestamp_ms)
+        """Rank 0's own samples, from the sampling thread, straight to the logger's queue.
+
+        Samples taken before the logger's sending thread runs (it starts in the logger's
+        ``on_train_begin``, after this callback's, and creating the run takes a moment) wait
+        here and go first once it does."""
+        self._early.append((_named(0, values), step, timestamp_ms))
+        while self._early and self.logger.log_metrics(*self._early[0]):
+            self._early.pop(0)
 
     def _gather(self) -> None:
         """Bring the other ranks' samples to rank 0 (collective under Horovod)."""
