@@ -57,6 +57,12 @@ def validate(exp: Experiment) -> Experiment:
             f"tracking.system_metrics_seconds={seconds:g} must be 0 (off) or at least 0.1 "
             "(seconds between samples), e.g. --set tracking.system_metrics_seconds=10."
         )
+    steps = exp.runtime.profile_steps
+    if steps and (len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
+        raise ConfigError(
+            f"runtime.profile_steps={','.join(map(str, steps))} must be START,END with "
+            "1 <= START <= END (training steps, from 1), e.g. --set runtime.profile_steps=10,15."
+        )
     _check_registry(exp.registry)
     parse_class_weight(exp.train.class_weight)
     _check_labels(exp)
