@@ -148,6 +148,7 @@ def _digits_exp(digits_table, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_the_default_callbacks_log_system_metrics_into_the_training_run(digits_table, tmp_path):
     from keras_dl.train import fit
 

@@ -66,6 +66,7 @@ def test_bad_profile_steps_are_a_named_error(steps):
         )
 
 
+@pytest.mark.slow
 def test_keras_dl_fit_uploads_tensorboard_logs_and_a_trace_to_its_run(digits_table, tmp_path):
     from keras_dl.train import fit
 
