@@ -137,6 +137,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
 
     from keras_dl.callbacks.checkpoint import Checkpoint
     from keras_dl.callbacks.mlflow_logger import MLflowLogger
+    from keras_dl.callbacks.system_metrics import SystemMetrics
     from keras_dl.distribute.lr import scale_learning_rate
     from keras_dl.finish import finish
     from keras_dl.run import make_callbacks, prepare_fit
@@ -211,6 +212,8 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         history = _run_fit(model, data, exp, world, callbacks)
     except BaseException:
         for cb in callbacks:
+            if isinstance(cb, SystemMetrics):
+                cb.close()  # Keras skips on_train_end when fit raises: stop its thread here
             if isinstance(cb, MLflowLogger):
                 cb.flush()  # the steps and epochs before the error still reach the run
         raise

@@ -3,7 +3,9 @@
 Trains the digits recipe on its Delta table (the real data path) in one process, alternating
 one-epoch fits without callbacks (the baseline, ``verbose=0``) and with the default set of
 ``keras_dl.train`` (checkpoint each epoch, early stopping with the NaN guard, throughput with
-instrumented input, MLflowLogger on a SQLite store, plots). Epochs are made long (default
+instrumented input, MLflowLogger on a SQLite store, plots), and a third case: that set plus
+the system-metrics sampler (``SystemMetrics``, every ``--system-metrics-seconds``), whose
+baseline is the set without it. Epochs are made long (default
 >= 10 s) by running many steps over the repeating training data. Epoch times are taken by a
 timer that only has epoch hooks, so it does not change how Keras dispatches batch callbacks.
 
@@ -30,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds", type=int, default=5, help="baseline/callbacks epoch pairs (default 5)"
     )
     parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
+    parser.add_argument(
+        "--system-metrics-seconds",
+        type=float,
+        default=10.0,
+        help="sampling interval of the system-metrics case (default 10, as in training)",
+    )
 
 
 def run(args) -> int:
@@ -44,6 +52,7 @@ def measure(args, tmp: str) -> dict:
     """Alternate baseline and default-callback fits; return the report."""
     import keras
 
+    from keras_dl.callbacks import MLflowLogger, SystemMetrics
     from keras_dl.checkpoints import Checkpoints
     from keras_dl.config import resolve
     from keras_dl.data.splits import make_splits
@@ -64,6 +73,7 @@ def measure(args, tmp: str) -> dict:
             "runtime.resume=false",
             "callbacks.monitor=loss",  # the timed fits have no validation data
             f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+            "tracking.system_metrics_seconds=0",  # the sampler is the third case's addition
         ],
     )
     keras.utils.set_random_seed(exp.train.seed)
@@ -84,16 +94,26 @@ def measure(args, tmp: str) -> dict:
         callbacks = make_callbacks(run, data)
         prepare_fit(callbacks, model, data)  # instruments data.train.dataset for Throughput
         cb_ds = data.train.dataset
+        logger = next(c for c in callbacks if isinstance(c, MLflowLogger))
+        system = SystemMetrics(logger, args.system_metrics_seconds)
+        at = callbacks.index(logger)  # before the logger, as make_callbacks puts it
+        with_system = [*callbacks[:at], system, *callbacks[at:]]
         model.fit(
             cb_ds, epochs=1, steps_per_epoch=50, verbose=0, shuffle=False, callbacks=callbacks
         )  # warm-up
         # One-epoch fits, alternating: each pair runs close in time, under the same load
         # from whatever else shares the machine.
-        times: dict[str, list[float]] = {"baseline": [], "callbacks": []}
-        cpu: dict[str, list[float]] = {"baseline": [], "callbacks": []}
+        cases = (
+            ("baseline", base_ds, []),
+            ("callbacks", cb_ds, callbacks),
+            ("system_metrics", cb_ds, with_system),
+        )
+        times: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}
         load_before = os.getloadavg()[0]
-        for _ in range(args.rounds):
-            for name, ds, cbs in (("baseline", base_ds, []), ("callbacks", cb_ds, callbacks)):
+        for r in range(args.rounds):
+            # Reversed every other round: no case always runs right after the same one.
+            for name, ds, cbs in cases if r % 2 == 0 else cases[::-1]:
                 timer = _epoch_timer()
                 model.fit(
                     ds,
@@ -105,6 +125,7 @@ def measure(args, tmp: str) -> dict:
                 )
                 times[name] += timer.seconds
                 cpu[name] += timer.cpu_seconds
+        sample_ms = _sample_cpu_ms(exp.tracking.uri, run.run_id)
         saves, probe = [], Checkpoints(f"{tmp}/probe", keep=5)
         for i in range(5):
             t0 = time.perf_counter()
@@ -138,8 +159,62 @@ def measure(args, tmp: str) -> dict:
         "meets_target": overhead <= 3.0,  # on the wall-time medians
         "shortest_epoch_seconds": round(min(times["baseline"] + times["callbacks"]), 2),
         "checkpoint_save_ms": round(1000 * statistics.median(saves), 1),
+        "system_metrics": _system_case(times, cpu, args.system_metrics_seconds, sample_ms),
         "epoch_seconds_all": {k: [round(v, 3) for v in vs] for k, vs in times.items()},
     }
+
+
+def _system_case(times: dict, cpu: dict, seconds: float, sample_ms: float) -> dict:
+    """The sampler's case against its baseline, the default set without it."""
+    base, value = statistics.median(times["callbacks"]), statistics.median(times["system_metrics"])
+    paired = statistics.median(
+        s / c for c, s in zip(times["callbacks"], times["system_metrics"], strict=True)
+    )
+    cpu_base, cpu_value = (
+        statistics.median(cpu["callbacks"]),
+        statistics.median(cpu["system_metrics"]),
+    )
+    return {
+        "every_seconds": seconds,
+        "baseline": "callbacks",
+        "epoch_seconds": _pair(base, value),
+        "cpu_seconds_per_epoch": _pair(cpu_base, cpu_value),
+        "overhead_percent": round(100 * (value / base - 1), 2),
+        "paired_overhead_percent": round(100 * (paired - 1), 2),
+        "cpu_overhead_percent": round(100 * (cpu_value / cpu_base - 1), 2),
+        # What one sample costs in CPU, read and sent to the run, as a share of one core over
+        # the interval between samples: what the epoch figures above cannot resolve on a
+        # loaded host.
+        "sample_and_send_cpu_ms": round(sample_ms, 3),
+        "sample_and_send_share_percent": round(100 * sample_ms / (1000 * seconds), 4),
+        "target_percent": 1.0,
+        "meets_target": value / base - 1 <= 0.01,
+    }
+
+
+def _sample_cpu_ms(uri: str, run_id: str, samples: int = 50) -> float:
+    """Median CPU time of one sample read (psutil, and NVML where it answers) and logged to
+    the run in one call, as the logger's sending thread does (a SQLite write, mostly)."""
+    import mlflow
+    from mlflow.entities import Metric
+
+    from keras_dl.callbacks.system_sampler import SystemSampler
+
+    client = mlflow.MlflowClient(uri)
+    sampler = SystemSampler(3600)
+    sampler.start()
+    try:
+        times = []
+        for step in range(samples):
+            t0 = time.process_time()
+            stamp = int(time.time() * 1000)
+            values = sampler.sample()
+            metrics = [Metric(f"bench/system/{k}", v, stamp, step) for k, v in values.items()]
+            client.log_batch(run_id, metrics=metrics)
+            times.append(time.process_time() - t0)
+    finally:
+        sampler.stop()
+    return 1000 * statistics.median(times)
 
 
 def _epoch_timer():

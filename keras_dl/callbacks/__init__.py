@@ -9,6 +9,15 @@ from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.system_metrics import SystemMetrics
 from keras_dl.callbacks.throughput import Throughput
 
-__all__ = ["Checkpoint", "EarlyStopping", "MLflowLogger", "Plots", "ProgressBar", "Throughput"]
+__all__ = [
+    "Checkpoint",
+    "EarlyStopping",
+    "MLflowLogger",
+    "Plots",
+    "ProgressBar",
+    "SystemMetrics",
+    "Throughput",
+]

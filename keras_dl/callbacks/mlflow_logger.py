@@ -173,6 +173,21 @@ class MLflowLogger(keras.callbacks.Callback):
                 stacklevel=2,
             )
 
+    def log_metrics(
+        self, values: Mapping[str, float], step: int, timestamp_ms: int | None = None
+    ) -> bool:
+        """Queue metrics for this run from any thread (rank 0; e.g. the system-metrics sampler).
+
+        Returns:
+            False when nothing was queued: not rank 0, or the sending thread is not running
+            (before ``fit`` or after its end).
+        """
+        sender = getattr(self, "_sender", None)
+        if not getattr(self, "_active", False) or sender is None or not sender.running:
+            return False
+        sender.submit("metrics", dict(values), step, timestamp_ms)
+        return True
+
     @property
     def dropped(self) -> int:
         """Values the store rejected in this ``fit`` (not retried)."""

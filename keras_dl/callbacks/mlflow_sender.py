@@ -66,10 +66,14 @@ class MLflowSender:
         self._thread = threading.Thread(target=self._drain, name="MLflowLogger", daemon=True)
         self._thread.start()
 
-    def submit(self, kind: str, values: dict, step: int | None) -> None:
-        """Queue ``values`` ("params" or "metrics", at ``step``), stamped with the time now."""
+    def submit(
+        self, kind: str, values: dict, step: int | None, timestamp_ms: int | None = None
+    ) -> None:
+        """Queue ``values`` ("params" or "metrics", at ``step``), stamped ``timestamp_ms``
+        (milliseconds since the epoch; defaults to the time now). Safe from any thread."""
         if values:
-            self._queue.put((kind, values, step, int(time.time() * 1000)))
+            stamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+            self._queue.put((kind, values, step, stamp))
 
     def close(self, timeout: float) -> int:
         """Send what is queued, waiting up to ``timeout`` seconds, and stop the thread.

@@ -176,6 +176,9 @@ class RuntimeConfig:
             renewed; the training renews it every third of that, and a run whose holder died
             can start once it lapses. Store calls are retried through an outage until the
             lease lapses; then the run stops with exit 75 (rerun to resume). Defaults to 60.
+        profile_steps: ``START,END``: rank 0 traces training steps START to END (from 1, in
+            each ``fit``) with TensorFlow's profiler; the trace goes to the run with the
+            TensorBoard logs (it turns those on). Defaults to () (no trace).
     """
 
     strategy: Strategy = "auto"
@@ -191,6 +194,7 @@ class RuntimeConfig:
     bind_address: str = "127.0.0.1"
     spark_ui: bool = False
     lease_seconds: float = 60.0
+    profile_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,13 @@ class TrackingConfig:
             plots), e.g. ``s3://bucket/mlflow``; credentials and endpoint come from the
             standard AWS environment. An existing experiment with another location is an
             error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
+        system_metrics_seconds: Every rank samples its CPU %, resident memory, bytes read and
+            written, and GPU use and memory (when ``nvidia-ml-py`` is installed and finds a
+            GPU) this often, logged in the run as ``system/rank_<r>/<name>``; 0 turns it off,
+            otherwise at least 0.1. Defaults to 10.
+        tensorboard: Rank 0 writes TensorBoard logs, uploaded to the run's
+            ``tensorboard_logs/`` at the end (one writer, also beside
+            ``mlflow.tensorflow.autolog``). Defaults to False.
     """
 
     uri: str = ""
@@ -214,6 +225,8 @@ class TrackingConfig:
     registered_model: str = ""
     log_model: bool = True
     artifact_location: str = ""
+    system_metrics_seconds: float = 10.0
+    tensorboard: bool = False
 
 
 @dataclass(frozen=True)

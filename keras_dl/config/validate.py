@@ -51,6 +51,18 @@ def validate(exp: Experiment) -> Experiment:
             f"callbacks.divergence_factor={exp.callbacks.divergence_factor:g} must be 0 (off) "
             "or greater than 1, e.g. --set callbacks.divergence_factor=10."
         )
+    seconds = exp.tracking.system_metrics_seconds
+    if seconds != 0 and not seconds >= 0.1:
+        raise ConfigError(
+            f"tracking.system_metrics_seconds={seconds:g} must be 0 (off) or at least 0.1 "
+            "(seconds between samples), e.g. --set tracking.system_metrics_seconds=10."
+        )
+    steps = exp.runtime.profile_steps
+    if steps and (len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
+        raise ConfigError(
+            f"runtime.profile_steps={','.join(map(str, steps))} must be START,END with "
+            "1 <= START <= END (training steps, from 1), e.g. --set runtime.profile_steps=10,15."
+        )
     _check_registry(exp.registry)
     if exp.init_from and not MODEL_URI.match(exp.init_from):
         raise ConfigError(

@@ -223,6 +223,30 @@ def allreduce_mean(values: dict[str, float], prefix: str = "metrics") -> dict[st
     return dict(zip(keys, np.asarray(mean).tolist(), strict=True))
 
 
+def allgather_rows(rows, prefix: str = "rows"):
+    """Concatenate every rank's ``(n, k)`` float64 rows, in rank order (collective).
+
+    Ranks may send different numbers of rows, none included; ``k`` must be the same everywhere.
+
+    Args:
+        rows: A numpy array of shape ``(n, k)`` on this rank.
+        prefix: Name of the allgather op, the same on every rank for one call. Defaults to "rows".
+
+    Returns:
+        A numpy array ``(sum of n over ranks, k)``; ``rows`` itself in a single process.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    hvd = import_horovod()
+    rows = np.asarray(rows, dtype=np.float64)
+    if hvd.size() == 1:
+        return rows
+    # Collective: every rank sends its rows and gets back all ranks' rows, rank 0's first.
+    gathered = hvd.allgather(tf.constant(rows), name=_op_name(f"keras_dl.{prefix}"))
+    return np.asarray(gathered)
+
+
 def _allreduce(hvd, grads: list, compression) -> list:
     """Average ``grads`` over ranks with one grouped allreduce (inside the compiled train step)."""
     import tensorflow as tf

@@ -10,6 +10,8 @@ from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.system_metrics import SystemMetrics
+from keras_dl.callbacks.tensorboard import RunTensorBoard
 from keras_dl.callbacks.throughput import Throughput
 from keras_dl.distribute.world import current_world
 from keras_dl.run.resume import config_fingerprint
@@ -20,9 +22,11 @@ def make_callbacks(run, data) -> list:
 
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
     then EarlyStopping, Throughput (it adds its figures to the logs the loggers read),
-    MLflowLogger, Plots, the progress bar, and Preemption last (SIGTERM/SIGINT: checkpoint at
-    the end of the step and stop). Every rank gets the same list: each
-    callback gates its own side effects on rank 0.
+    SystemMetrics (each rank's CPU, memory, I/O and GPU, queued through the logger),
+    MLflowLogger, Plots, TensorBoard (rank 0 only), the progress bar, and Preemption last
+    (SIGTERM/SIGINT: checkpoint at the end of the step and stop). Every rank gets the same
+    list but for TensorBoard and the progress bar: each callback gates its own side effects
+    on rank 0.
 
     Args:
         run: The :class:`~keras_dl.run.Run` (its experiment's ``callbacks``, ``runtime`` and
@@ -61,11 +65,18 @@ def make_callbacks(run, data) -> list:
             run_id=run_id,
         ),
         Throughput(batch_size=exp.train.batch_size, log_every_n_steps=c.log_every_n_steps),
-        MLflowLogger(run_id=run_id, end_run=False, log_every_n_steps=c.log_every_n_steps),
     ]
+    logger = MLflowLogger(run_id=run_id, end_run=False, log_every_n_steps=c.log_every_n_steps)
+    if exp.tracking.system_metrics_seconds > 0:
+        # Before the logger: its last samples are queued before the logger's final flush.
+        callbacks.append(SystemMetrics(logger, exp.tracking.system_metrics_seconds))
+    callbacks.append(logger)
     if c.plots:
         confusion = (checks.dataset, checks.steps) if checks is not None else None
         callbacks.append(Plots(run_id=run_id, confusion_data=confusion))
+    if world.is_chief and (exp.tracking.tensorboard or exp.runtime.profile_steps):
+        # Rank 0 only: one writer per run (several ranks would interleave their events).
+        callbacks.append(RunTensorBoard(run_id=run_id, profile_steps=exp.runtime.profile_steps))
     if world.is_chief and exp.train.verbose:
         callbacks.append(ProgressBar(batch_size=exp.train.batch_size))
     # Last among the batch-end hooks, so the step it stops after is logged like any other.

@@ -13,10 +13,12 @@ from keras_dl.callbacks import (
     MLflowLogger,
     Plots,
     ProgressBar,
+    SystemMetrics,
     Throughput,
 )
 from keras_dl.callbacks.checkpoint import COMPLETE
 from keras_dl.callbacks.preemption import Preemption
+from keras_dl.callbacks.tensorboard import RunTensorBoard
 from keras_dl.checkpoints import Checkpoints
 from keras_dl.config import resolve
 from keras_dl.data.splits import make_splits
@@ -69,6 +71,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         "callbacks.log_every_n_steps=3",
         "runtime.resume=false",
         "train.verbose=1",
+        "tracking.tensorboard=true",
     )
     data = make_splits(exp.data, 32, accept=recipe.accept, preprocess=recipe.preprocess)
     cbs = make_callbacks(_run(exp, World(), "run-1"), data)
@@ -76,12 +79,16 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         Checkpoint,
         EarlyStopping,
         Throughput,
+        SystemMetrics,
         MLflowLogger,
         Plots,
+        RunTensorBoard,
         ProgressBar,
         Preemption,
     ]
-    ckpt, stop, tp, logger, plots, bar, preemption = cbs
+    ckpt, stop, tp, system, logger, plots, tensorboard, bar, preemption = cbs
+    assert system.logger is logger and system.every_seconds == 10.0
+    assert tensorboard.run_id == "run-1"
     assert preemption.checkpoint is ckpt  # SIGTERM saves through the same Checkpoint
     assert (ckpt.every_n_steps, ckpt.keep, ckpt.resume) == (7, 5, False)
     assert Path(ckpt.directory) == checkpoint_dir(exp) and ckpt.metadata == {
@@ -93,12 +100,14 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     assert tp.batch_size == 32 and tp.log_every_n_steps == 3 == logger.log_every_n_steps
     assert logger.run_id == "run-1" and logger.end_run is False
     assert plots.confusion_data[1] == data.validation.steps
-    # Other ranks get the same callbacks (each gates its own writes), but no progress bar.
+    # Other ranks get the same callbacks (each gates its own writes), but no progress bar and
+    # no TensorBoard writer.
     others = make_callbacks(_run(exp, World(rank=1, size=2), None), data)
     assert [type(c) for c in others] == [
         Checkpoint,
         EarlyStopping,
         Throughput,
+        SystemMetrics,
         MLflowLogger,
         Plots,
         Preemption,
