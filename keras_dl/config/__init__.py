@@ -36,6 +36,7 @@ from keras_dl.config.schema import (
     RuntimeConfig,
     TrackingConfig,
     TrainConfig,
+    TuneConfig,
 )
 from keras_dl.config.validate import (
     CHOSEN_BY_RECIPE,
@@ -58,6 +59,7 @@ __all__ = [
     "RuntimeConfig",
     "TrackingConfig",
     "TrainConfig",
+    "TuneConfig",
     "apply_mapping",
     "bounded",
     "default_tracking_uri",
