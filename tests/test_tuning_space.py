@@ -112,9 +112,7 @@ def test_split_args_respects_brackets_and_quotes():
 
 def test_a_yaml_file_flat_or_by_section(tmp_path, digits):
     path = tmp_path / "space.yaml"
-    path.write_text(
-        "train.learning_rate: loguniform(1e-4,1e-1)\nmodel:\n  dense: choice(64,128)\n"
-    )
+    path.write_text("train.learning_rate: loguniform(1e-4,1e-1)\nmodel:\n  dense: choice(64,128)\n")
     space = read_space(path)
     assert [d.key for d in space] == ["train.learning_rate", "model.dense"]
     check_space(digits, space)

@@ -80,11 +80,11 @@ def finished_trials(study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if t.state.name in FINISHED]
 
 
-def requeue_stale(study) -> list[int]:
+def requeue_stale(study) -> list:
     """Mark trials left RUNNING (their driver was killed) FAIL, and queue their values again.
 
     Only one driver runs a study at a time (the caller holds the run folder's lock), so a
-    RUNNING trial at the start is one whose process is gone. Returns their numbers.
+    RUNNING trial at the start is one whose process is gone. Returns those trials.
     """
     from optuna.trial import TrialState
 
@@ -97,7 +97,7 @@ def requeue_stale(study) -> list[int]:
             "Trial(s) %s were running when the last tune stopped; their values run again.",
             ", ".join(str(t.number) for t in stale),
         )
-    return [t.number for t in stale]
+    return stale
 
 
 def _storage(path: str):

@@ -70,8 +70,9 @@ def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
     name = exp.tune.study or exp.recipe
     path = storage_path(exp, name)
     study = open_study(path, name, direction, exp.tune.seed, exp.tune.pruning)
-    requeue_stale(study)
+    stale = requeue_stale(study)
     parent = _parent_run(exp, study, space, path)
+    _end_stale_runs(exp, stale)
     spec = TrialSpec(exp, tuple(space), name, path, metric, direction, parent)
     try:
         left = exp.tune.trials - len(finished_trials(study))
@@ -121,6 +122,16 @@ def _parent_run(exp: Experiment, study, space, path: str) -> str:
     client.set_tag(parent, "keras_dl.tune.storage", path)
     study.set_user_attr(PARENT_ATTR, parent)
     return parent
+
+
+def _end_stale_runs(exp: Experiment, stale: list) -> None:
+    """The MLflow runs of trials a killed driver left running end KILLED (values re-queued)."""
+    from keras_dl.run.mlflow_run import terminate_run
+    from keras_dl.tuning.trial import RUN_ATTR, STATE_TAG
+
+    for t in stale:
+        if t.user_attrs.get(RUN_ATTR):
+            terminate_run(exp.tracking.uri, t.user_attrs[RUN_ATTR], "KILLED", {STATE_TAG: "killed"})
 
 
 def _end_parent(exp: Experiment, parent: str, error: BaseException | None) -> None:

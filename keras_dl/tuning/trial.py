@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import socket
 from dataclasses import dataclass
 
 from keras_dl.config.schema import Experiment
@@ -28,6 +30,7 @@ TRIAL_TAG = "keras_dl.tune.trial"
 STATE_TAG = "keras_dl.tune.state"
 RUN_ATTR = "mlflow_run_id"
 MODEL_ATTR = "model_uri"
+PROCESS_ATTR = "process"  # host:pid of the driver or Spark task that ran the trial
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ def run_trial(spec: TrialSpec, study) -> int:
         },
     )
     trial.set_user_attr(RUN_ATTR, child)
+    trial.set_user_attr(PROCESS_ATTR, f"{socket.gethostname()}:{os.getpid()}")
     client = mlflow.MlflowClient(exp.tracking.uri)
     pruning = OptunaPruning(trial, spec.metric, prune=exp.tune.pruning)
     keras.backend.clear_session()  # trials share this process: one graph each
