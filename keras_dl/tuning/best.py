@@ -12,19 +12,35 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from keras_dl.tuning.trial import MODEL_ATTR, RUN_ATTR, TrialSpec
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class TuneResult:
+    """What a study produced: its parent run, the best trial and what the gate decided."""
+
+    study: str
+    storage: str
+    parent_run_id: str
+    best_trial: int | None = None
+    best_value: float | None = None
+    best_params: dict[str, Any] = field(default_factory=dict)
+    best_run_id: str | None = None
+    registered_version: int | None = None
+    not_registered: str | None = None
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+
 def finish_study(spec: TrialSpec, study):
     """Log the study to the parent run, register the best model if it earns it, and return
     the :class:`~keras_dl.tuning.study.TuneResult`."""
     import mlflow
-
-    from keras_dl.tuning.study import TuneResult
 
     client = mlflow.MlflowClient(spec.exp.tracking.uri)
     rows = trial_rows(study)
@@ -45,11 +61,15 @@ def finish_study(spec: TrialSpec, study):
         client.set_tag(spec.parent_run_id, f"keras_dl.tune.best.{key}", str(value))
     name = spec.exp.tracking.registered_model
     model_uri = best.user_attrs.get(MODEL_ATTR)
-    if name and name != "none" and model_uri and result.best_run_id:
+    tags = client.get_run(spec.parent_run_id).data.tags
+    if tags.get("keras_dl.tune.registered_run") == result.best_run_id:  # a rerun: done already
+        result.registered_version = int(tags["keras_dl.tune.registered"].rsplit("/", 1)[1])
+    elif name and name != "none" and model_uri and result.best_run_id:
         version, refused = _register_best(spec, best, result.best_run_id, model_uri)
         result.registered_version, result.not_registered = version, refused
         if version is not None:
             client.set_tag(spec.parent_run_id, "keras_dl.tune.registered", f"{name}/{version}")
+            client.set_tag(spec.parent_run_id, "keras_dl.tune.registered_run", result.best_run_id)
     return result
 
 

@@ -48,11 +48,12 @@ def run(args: argparse.Namespace) -> int:
     result = tune(exp, space)
     print(f"study {result.study} ({result.storage}), parent run {result.parent_run_id}")
     for row in result.trials:
-        params = " ".join(f"{k[6:]}={v}" for k, v in row.items() if k.startswith("param."))
+        params = " ".join(f"{k[6:]}={_short(v)}" for k, v in row.items() if k.startswith("param."))
         value = "" if row["value"] is None else f"{row['value']:.4f}"
         print(f"  trial {row['number']:3d} {row['state']:9s} {value:>8s} {params}")
     if result.best_trial is not None:
-        print(f"best trial {result.best_trial}: {result.best_value:.4f} {result.best_params}")
+        best = " ".join(f"{k}={_short(v)}" for k, v in result.best_params.items())
+        print(f"best trial {result.best_trial}: {result.best_value:.4f} {best}")
     if result.registered_version is not None:
         print(
             f"registered model: models:/{exp.tracking.registered_model}/{result.registered_version}"
@@ -61,3 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if result.not_registered:
         raise NotRegistered(f"The best trial's model was {result.not_registered}.")
     return 0
+
+
+def _short(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -11,11 +11,10 @@ or FAILED / KILLED when the search stops; rerunning the same command resumes it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
 
 from keras_dl.config.schema import Experiment
 from keras_dl.errors import ConfigError
+from keras_dl.tuning.best import TuneResult, finish_study
 from keras_dl.tuning.space import Dimension, check_space
 from keras_dl.tuning.storage import finished_trials, open_study, requeue_stale, storage_path
 from keras_dl.tuning.trial import TrialSpec, run_trials
@@ -23,22 +22,6 @@ from keras_dl.tuning.trial import TrialSpec, run_trials
 log = logging.getLogger(__name__)
 
 PARENT_ATTR = "mlflow_parent_run_id"
-
-
-@dataclass
-class TuneResult:
-    """What a study produced: its parent run, the best trial and what the gate decided."""
-
-    study: str
-    storage: str
-    parent_run_id: str
-    best_trial: int | None = None
-    best_value: float | None = None
-    best_params: dict[str, Any] = field(default_factory=dict)
-    best_run_id: str | None = None
-    registered_version: int | None = None
-    not_registered: str | None = None
-    trials: list[dict[str, Any]] = field(default_factory=list)
 
 
 def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
@@ -78,8 +61,6 @@ def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
         left = exp.tune.trials - len(finished_trials(study))
         if left > 0:
             _run(spec, left, exp.tune.parallelism)
-        from keras_dl.tuning.best import finish_study
-
         result = finish_study(spec, study)
     except BaseException as exc:
         _end_parent(exp, parent, exc)
