@@ -117,9 +117,9 @@ def _plot(frame, spec: TrialSpec, path: Path) -> None:
         ax.scatter(done["number"], done["value"], label="complete")
         best = done["value"].cummin() if spec.direction == "minimize" else done["value"].cummax()
         ax.step(done["number"], best, where="post", label="best so far")
-    pruned = frame[frame["state"] == "pruned"]
+    pruned = frame[(frame["state"] == "pruned") & frame["value"].notna()]
     if len(pruned):
-        ax.scatter(pruned["number"], [0] * len(pruned), marker="x", label="pruned (no value)")
+        ax.scatter(pruned["number"], pruned["value"], marker="x", label="pruned (last epoch)")
     ax.set_xlabel("trial")
     ax.set_ylabel(spec.metric)
     ax.set_title(f"study {spec.study}")
