@@ -8,6 +8,7 @@ import optuna
 import pytest
 
 from keras_dl.tuning.pruning import OptunaPruning, direction_of
+from tests.conftest import HEAVY
 
 
 def _fit(trial, monitor="val_loss", epochs=4):
@@ -87,3 +88,35 @@ def test_a_study_in_this_process_has_a_parent_run_and_resumes(digits_table, tmp_
     assert again.parent_run_id == first.parent_run_id
     assert [r["run_id"] for r in again.trials] == [r["run_id"] for r in first.trials]
     assert mlflow.active_run() is None
+
+
+@HEAVY
+@pytest.mark.slow
+def test_a_trial_may_itself_run_on_horovod_ranks(digits_table, tmp_path, mlflow_uri, capfd):
+    import mlflow
+
+    import keras_dl
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+
+    sets = [
+        f"data.table={digits_table}",
+        f"tracking.uri={mlflow_uri}",
+        f"runtime.run_dir={tmp_path / 'run'}",
+        "train.epochs=1",
+        "train.verbose=0",
+        "callbacks.plots=false",
+        "runtime.strategy=horovod",
+        "runtime.np=-2",
+        "tune.trials=1",
+        "tracking.registered_model=none",
+    ]
+    exp = resolve(load_recipe("digits").defaults, sets=sets)
+    result = keras_dl.tune(exp, ["train.learning_rate=loguniform(1e-3,1e-2)"])
+    (row,) = result.trials
+    assert row["state"] == "complete" and row["value"] > 0  # scored on rank 0's last epoch
+    child = mlflow.MlflowClient(mlflow_uri).get_run(row["run_id"])
+    assert child.data.tags["mlflow.parentRunId"] == result.parent_run_id
+    assert child.data.params["runtime.np"] == "-2" and child.info.status == "FINISHED"
+    out, err = capfd.readouterr()
+    assert "[1]<" in out + err  # rank 1's output, streamed back by the launcher

@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from tests.conftest import HEAVY, REPO
+from tests.conftest import HEAVY_IO, REPO
 from tests.distribute.test_horovod_spark import standalone_cluster
 
-pytestmark = HEAVY  # Spark tasks training side by side: one at a time with the Horovod jobs
+# A kill -9 and a resume, like the recovery runs: one at a time, beside the Horovod queue.
+pytestmark = HEAVY_IO
 
 SPACE = ("train.learning_rate=loguniform(1e-3,3e-2)", "model.dense=choice(32,64)")
 
