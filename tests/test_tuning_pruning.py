@@ -120,3 +120,21 @@ def test_a_trial_may_itself_run_on_horovod_ranks(digits_table, tmp_path, mlflow_
     assert child.data.params["runtime.np"] == "-2" and child.info.status == "FINISHED"
     out, err = capfd.readouterr()
     assert "[1]<" in out + err  # rank 1's output, streamed back by the launcher
+
+
+def test_a_second_driver_of_the_same_study_is_refused(digits_table, tmp_path, mlflow_uri):
+    import keras_dl
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from keras_dl.runlock import RunLockedError, open_run_lock
+
+    sets = [f"data.table={digits_table}", f"runtime.run_dir={tmp_path / 'run'}"]
+    exp = resolve(load_recipe("digits").defaults, sets=[*sets, f"tracking.uri={mlflow_uri}"])
+    held = open_run_lock(tmp_path / "run" / "tune" / "digits")
+    held.acquire()  # a driver of study "digits" that is running
+    try:
+        with pytest.raises(RunLockedError):
+            keras_dl.tune(exp, ["train.learning_rate=loguniform(1e-3,1e-2)"])
+    finally:
+        held.release()
+    assert not (tmp_path / "optuna-digits.journal").exists()  # refused before the study opened

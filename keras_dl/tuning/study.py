@@ -14,6 +14,7 @@ import logging
 
 from keras_dl.config.schema import Experiment
 from keras_dl.errors import ConfigError
+from keras_dl.runlock import open_run_lock
 from keras_dl.tuning.best import TuneResult, finish_study
 from keras_dl.tuning.space import Dimension, check_space
 from keras_dl.tuning.storage import finished_trials, open_study, requeue_stale, storage_path
@@ -37,6 +38,8 @@ def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
         The study's :class:`TuneResult`.
 
     Raises:
+        RunLockedError: Another ``tune`` of the same study runs (it holds
+            ``<runtime.run_dir>/tune/<study>``).
         ConfigError: An unknown key or a value a field does not take in ``space``; a metric
             that is not a validation metric with no validation split.
     """
@@ -52,21 +55,31 @@ def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
     direction = direction_of(metric, exp.tune.direction)
     name = exp.tune.study or exp.recipe
     path = storage_path(exp, name)
-    study = open_study(path, name, direction, exp.tune.seed, exp.tune.pruning)
-    stale = requeue_stale(study)
-    parent = _parent_run(exp, study, space, path)
-    _end_stale_runs(exp, stale)
-    spec = TrialSpec(exp, tuple(space), name, path, metric, direction, parent)
+    # One driver per study: a second one would take the first one's running trials for a
+    # killed driver's. The flock is the kernel's: a killed driver's is free at once.
+    lock = open_run_lock(
+        f"{exp.runtime.run_dir.rstrip('/')}/tune/{name}", exp.runtime.lease_seconds
+    )
+    lock.acquire()
     try:
-        left = exp.tune.trials - len(finished_trials(study))
-        if left > 0:
-            _run(spec, left, exp.tune.parallelism)
-        result = finish_study(spec, study)
-    except BaseException as exc:
-        _end_parent(exp, parent, exc)
-        raise
-    _end_parent(exp, parent, None)
-    return result
+        study = open_study(path, name, direction, exp.tune.seed, exp.tune.pruning)
+        stale = requeue_stale(study)
+        parent = _parent_run(exp, study, space, path)
+        lock.update(run_id=parent)
+        _end_stale_runs(exp, stale)
+        spec = TrialSpec(exp, tuple(space), name, path, metric, direction, parent)
+        try:
+            left = exp.tune.trials - len(finished_trials(study))
+            if left > 0:
+                _run(spec, left, exp.tune.parallelism)
+            result = finish_study(spec, study)
+        except BaseException as exc:
+            _end_parent(exp, parent, exc)
+            raise
+        _end_parent(exp, parent, None)
+        return result
+    finally:
+        lock.release()
 
 
 def _run(spec: TrialSpec, left: int, parallelism: int) -> None:
