@@ -132,3 +132,16 @@ def test_tune_settings_are_config_keys(digits):
         resolve(digits, sets=["tune.trials=0"])
     with pytest.raises(ConfigError, match="tune.direction"):
         resolve(digits, sets=["tune.direction=up"])
+
+
+@pytest.mark.slow  # a CLI process: about 20 s to import TensorFlow and MLflow on a loaded host
+def test_the_cli_names_a_bad_space_and_exits_2_before_any_work(tmp_path):
+    from tests.conftest import run_cli
+
+    proc = run_cli(
+        "tune", "digits", "--trials", "2", "--space", "train.lr=loguniform(1e-4,1e-1)",
+        "--set", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Unknown config key 'train.lr'" in proc.stderr and "train.learning_rate" in proc.stderr
+    assert not list(tmp_path.iterdir())  # no store, no journal, no run folder
