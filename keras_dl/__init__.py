@@ -18,3 +18,14 @@ __version__ = "0.1.0"
 # registers the hook at interpreter start; this covers a keras_dl used from a source tree
 # (PYTHONPATH) without it. Cheap: nothing is imported until Petastorm is.
 keras_dl_petastorm_hook.register()
+
+
+def tune(exp, space):
+    """Search ``space`` over ``exp``'s recipe with Optuna: see :func:`keras_dl.tuning.study.tune`.
+
+    ``space`` is a list of ``"section.key=KIND(ARGS)"`` strings or parsed dimensions.
+    """
+    from keras_dl.tuning.space import parse_space
+    from keras_dl.tuning.study import tune as tune_study
+
+    return tune_study(exp, [parse_space([d])[0] if isinstance(d, str) else d for d in space])

@@ -1,4 +1,4 @@
-"""``keras-dl``: train, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
+"""``keras-dl``: train, tune, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
 
 Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
 with their ``exit_code``: 2, 3 when training diverged, 4 when the model did not earn
@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         bsub, "tabular", "keras_dl.bench.tabular", lambda p, **_: _add_config_args(p)
     )
 
+    # It searches a recipe's settings: the fixed ones come as in `train` (--config, --set).
+    _add_module_command(sub, "tune", "keras_dl.tuning.cli", lambda p, **_: _add_config_args(p))
     _add_module_command(sub, "predict", "keras_dl.inference")
     _add_module_command(sub, "promote", "keras_dl.registry")
     return p

@@ -75,7 +75,7 @@ def finish(run, model, data, checkpoint: Checkpoint):
         folder.record_finishing(model_uri=model_uri)
     name, refused = exp.tracking.registered_model, None
     if model_uri is not None and version is None and name and name != "none":
-        version, refused = _register(exp, model, data, metrics, run_id, model_uri)
+        version, refused = register_earned(exp, model, data, metrics, run_id, model_uri)
         if version is not None:
             folder.record_finishing(registered_version=version)
     alias = exp.registry.set_alias
@@ -89,7 +89,7 @@ def finish(run, model, data, checkpoint: Checkpoint):
     return metrics, model_uri, version, None
 
 
-def _register(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:
+def register_earned(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:
     """Register the logged model when the gate passes it: ``(version, None)``, or
     ``(None, reason)`` with the run tagged ``keras_dl.not_registered``."""
     import mlflow

@@ -25,7 +25,7 @@ from keras_dl.divergence import loss_grew
 
 log = logging.getLogger(__name__)
 
-_MAX_WORDS = ("acc", "auc", "precision", "recall", "f1", "iou")
+MAX_WORDS = ("acc", "auc", "precision", "recall", "f1", "iou")
 
 
 class EarlyStopping(keras.callbacks.Callback):
@@ -73,7 +73,7 @@ class EarlyStopping(keras.callbacks.Callback):
             raise ValueError(f"EarlyStopping mode={mode!r} is not one of auto, min, max.")
         self.monitor = monitor
         if mode == "auto":
-            mode = "max" if any(w in monitor.lower() for w in _MAX_WORDS) else "min"
+            mode = "max" if any(w in monitor.lower() for w in MAX_WORDS) else "min"
         self.mode = mode
         self.min_delta = abs(min_delta)
         self.patience = patience

@@ -37,6 +37,7 @@ from keras_dl.config.schema import (
     RuntimeConfig,
     TrackingConfig,
     TrainConfig,
+    TuneConfig,
 )
 from keras_dl.config.validate import (
     CHOSEN_BY_RECIPE,
@@ -62,6 +63,7 @@ __all__ = [
     "RuntimeConfig",
     "TrackingConfig",
     "TrainConfig",
+    "TuneConfig",
     "apply_mapping",
     "bounded",
     "default_tracking_uri",

@@ -1,7 +1,7 @@
 """The experiment's settings: plain frozen dataclasses with their defaults and documentation.
 
 One dataclass per config section (``data``, ``train``, ``runtime``, ``tracking``, ``callbacks``,
-``registry``) and :class:`Experiment`, which holds them and the recipe's own ``model`` section.
+``registry``, ``tune``) and :class:`Experiment`, which holds them and the recipe's own ``model`` section.
 Nothing here parses or checks a value: :mod:`keras_dl.config.parse` reads YAML files and
 ``--set`` overrides into these types, :mod:`keras_dl.config.validate` checks them.
 """
@@ -293,6 +293,37 @@ class RegistryConfig:
 
 
 @dataclass(frozen=True)
+class TuneConfig:
+    """Hyperparameter search (``keras-dl tune``; see :mod:`keras_dl.tune`).
+
+    Args:
+        trials: Trials the study runs in all, counting the completed and pruned trials of
+            earlier (interrupted) runs of the same study. Defaults to 20.
+        parallelism: Trials run at a time, as Spark tasks when more than 1. Defaults to 1.
+        metric: The per-epoch validation metric a trial is scored and pruned on. Defaults to
+            "" (``callbacks.monitor``).
+        direction: "minimize", "maximize" or "auto" (maximize for accuracy-like names).
+            Defaults to "auto".
+        pruning: Stop unpromising trials early (Optuna's median pruner on ``metric``).
+            Defaults to True.
+        study: The Optuna study's name. Defaults to "" (the recipe name).
+        storage: The study's journal file (resumable after a kill). Defaults to "" (beside the
+            MLflow store: ``optuna-<study>.journal`` next to a SQLite file, else in
+            ``runtime.run_dir``).
+        seed: Seed of the TPE sampler. Defaults to 42.
+    """
+
+    trials: int = 20
+    parallelism: int = 1
+    metric: str = ""
+    direction: Literal["auto", "minimize", "maximize"] = "auto"
+    pruning: bool = True
+    study: str = ""
+    storage: str = ""
+    seed: int = 42
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One training run: a recipe name plus its config sections and the recipe's model config.
 
@@ -314,12 +345,13 @@ class Experiment:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     model: Any = None
     init_from: str = ""
 
     def sections(self) -> dict[str, Any]:
         """The config sections by name, the recipe's ``model`` section included when present."""
-        names = ("data", "train", "runtime", "tracking", "callbacks", "registry")
+        names = ("data", "train", "runtime", "tracking", "callbacks", "registry", "tune")
         out = {s: getattr(self, s) for s in names}
         if self.model is not None:
             out["model"] = self.model

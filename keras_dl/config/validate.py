@@ -141,6 +141,8 @@ _AT_LEAST_ONE = (
     "runtime.stall_timeout",
     "runtime.lease_seconds",
     "callbacks.keep_checkpoints",
+    "tune.trials",
+    "tune.parallelism",
 )
 _AT_LEAST_ZERO = (
     "data.cache_max_bytes",

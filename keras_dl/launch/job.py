@@ -76,7 +76,7 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
     # ends it FAILED or KILLED (preempted: rerunning the command resumes it) if the job fails.
     try:
         with open_run(exp, run_id=run_id, lock_run_dir=True, driver=True) as run:
-            spark = _start_spark(exp.runtime) if exp.runtime.np > 0 else None
+            spark = start_spark(exp.runtime) if exp.runtime.np > 0 else None
             run_id = run.start({"keras_dl.np": str(exp.runtime.np)})
             return run_with_recovery(
                 lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
@@ -88,7 +88,7 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
             spark.stop()
 
 
-def _start_spark(runtime):
+def start_spark(runtime):
     """A SparkSession for ``np > 0`` when none is active (the CLI); None when one is.
 
     Its master comes from Spark's own configuration: the ``MASTER`` environment variable or

@@ -1,0 +1,48 @@
+"""Trials as Spark tasks: ``tune.parallelism`` tasks at a time on the Horovod launcher's Spark.
+
+Each task opens the study's journal and runs its share of the trials one after another
+(:func:`~keras_dl.tuning.trial.run_trials`), so at most ``parallelism`` train at a time. The
+session is the active one, else one started as :func:`keras_dl.launch.job.start_spark` starts
+it for ``runtime.np > 0`` (``MASTER`` or ``spark-defaults.conf``; a local master otherwise),
+and stopped after. The tasks run through ``mapInPandas``, which classic and Spark Connect
+sessions both have. The journal must be a path every task can reach: this host's disk for a
+local or loopback standalone cluster, a shared mount otherwise.
+"""
+
+from __future__ import annotations
+
+from keras_dl.distribute.slots import active_session
+from keras_dl.launch.job import start_spark
+from keras_dl.tuning.trial import TrialSpec
+
+
+def run_on_spark(spec: TrialSpec, quotas: list[int]) -> dict[int, list[int]]:
+    """Run ``quotas[i]`` trials in Spark task ``i``; return each task's trial numbers."""
+    started = start_spark(spec.exp.runtime)
+    session = active_session() or started
+    try:
+        frame = session.range(len(quotas), numPartitions=len(quotas))
+        rows = frame.mapInPandas(
+            lambda batches: _task(spec, quotas, batches), "worker long, trials string"
+        ).collect()
+    finally:
+        if started is not None:
+            started.stop()
+    return {r.worker: [int(n) for n in r.trials.split(",") if n] for r in rows}
+
+
+def _task(spec: TrialSpec, quotas: list[int], batches):
+    """In the Spark task: run this partition's workers' trials."""
+    import os
+    import warnings
+
+    import pandas as pd
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+    from keras_dl.tuning.trial import run_trials
+
+    for batch in batches:
+        for worker in batch["id"]:
+            numbers = run_trials(spec, quotas[int(worker)], worker=int(worker))
+            yield pd.DataFrame({"worker": [int(worker)], "trials": [",".join(map(str, numbers))]})

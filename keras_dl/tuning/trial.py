@@ -1,0 +1,133 @@
+"""Trials: each one ``fit`` of the experiment with the trial's values, in a nested MLflow run.
+
+:func:`run_trials` is what runs in the driver (``tune.parallelism=1``) or in each Spark task:
+it asks the shared Optuna storage for a trial, trains it, and tells the storage the outcome,
+``count`` times. Every trial gets:
+
+- its own MLflow run, a child of the study's parent run (``mlflow.parentRunId``), with the
+  trial's config as params, its per-epoch metrics and the tag ``keras_dl.tune.state``
+  (complete, pruned or failed);
+- its own run folder, ``<runtime.run_dir>/tune/<study>/trial-<N>``;
+- no registration: only the study's best model goes through the registry gate
+  (:mod:`keras_dl.tuning.best`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+from keras_dl.config.schema import Experiment
+from keras_dl.errors import KerasDLError
+from keras_dl.tuning.space import Dimension, apply_values
+
+log = logging.getLogger(__name__)
+
+TRIAL_TAG = "keras_dl.tune.trial"
+STATE_TAG = "keras_dl.tune.state"
+RUN_ATTR = "mlflow_run_id"
+MODEL_ATTR = "model_uri"
+PROCESS_ATTR = "process"  # host:pid of the driver or Spark task that ran the trial
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a trial needs, picklable for a Spark task."""
+
+    exp: Experiment
+    space: tuple[Dimension, ...]
+    study: str
+    storage: str
+    metric: str
+    direction: str
+    parent_run_id: str
+
+
+def run_trials(spec: TrialSpec, count: int, worker: int = 0) -> list[int]:
+    """Ask for, train and tell ``count`` trials; return their numbers.
+
+    Trials the driver re-queued after a kill (WAITING) are asked for first.
+    """
+    from keras_dl.tuning.storage import load_study
+
+    study = load_study(spec.storage, spec.study, spec.exp.tune.seed + worker, spec.exp.tune.pruning)
+    return [run_trial(spec, study) for _ in range(count)]
+
+
+def run_trial(spec: TrialSpec, study) -> int:
+    """Train one trial of ``study``; return its number. A trial whose training raised a
+    :class:`~keras_dl.errors.KerasDLError` (e.g. it diverged) is FAIL; anything else is raised
+    after the trial is marked FAIL."""
+    import keras
+    import mlflow
+    from optuna.trial import TrialState
+
+    from keras_dl.run.mlflow_run import create_run
+    from keras_dl.tuning.pruning import OptunaPruning
+
+    trial = study.ask()
+    values = {d.key: d.suggest(trial) for d in spec.space}
+    exp = _trial_experiment(spec, trial.number, values)
+    child = create_run(
+        exp,
+        {
+            "mlflow.parentRunId": spec.parent_run_id,
+            "mlflow.runName": f"trial-{trial.number}",
+            TRIAL_TAG: str(trial.number),
+            "keras_dl.tune.study": spec.study,
+        },
+    )
+    trial.set_user_attr(RUN_ATTR, child)
+    trial.set_user_attr(PROCESS_ATTR, f"{socket.gethostname()}:{os.getpid()}")
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    pruning = OptunaPruning(trial, spec.metric, prune=exp.tune.pruning)
+    keras.backend.clear_session()  # trials share this process: one graph each
+    try:
+        model_uri = _train(exp, child, pruning)
+    except BaseException as exc:
+        study.tell(trial, state=TrialState.FAIL)
+        client.set_tag(child, STATE_TAG, "failed")
+        if not isinstance(exc, KerasDLError):
+            raise
+        log.warning("Trial %d failed: %s", trial.number, exc)
+        return trial.number
+    if model_uri:
+        trial.set_user_attr(MODEL_ATTR, model_uri)
+    if pruning.pruned_epoch is not None:
+        study.tell(trial, state=TrialState.PRUNED)
+        state = "pruned"
+    else:
+        study.tell(trial, pruning.last_value)
+        state = "complete"
+    client.set_tag(child, STATE_TAG, state)
+    return trial.number
+
+
+def _train(exp: Experiment, run_id: str, pruning) -> str | None:
+    """``fit`` in this process, or on Horovod ranks (``runtime.np``): a multi-process trial
+    is scored on its last epoch, and is not pruned (rank 0's callback runs in another
+    process). Returns the logged model's URI."""
+    if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
+        from keras_dl.launch import launch
+
+        result = launch(exp, run_id=run_id)
+        history = result.history.get(pruning.monitor) or [None]
+        pruning.last_value = history[-1]
+        return result.model_uri
+    from keras_dl.train import fit
+
+    return fit(exp, callbacks=[pruning], run_id=run_id).model_uri
+
+
+def _trial_experiment(spec: TrialSpec, number: int, values: dict[str, str]) -> Experiment:
+    """The study's experiment with the trial's values, its own run folder, no registration."""
+    exp = apply_values(spec.exp, values, origin=f"trial {number} of study {spec.study!r}")
+    base = exp.runtime.run_dir.rstrip("/")
+    runtime = dataclasses.replace(
+        exp.runtime, run_dir=f"{base}/tune/{spec.study}/trial-{number}", resume=False
+    )
+    tracking = dataclasses.replace(exp.tracking, registered_model="none")
+    return dataclasses.replace(exp, runtime=runtime, tracking=tracking)
