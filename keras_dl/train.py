@@ -140,6 +140,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.callbacks.system_metrics import SystemMetrics
     from keras_dl.distribute.lr import scale_learning_rate
     from keras_dl.finish import finish
+    from keras_dl.report import log_report
     from keras_dl.run import make_callbacks, prepare_fit
     from keras_dl.warm_start import init_from_tags, warm_start
 
@@ -226,6 +227,9 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     )
     checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
     metrics, model_uri, version, refused = finish(run, model, data, checkpoint)
+    if world.is_chief and run_id is not None:
+        # Registered or refused by the gate: the report shows either; it never fails the run.
+        log_report(run_id, exp.tracking.uri or mlflow.get_tracking_uri())
     return TrainResult(
         run_id=run_id,
         metrics=metrics,
