@@ -5,7 +5,7 @@ process's memory), so it is the same for a single process, a resumed run and a H
 only rank 0 logs. It shows the learning curves (train and validation, per epoch), samples/s and
 the input wait per epoch, every rank's system metrics, the data lineage (table, version or
 version range, rows trained per epoch, the datasets of each split) and the registry decision
-with its reason. It is one self-contained HTML file: inline SVG (:mod:`keras_dl.report_svg`), no
+with its reason. It is one self-contained HTML file: inline SVG (:mod:`keras_dl.report_page`), no
 script, nothing fetched, every value from the run HTML-escaped.
 
 :func:`log_report` runs where a training ends (after the registry gate, passed or refused) and
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import tempfile
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -23,11 +24,12 @@ from html import escape
 from pathlib import Path
 
 from keras_dl import tracking
-from keras_dl.report_svg import line_chart
+from keras_dl.report_page import line_chart, page, section, table
 
 log = logging.getLogger(__name__)
 
 ARTIFACT = "report.html"
+MAX_POINTS = 500
 FAILED_TAG = "keras_dl.report_failed"  # why the last attempt to build the report failed
 SPEED = ("samples_per_sec", "steps_per_sec")  # Throughput's, per epoch (steps/s: no batch size)
 WAIT = ("input_wait_fraction", "input_wait_ms")
@@ -95,20 +97,16 @@ def render(client, run_id: str) -> str:
     }
     sections = [
         _header(run),
-        _section("Learning curves", _learning_charts(learning), "curves"),
-        _section("Throughput", _throughput_charts(history), "throughput"),
-        _section("System metrics per rank", _system_charts(history), "system"),
-        _section("Data lineage", _lineage(run), "lineage"),
-        _section("Registry decision", _registry(client, run), "registry"),
-        _section("Final metrics", _table(sorted(_final_metrics(run).items())), "final"),
+        section("Learning curves", _learning_charts(learning), "curves"),
+        section("Throughput", _throughput_charts(history), "throughput"),
+        section("System metrics per rank", _system_charts(history), "system"),
+        section("Data lineage", _lineage(run), "lineage"),
+        section("Registry decision", _registry(client, run), "registry"),
+        section("Final metrics", table(sorted(_final_metrics(run).items())), "final"),
         f"<details><summary>Parameters ({len(run.data.params)})</summary>"
-        f"{_table(sorted(run.data.params.items()))}</details>",
+        f"{table(sorted(run.data.params.items()))}</details>",
     ]
-    title = escape(f"{run.info.run_name or run_id} - keras_dl run report")
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"<style>{_CSS}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
-    )
+    return page(f"{run.info.run_name or run_id} - keras_dl run report", sections)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -146,7 +144,7 @@ def _header(run) -> str:
     failure = tags.get(tracking.FAILURE_TAG)
     if failure:
         rows.append(("failure", f"{failure}: {tags.get(tracking.FAILURE_REASON_TAG, '')}"))
-    return f"<h1>Run report</h1>{_table([r for r in rows if r[1]])}"
+    return f"<h1>Run report</h1>{table([r for r in rows if r[1]])}"
 
 
 def _learning_charts(learning: dict) -> str:
@@ -182,12 +180,9 @@ def _system_charts(history: dict) -> str:
     charts = []
     for name in sorted(by_name):
         ranks = by_name[name]
-        series = {
-            r: [((t - t0) / 1000, v) for _, v, t in ranks[r]]
-            for r in sorted(
-                ranks, key=lambda r: int(r.rsplit("_", 1)[-1]) if r[-1:].isdigit() else 0
-            )
-        }
+        order = sorted(ranks, key=lambda r: (len(r), r))  # rank_2 before rank_10
+        # At most MAX_POINTS a line: a day at 10 s is 8,640 samples a rank, more than a chart shows.
+        series = {r: [((t - t0) / 1000, v) for _, v, t in _thin(ranks[r])] for r in order}
         charts.append(line_chart(name, series, xlabel="seconds"))
     return "".join(charts)
 
@@ -207,9 +202,9 @@ def _lineage(run) -> str:
         datasets.append(
             (d.dataset.name, context, _profile_rows(d.dataset.profile), d.dataset.digest)
         )
-    out = _table(rows)
+    out = table(rows)
     if datasets:
-        out += _table(datasets, head=("dataset", "split", "rows", "digest"))
+        out += table(datasets, head=("dataset", "split", "rows", "digest"))
     return out
 
 
@@ -227,13 +222,11 @@ def _registry(client, run) -> str:
         decision = "no registry decision (registration off, or the run ended before it)"
     verdict = "refused" if refused and not versions else ("passed" if versions else "none")
     rows = [("decision", decision), ("gate checked", tags.get(tracking.GATE_TAG, ""))]
-    return f'<p class="verdict {verdict}">{escape(verdict)}</p>' + _table([r for r in rows if r[1]])
+    return f'<p class="verdict {verdict}">{escape(verdict)}</p>' + table([r for r in rows if r[1]])
 
 
 # -- helpers ----------------------------------------------------------------------------------
 def _client(tracking_uri: str | None):
-    import os
-
     import mlflow
 
     from keras_dl.config import default_tracking_uri
@@ -248,6 +241,16 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float, int]]:
     for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
         latest[m.step] = (m.step, m.value, m.timestamp)
     return [latest[s] for s in sorted(latest)]
+
+
+def _thin(points: list) -> list:
+    """MAX_POINTS evenly spread points, the first and the last among them."""
+    n = len(points)
+    return (
+        points
+        if n <= MAX_POINTS
+        else [points[i * (n - 1) // (MAX_POINTS - 1)] for i in range(MAX_POINTS)]
+    )
 
 
 def _epochs(points) -> list[tuple[float, float]]:
@@ -273,33 +276,3 @@ def _profile_rows(profile: str | None) -> str:
         return str(json.loads(profile or "{}").get("num_rows", ""))
     except ValueError:
         return ""
-
-
-def _section(title: str, body: str, anchor: str) -> str:
-    body = body or '<p class="none">nothing logged</p>'
-    return (
-        f'<section id="{anchor}"><h2>{escape(title)}</h2><div class="charts">{body}</div></section>'
-    )
-
-
-def _table(rows, head=None) -> str:
-    if not rows:
-        return ""
-    cells = "".join(
-        "<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
-    )
-    top = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" if head else ""
-    return f"<table>{top}{cells}</table>"
-
-
-_CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1320px}
-h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
-.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-table{border-collapse:collapse;margin:4px 12px 4px 0}td,th{border:1px solid #ddd;padding:3px 8px;
-text-align:left;vertical-align:top;font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
-svg.chart{border:1px solid #eee;background:#fff}.frame{fill:none;stroke:#bbb}
-.title{font-weight:600;font-size:13px}.tick,.legend,.axis{font-size:11px;fill:#444}
-.verdict{font-weight:700;padding:4px 10px;border-radius:4px;display:inline-block}
-.passed{background:#d9f2e3}.refused{background:#fde2e1}.none{color:#777}
-"""

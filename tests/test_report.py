@@ -113,7 +113,7 @@ def test_a_trained_run_gets_a_report_whose_charts_draw_in_chromium(digits_table,
     assert "data.rows_trained_per_epoch" in dom
     assert 'class="verdict refused"' in dom and "fails test_accuracy&gt;1" in dom
     # The lines were drawn: the screenshot has the series' colours, not only their markup.
-    from keras_dl.report_svg import COLOURS
+    from keras_dl.report_page import COLOURS
 
     assert coloured_pixels(shot, COLOURS[0]) > 500 and coloured_pixels(shot, COLOURS[1]) > 200
     keep = _trimmed(shot, tmp_path / "report-trimmed.png")
@@ -180,3 +180,11 @@ def test_keras_dl_report_rewrites_the_page_of_a_registered_model(digits_model, t
     assert proc.returncode == 0, proc.stderr
     html = out.read_text()
     assert 'class="verdict passed"' in html and "registered: digits version 1" in html
+
+
+def test_a_chart_keeps_finite_points_and_says_when_it_has_none():
+    from keras_dl.report_page import line_chart
+
+    svg = line_chart("loss", {"loss": [(1, 0.5)], "val_loss": [(1, float("nan"))]})
+    assert [s[2:4] for s in series_in(svg)] == [("loss", 1)]  # one epoch still draws a point
+    assert "no data" in line_chart("loss", {"loss": [(1, float("inf"))]})

@@ -1,6 +1,6 @@
-"""Line charts as inline SVG, for the run report (:mod:`keras_dl.report`): no JavaScript, no
-library, nothing fetched. Every label is HTML-escaped, so a metric or table name from the data
-is shown as text and never runs.
+"""The run report's page (:mod:`keras_dl.report`): line charts as inline SVG, tables, sections
+and the stylesheet. No JavaScript, no library, nothing fetched. Every label and cell is
+HTML-escaped, so a metric, table or tag value from the data is shown as text and never runs.
 
 Each series is one ``<path class="series" data-series="NAME">`` with a point per value, so a
 test (or a person with the browser's inspector) can count the series and check they have data.
@@ -93,6 +93,33 @@ def line_chart(
     return "\n".join([*out, "</svg>"])
 
 
+def page(title: str, parts: list[str]) -> str:
+    """The whole HTML document: ``parts`` in order, the stylesheet inline."""
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}'
+        f"</title><style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )
+
+
+def section(title: str, body: str, anchor: str) -> str:
+    """A titled ``<section id=anchor>``; "nothing logged" when ``body`` is empty."""
+    body = body or '<p class="none">nothing logged</p>'
+    return (
+        f'<section id="{anchor}"><h2>{escape(title)}</h2><div class="charts">{body}</div></section>'
+    )
+
+
+def table(rows, head=None) -> str:
+    """An escaped table of ``rows`` (tuples), with a ``head`` row when given; "" for none."""
+    if not rows:
+        return ""
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
+    )
+    top = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" if head else ""
+    return f"<table>{top}{cells}</table>"
+
+
 def _legend(names: list[str], dashed: set[str]) -> tuple[list[str], int]:
     """The legend under the title, its entries wrapped into rows; and where the plot starts."""
     out, x, y = [], LEFT, 34
@@ -135,3 +162,16 @@ def _fmt(v: float) -> str:
         if abs(v) >= scale:
             return f"{v / scale:.3g}{suffix}"
     return f"{v:.3g}"
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1320px}
+h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}
+.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
+table{border-collapse:collapse;margin:4px 12px 4px 0}td,th{border:1px solid #ddd;padding:3px 8px;
+text-align:left;vertical-align:top;font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
+svg.chart{border:1px solid #eee;background:#fff}.frame{fill:none;stroke:#bbb}
+.title{font-weight:600;font-size:13px}.tick,.legend,.axis{font-size:11px;fill:#444}
+.verdict{font-weight:700;padding:4px 10px;border-radius:4px;display:inline-block}
+.passed{background:#d9f2e3}.refused{background:#fde2e1}.none{color:#777}
+"""
