@@ -63,6 +63,16 @@ def log_report(run_id: str, tracking_uri: str | None = None) -> Path | None:
         return None
 
 
+def log_run_report(run) -> None:
+    """The report of a :class:`~keras_dl.run.Run` that has just ended (FINISHED, or FAILED with
+    its cause), on the chief; never raises. A preempted run is left without one until it has
+    resumed and ended."""
+    if run.world.is_chief and run.run_id is not None:
+        import mlflow
+
+        log_report(run.run_id, run.exp.tracking.uri or mlflow.get_tracking_uri())
+
+
 def write_report(run_id: str, tracking_uri: str | None = None, out: str | None = None) -> Path:
     """Build the report of ``run_id``, log it as the run's ``report.html`` and return the local
     file (``out``, or one in a temporary folder). Raises what MLflow raises."""
@@ -137,7 +147,7 @@ def _header(run) -> str:
         ("run", f"{info.run_name} ({info.run_id})"),
         ("experiment id", info.experiment_id),
         ("recipe", tags.get("keras_dl.recipe", "")),
-        ("status when written", info.status),
+        ("status", info.status),
         ("started", f"{started:%Y-%m-%d %H:%M:%S} UTC" if started else ""),
         ("commit", tags.get("mlflow.source.git.commit", tags.get("git.commit", ""))),
     ]

@@ -1,7 +1,7 @@
 """The run report (keras_dl.report): built from a real finished run through MLflow, rendered by a
 real headless Chromium (Debian's; `make setup` installs it), the charts checked in the browser's
-DOM and in its screenshot, which is kept (printed path, and docs/report.png when
-KERAS_DL_UPDATE_DOCS=1)."""
+DOM and in its screenshot, which is kept as the test run's artifact (test-artifacts/report.png,
+or $KERAS_DL_TEST_ARTIFACTS; also docs/report.png when KERAS_DL_UPDATE_DOCS=1)."""
 
 from __future__ import annotations
 
@@ -112,11 +112,16 @@ def test_a_trained_run_gets_a_report_whose_charts_draw_in_chromium(digits_table,
     assert digits_table in dom
     assert "data.rows_trained_per_epoch" in dom
     assert 'class="verdict refused"' in dom and "fails test_accuracy&gt;1" in dom
+    assert "<td>status</td><td>FINISHED</td>" in dom  # written once the run has ended
     # The lines were drawn: the screenshot has the series' colours, not only their markup.
     from keras_dl.report_page import COLOURS
 
     assert coloured_pixels(shot, COLOURS[0]) > 500 and coloured_pixels(shot, COLOURS[1]) > 200
-    keep = _trimmed(shot, tmp_path / "report-trimmed.png")
+    # Kept as the test run's artifact (test-artifacts/, git-ignored; CI can upload the folder).
+    artifacts = Path(os.environ.get("KERAS_DL_TEST_ARTIFACTS", REPO / "test-artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    keep = _trimmed(shot, artifacts / "report.png")
+    shutil.copy(page, artifacts / "report.html")
     if os.environ.get("KERAS_DL_UPDATE_DOCS") == "1":  # the README's picture
         shutil.copy(keep, REPO / "docs" / "report.png")
     with capsys.disabled():
