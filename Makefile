@@ -9,8 +9,10 @@ DEMO_TABLE ?= data/digits
 # `pytest tests/x.py` runs in one process; add -n 3 --dist loadgroup to it to run in parallel.
 PYTEST_ARGS ?= -n 3 --dist loadgroup
 
+# The venv (scripts/setup_env.sh), and Debian's Chromium for the report test when it is missing.
 setup:
 	@bash scripts/setup_env.sh
+	@bash scripts/setup_browser.sh
 
 # Ingest scikit-learn's digits into a local Delta table (once), train the digits recipe on it,
 # log and register it in ./mlflow.db.

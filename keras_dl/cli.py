@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_module_command(sub, "tune", "keras_dl.tuning.cli", lambda p, **_: _add_config_args(p))
     _add_module_command(sub, "predict", "keras_dl.inference")
     _add_module_command(sub, "promote", "keras_dl.registry")
+    _add_module_command(sub, "report", "keras_dl.report")
     return p
 
 

@@ -17,8 +17,9 @@ from keras_dl.data.splits import DataSplits, make_splits
 from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
-from keras_dl.errors import ConfigError
+from keras_dl.errors import ConfigError, Preempted
 from keras_dl.recipe import Recipe, check_model, configure, load_recipe
+from keras_dl.report import log_run_report
 from keras_dl.run import Run, open_run
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,17 @@ def fit(
             f"train.batch_size={exp.train.batch_size} is the global batch and must divide evenly "
             f"over {world.size} processes. Use a multiple of {world.size}."
         )
-    with open_run(exp, world, run_id, lock_run_dir) as run:
-        return _run(run, recipe, callbacks)
+    run = open_run(exp, world, run_id, lock_run_dir)
+    try:
+        with run:
+            result = _run(run, recipe, callbacks)
+    except Preempted:  # KILLED, to be resumed: the resumed run writes the report
+        raise
+    except BaseException:  # FAILED (diverged, bad data, ...): the report shows how far it got
+        log_run_report(run)
+        raise
+    log_run_report(run)  # FINISHED, the model registered or refused by the gate
+    return result
 
 
 def _run(run: Run, recipe, callbacks) -> TrainResult:

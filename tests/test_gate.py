@@ -233,6 +233,13 @@ def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(sma
     epochs = mlflow.MlflowClient(uri).get_metric_history(run.info.run_id, "loss")
     assert 2 <= len(epochs) < 20  # stopped at the epoch that grew, not after 20
     assert _versions(uri) == []
+    # The failed run has its report: the curves up to the epoch that grew, and why it ended.
+    client = mlflow.MlflowClient(uri)
+    page = client.download_artifacts(run.info.run_id, "report.html", str(tmp_path))
+    html = Path(page).read_text()
+    assert "<td>status</td><td>FAILED</td>" in html
+    assert "<td>failure</td><td>diverged: DivergenceError: Training diverged" in html
+    assert 'data-series="loss"' in html
 
     off, uri = train_tabular(
         small_table, tmp_path / "off", *sets, "train.epochs=3", "callbacks.divergence_factor=0"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import pytest
 
 from keras_dl.launch import launch
 from tests.conftest import HEAVY, runs_in
 from tests.distribute.workers import train_and_report
+from tests.test_report import series_in
 
 pytestmark = HEAVY  # see tests/conftest.py
 
@@ -15,7 +18,7 @@ BASE = ("cpu_percent", "rss_bytes", "read_bytes", "write_bytes")
 
 
 @pytest.mark.slow
-def test_each_rank_has_its_system_metrics_in_the_one_run(digits_exp):
+def test_each_rank_has_its_system_metrics_in_the_one_run(digits_exp, tmp_path):
     exp = digits_exp(
         "runtime.strategy=horovod",
         "runtime.np=-2",
@@ -42,3 +45,7 @@ def test_each_rank_has_its_system_metrics_in_the_one_run(digits_exp):
     assert rss0 != rss1
     start, end = run.info.start_time, run.info.end_time
     assert all(start <= m.timestamp <= end for m in histories["system/rank_1/cpu_percent"])
+    # The run's report.html, built by rank 0 from the run: one line per rank on each chart.
+    page = client.download_artifacts(run.info.run_id, "report.html", str(tmp_path))
+    drawn = {(chart, name) for section, chart, name, *_ in series_in(Path(page).read_text())}
+    assert {(n, f"rank_{r}") for n in BASE for r in (0, 1)} <= drawn, drawn
