@@ -53,6 +53,8 @@ def log_report(run_id: str, tracking_uri: str | None = None) -> Path | None:
         The local copy's path, or None when building or logging it failed (warned and tagged).
     """
     try:
+        if tracking_uri:  # a server that went away: fail in one request, not minutes of retries
+            tracking.check_reachable(tracking_uri)
         return write_report(run_id, tracking_uri)
     except Exception as exc:  # a report is a view of the run: never fail the run for it
         log.warning("Could not build the run report of %s (%s).", run_id, exc)
