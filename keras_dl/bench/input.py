@@ -114,6 +114,7 @@ def run(args) -> int:
             shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(report, indent=2)
     print(format_targets(report["targets"]), file=sys.stderr)
+    print(format_cores(report), file=sys.stderr)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
@@ -135,6 +136,19 @@ def format_targets(targets: list[dict]) -> str:
             f"{spread:15s} {t['target']!s:6s} {'pass' if t['met'] else 'FAIL':4s}  "
             f"{'' if cpu is None else cpu}"
         )
+    return "\n".join(lines)
+
+
+def format_cores(report: dict) -> str:
+    """Per table and batch size, each path's CPU cores to feed 10,000 rows (images) a second:
+    its CPU per row, all threads counted. A GPU node has about 8-16 cores per GPU."""
+    lines = ["cores to feed 10,000 rows/s (images/s), from CPU per row:"]
+    for table in ("narrow", "wide", "images"):
+        for batch, figures in report.get(table, {}).get("batches", {}).items():
+            cores = figures.get("cores_per_10k_per_s", {})
+            if cores:
+                paths = "  ".join(f"{n} {c:g}" for n, c in sorted(cores.items()))
+                lines.append(f"{table:8s} {batch:>5s}  {paths}")
     return "\n".join(lines)
 
 

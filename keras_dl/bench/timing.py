@@ -61,6 +61,9 @@ def _record(cpu_start: float, wall_start: float) -> None:
     _last_utilization = (_cpu_seconds() - cpu_start) / wall if wall > 0 else None
 
 
+PER_SECOND = 10_000  # the feed rate ``cores_per_10k_per_s`` is given for
+
+
 def summarize(
     samples: dict[str, list[float]],
     subjects: tuple[str, ...] = ("keras_dl",),
@@ -81,8 +84,9 @@ def summarize(
         ``rows_per_s`` (medians, or under ``unit``), ``spread`` ([min, max] per path), ``mb_per_s`` (medians),
         ``ratios`` (median of the subject over median of the baseline), ``ratio_spread``
         ([min, max] of the per-round ratios) and ``rounds`` (every sample); with ``cpu``
-        (from :func:`measure_rounds`), ``cpu_us_per_unit`` (medians), ``cpu_spread`` and
-        ``cpu_ratios`` (each subject's CPU per unit over each other path's: lower is cheaper).
+        (from :func:`measure_rounds`), ``cpu_us_per_unit`` (medians), ``cpu_spread``,
+        ``cpu_ratios`` (each subject's CPU per unit over each other path's: lower is cheaper)
+        and ``cores_per_10k_per_s`` (CPU cores busy to feed 10,000 units a second).
     """
     medians = {n: statistics.median(v) for n, v in samples.items()}
     out = {
@@ -106,6 +110,10 @@ def summarize(
         cpu_medians = {n: statistics.median(v) for n, v in cpu.items()}
         out["cpu_us_per_unit"] = {n: round(m, 2) for n, m in cpu_medians.items()}
         out["cpu_spread"] = {n: [round(min(v), 2), round(max(v), 2)] for n, v in cpu.items()}
+        # What a buyer sizes a node by: CPU cores busy to feed 10,000 units (rows, images) a second.
+        out["cores_per_10k_per_s"] = {
+            n: round(m * PER_SECOND / 1e6, 3) for n, m in cpu_medians.items()
+        }
         out["cpu_ratios"] = {
             f"{subject}/{name}": round(cpu_medians[subject] / m, 3)
             for subject in subjects

@@ -1,6 +1,7 @@
 """`keras-dl bench input --quick`: every path measured on generated tables, JSON out."""
 
 import json
+import re
 
 import pytest
 
@@ -56,6 +57,7 @@ def test_cpu_per_unit_comes_from_the_timed_window():
     s = summarize({**samples, "base": [1.0] * 3}, cpu={**cpu, "base": [2000.0] * 3})
     assert s["cpu_us_per_unit"]["keras_dl"] > 0  # no bound: other load deschedules the loop
     assert s["cpu_ratios"]["keras_dl/base"] == round(s["cpu_us_per_unit"]["keras_dl"] / 2000, 3)
+    assert s["cores_per_10k_per_s"]["base"] == 20.0  # 2 ms of CPU a row: 20 cores for 10k rows/s
 
 
 @pytest.mark.slow
@@ -81,6 +83,9 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
             assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
             assert set(figures["cpu_us_per_unit"]) == paths
             assert all(v > 0 for v in figures["cpu_us_per_unit"].values())
+            cores = figures["cores_per_10k_per_s"]  # CPU per row times 10,000 rows a second
+            assert set(cores) == paths
+            assert all(abs(cores[n] * 100 - figures["cpu_us_per_unit"][n]) < 0.06 for n in paths)
     profile = report["wide"]["profile"]
     assert set(profile["stages"]["32"]) == {
         "reader",
@@ -103,6 +108,8 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     }
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     assert "keras_dl/reader_alone" in done.stderr  # the targets, printed as a table
+    assert "cores to feed 10,000 rows/s" in done.stderr
+    assert re.search(r"^wide +256 .*keras_dl_cached \d", done.stderr, re.M), done.stderr[-2000:]
 
 
 def test_bench_plan_plans_every_rank_from_the_log_alone(tmp_path):
