@@ -143,7 +143,7 @@ def format_cores(report: dict) -> str:
     """Per table and batch size, each path's CPU cores to feed 10,000 rows (images) a second:
     its CPU per row, all threads counted. A GPU node has about 8-16 cores per GPU."""
     lines = ["cores to feed 10,000 rows/s (images/s), from CPU per row:"]
-    for table in ("narrow", "wide", "images"):
+    for table in SIZES["full"]:
         for batch, figures in report.get(table, {}).get("batches", {}).items():
             cores = figures.get("cores_per_10k_per_s", {})
             if cores:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 MIN_SECONDS = 2.0  # each repeat of each figure is timed over at least this long
 MIN_ROUNDS = 3
+PER_SECOND = 10_000  # the feed rate ``cores_per_10k_per_s`` is given for
 # CPU seconds this process spent (all threads) per wall second of the last timed window:
 # divided by the rate it returned, the CPU cost of one unit, which other people's load on a
 # shared machine moves much less than the wall time.
@@ -59,9 +60,6 @@ def _record(cpu_start: float, wall_start: float) -> None:
     global _last_utilization
     wall = time.perf_counter() - wall_start
     _last_utilization = (_cpu_seconds() - cpu_start) / wall if wall > 0 else None
-
-
-PER_SECOND = 10_000  # the feed rate ``cores_per_10k_per_s`` is given for
 
 
 def summarize(
