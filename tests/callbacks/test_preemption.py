@@ -88,6 +88,8 @@ def test_a_signal_mid_epoch_checkpoints_that_step_and_the_rerun_resumes_it(
     assert "Preempted" in run.data.tags["keras_dl.failure"]
     client = mlflow.MlflowClient(uri)
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0]
+    # A preempted run has no report yet: the rerun that ends it writes one.
+    assert "report.html" not in {a.path for a in client.list_artifacts(run.info.run_id)}
 
     resumed = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -101,3 +103,4 @@ def test_a_signal_mid_epoch_checkpoints_that_step_and_the_rerun_resumes_it(
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
     assert steps == list(range(EPOCHS)), steps
     assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS
+    assert "report.html" in {a.path for a in client.list_artifacts(run.info.run_id)}
