@@ -37,8 +37,8 @@ rm -rf "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
 extra=cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then extra=gpu; fi
-echo ">>> installing keras-dl[$extra,dev] with the pins in requirements/constraints.txt"
-"$VENV/bin/pip" install -q -c requirements/constraints.txt -e ".[$extra,dev]"
+echo ">>> installing keras-dl[$extra,dev,bench] with the pins in requirements/constraints.txt"
+"$VENV/bin/pip" install -q -c requirements/constraints.txt -e ".[$extra,dev,bench]"
 # An editable install does not ship the package's .pth file (a wheel does): copy it, so every
 # Python process of the venv (Petastorm's process pool, Spark's Python workers, Horovod ranks)
 # registers the Petastorm import hook (the top-level keras_dl_petastorm_hook, not keras_dl)

@@ -1,4 +1,5 @@
-"""`keras-dl bench fit --quick`: one fit fed by keras_dl beside the same fit from memory."""
+"""`keras-dl bench fit --quick`: one fit fed by keras_dl beside the same fit from memory and
+from the peers (a hand-written pyarrow pipeline, Ray Data)."""
 
 import json
 
@@ -18,13 +19,35 @@ def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
     for setup in ("mlp_wide", "cnn_images"):
         r = report[setup]
         assert r["steps"] >= 1 and r["batch"] > 0
-        assert set(r["samples_per_s"]) == {"keras_dl", "keras_dl_stream", "in_memory"}
+        feeds = {"keras_dl", "keras_dl_stream", "in_memory", "hand_written", "ray_to_tf"}
+        assert set(r["samples_per_s"]) == feeds
         assert all(v > 0 for v in r["samples_per_s"].values())
         assert all(0 <= v <= 1 for v in r["input_wait_fraction"].values())
+        assert set(r["cpu_ms_per_sample"]) == feeds
         assert (
             set(r["ratios"])
             == set(r["ratio_spread"])
-            == {"keras_dl/in_memory", "keras_dl/keras_dl_stream"}
+            == {f"keras_dl/{f}" for f in feeds - {"keras_dl"}}
         )
-    assert [t["setup"] for t in report["targets"]] == ["mlp_wide", "cnn_images"]
-    assert all(t["target"] == 0.95 and isinstance(t["met"], bool) for t in report["targets"])
+    targets = {(t["setup"], t["ratio"]): t for t in report["targets"]}
+    assert set(targets) == {
+        (setup, ratio)
+        for setup in ("mlp_wide", "cnn_images")
+        for ratio in (
+            "keras_dl/in_memory samples_per_s",
+            "keras_dl/hand_written samples_per_s",
+            "keras_dl/ray_to_tf samples_per_s",
+            "keras_dl/in_memory cpu_ms_per_sample - 1",
+        )
+    }
+    for (setup, ratio), t in targets.items():
+        assert isinstance(t["met"], bool)
+        if ratio == "keras_dl/in_memory samples_per_s":
+            assert t["target"] == 0.95 and t["met"] == (t["value"] >= 0.95)
+        elif ratio.endswith("cpu_ms_per_sample - 1"):  # CPU per sample within 3 % of in-memory
+            cpu = report[setup]["cpu_ms_per_sample"]
+            assert t["value"] == round(cpu["keras_dl"] / cpu["in_memory"] - 1, 3)
+            assert t["met"] == (t["value"] <= 0.03)
+        else:
+            assert t["target"] == 1.0 and t["met"] == (t["value"] >= 1.0)
+    assert "ray_to_tf" in done.stderr  # the targets, printed with the run

@@ -99,6 +99,57 @@ def in_memory_feed(table: str, path: str, batch: int):
     return make
 
 
+def peer_feed(table: str, path: str, batch: int, how: str):
+    """A peer's feed of the same rows, a new dataset each call, one pass per epoch.
+
+    Args:
+        how: "ray_to_tf" (Ray Data's ``read_parquet(files).to_tf`` with a local shuffle buffer)
+            or "hand_written" (pyarrow ``iter_batches`` into ``from_generator``). The images
+            are decoded in tf.data (``decode_jpeg``, AUTOTUNE-parallel), as a user would add it.
+    """
+    import pyarrow.parquet as pq
+    import tensorflow as tf
+
+    from keras_dl.bench import input_peers
+    from keras_dl.data import open_table
+
+    files = list(open_table(path).files)
+    names = [f"c{j:03d}" for j in range(WIDE_COLUMNS)] if table == "wide" else ["image"]
+    if how == "ray_to_tf":
+        ds = input_peers.ray_dataset(files).to_tf(
+            feature_columns=names if table == "wide" else "image",
+            label_columns="label",
+            batch_size=batch,
+            local_shuffle_buffer_size=input_peers.RAY_SHUFFLE_ROWS,
+        )
+    else:
+        rng = np.random.default_rng(0)
+
+        def batches():
+            for f in rng.permutation(files):
+                for rb in pq.ParquetFile(f).iter_batches(batch_size=batch):
+                    x = {n: rb.column(n).to_numpy(zero_copy_only=False) for n in names}
+                    yield (x if table == "wide" else x["image"]), rb.column("label").to_numpy()
+
+        x_spec = tf.TensorSpec((None,), tf.float32 if table == "wide" else tf.string)
+        spec = (
+            {n: x_spec for n in names} if table == "wide" else x_spec,
+            tf.TensorSpec((None,), tf.int64),
+        )
+        ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    if table != "wide":
+
+        def decode(images, label):
+            one = tf.TensorSpec((IMAGE_SIZE, IMAGE_SIZE, 3), tf.uint8)
+            pixels = tf.map_fn(
+                lambda b: tf.io.decode_jpeg(b, channels=3), images, fn_output_signature=one
+            )
+            return tf.cast(pixels, tf.float32) / 255.0, label
+
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.repeat().prefetch(tf.data.AUTOTUNE)
+
+
 def fit_epochs(model, dataset, batch: int, steps: int) -> dict[str, float]:
     """Fit two epochs of ``steps`` from ``dataset``; the second epoch's Throughput figures.
 
@@ -124,7 +175,8 @@ def fit_epochs(model, dataset, batch: int, steps: int) -> dict[str, float]:
 
 
 class _EpochCPU:
-    """CPU seconds of this process (all threads) over the last epoch.
+    """CPU seconds of this process (all threads, and within
+    :func:`keras_dl.bench.timing.counting_descendants` its child processes) over the last epoch.
 
     On a shared machine wall time swings with other people's load; the CPU this process spent
     per sample does much less, and keras_dl's excess over in-memory is its input pipeline's cost.
@@ -132,6 +184,8 @@ class _EpochCPU:
 
     def __new__(cls):
         import keras
+
+        from keras_dl.bench.timing import _cpu_seconds
 
         class EpochCPU(keras.callbacks.Callback):
             seconds = 0.0
@@ -143,10 +197,3 @@ class _EpochCPU:
                 self.seconds = _cpu_seconds() - self._start
 
         return EpochCPU()
-
-
-def _cpu_seconds() -> float:
-    import os
-
-    t = os.times()
-    return t.user + t.system

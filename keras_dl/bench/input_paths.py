@@ -25,25 +25,40 @@ TABULAR_PATHS = (
     "tfdata_floor",
     "stock_unbatch",
     "stock_rebatch",
+    "in_memory_permuted",
+    "hand_written",
     "keras_dl",
     "keras_dl_cached",
 )
-IMAGE_PATHS = ("petastorm_codec", "in_memory_decode", "keras_dl", "keras_dl_cached")
+RAY_PATHS = ("ray_to_tf", "ray_iter")  # with Ray Data installed (the bench extra)
 SUBJECTS = ("keras_dl", "keras_dl_cached")
 CACHE_BYTES = 256 << 20  # data.cache_max_bytes' default: these tables fit
 
 
-def measure_tabular(path: str, batches: list[int], label: str | None, rounds: int = 3) -> dict:
-    """Every tabular path on one table, at each batch size: medians, spreads, ratios."""
+def measure_tabular(
+    path: str, batches: list[int], label: str | None, rounds: int = 3, ray: bool = False
+) -> dict:
+    """Every tabular path on one table, at each batch size: medians, spreads, ratios.
+
+    Args:
+        ray: Also measure the Ray Data peers (inside :func:`input_peers.ray_session`).
+    """
+    from keras_dl.bench import input_peers as peers
     from keras_dl.data import open_table
 
     snapshot = open_table(path)
+    files = list(snapshot.files)
     arrays = read_columns(snapshot)
     rows = len(next(iter(arrays.values())))
     row_bytes = sum(a.nbytes for a in arrays.values()) / rows
+    ray_label = label or list(arrays)[-1]  # to_tf wants a label: any column, all are read
     out = {"rows": rows, "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
         cpu: dict = {}
+        ray_paths = {
+            "ray_to_tf": lambda b=b: peers.ray_to_tf(files, b, rows, ray_label),
+            "ray_iter": lambda b=b: peers.ray_iter(files, b),
+        }
         samples = measure_rounds(
             rounds,
             {
@@ -54,6 +69,9 @@ def measure_tabular(path: str, batches: list[int], label: str | None, rounds: in
                 "tfdata_floor": lambda b=b: tfdata_floor(arrays, b),
                 "stock_unbatch": lambda b=b: stock(snapshot, b, rows, "unbatch"),
                 "stock_rebatch": lambda b=b: stock(snapshot, b, rows, "rebatch"),
+                "in_memory_permuted": lambda b=b: peers.in_memory_permuted(arrays, b),
+                "hand_written": lambda b=b: peers.hand_written(files, b, rows, _dense),
+                **(ray_paths if ray else {}),
                 "keras_dl": lambda b=b: consume_split(keras_dl_dataset(path, b, label), b),
                 "keras_dl_cached": lambda b=b: consume_split(
                     keras_dl_dataset(path, b, label, CACHE_BYTES), b, cached=True
@@ -61,6 +79,11 @@ def measure_tabular(path: str, batches: list[int], label: str | None, rounds: in
             },
             cpu,
         )
+        # The ceiling streaming is held to: the slower of decoding (raw pyarrow) and handing
+        # batches over (the tf.data floor), round by round.
+        samples["limit"] = [
+            min(a, f) for a, f in zip(samples["raw_pyarrow"], samples["tfdata_floor"])
+        ]
         out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes, cpu=cpu)
         out["batches"][str(b)]["rows_trained_per_epoch_fraction"] = trained_fraction(
             keras_dl_dataset(path, b, label), rows
@@ -77,36 +100,6 @@ def trained_fraction(split, table_rows: int) -> float:
         first = next(iter(first.values())) if isinstance(first, dict) else first
         seen += int(first.shape[0])
     return round(seen / table_rows, 6)
-
-
-def measure_images(url: str, delta: str, batches: list[int], rounds: int = 3) -> dict:
-    """Petastorm's codec path, tf.data decoding bytes from memory, and keras_dl, on one set."""
-    import pyarrow.parquet as pq
-
-    from keras_dl.data import open_table
-
-    snapshot = open_table(delta)
-    table = pq.read_table(list(snapshot.files))  # the dataset reader on pyarrow 12 and 25 alike
-    images = np.asarray(table.column("image").to_pylist(), dtype=object)
-    labels = table.column("label").to_numpy()
-    row_bytes = sum(len(b) for b in images) / len(images)
-    out = {"rows": len(images), "bytes_per_row": round(row_bytes, 1), "batches": {}}
-    for b in batches:
-        cpu: dict = {}
-        samples = measure_rounds(
-            rounds,
-            {
-                "petastorm_codec": lambda b=b: petastorm_codec(url, b, len(images)),
-                "in_memory_decode": lambda b=b: in_memory_decode(images, labels, b),
-                "keras_dl": lambda b=b: consume_split(keras_dl_images(delta, b), b),
-                "keras_dl_cached": lambda b=b: consume_split(
-                    keras_dl_images(delta, b, CACHE_BYTES), b, cached=True
-                ),
-            },
-            cpu,
-        )
-        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes, cpu=cpu)
-    return out
 
 
 def read_columns(snapshot) -> dict[str, np.ndarray]:
@@ -189,35 +182,6 @@ def stock(snapshot, batch: int, rows: int, how: str) -> float:
         ds = make_petastorm_dataset(reader)
         ds = ds.unbatch().batch(batch) if how == "unbatch" else ds.rebatch(batch)
         return consume(ds.prefetch(-1), rows // batch) * batch
-
-
-def petastorm_codec(url: str, batch: int, rows: int) -> float:
-    """Images/s of Petastorm's image path: ``make_reader`` decodes each JPEG with its codec."""
-    import tensorflow as tf
-    from petastorm import make_reader
-    from petastorm.tf_utils import make_petastorm_dataset
-
-    with _closing(make_reader(url, workers_count=2, num_epochs=None)) as reader:
-        ds = make_petastorm_dataset(reader).batch(batch)
-        ds = ds.map(lambda r: (tf.cast(r.image, tf.float32) / 255.0, r.label)).prefetch(-1)
-        return consume(ds, max(1, rows // batch)) * batch
-
-
-def in_memory_decode(images: np.ndarray, labels: np.ndarray, batch: int) -> float:
-    """Images/s of tf.data decoding the same bytes from memory, per image, AUTOTUNE-parallel."""
-    import tensorflow as tf
-
-    from keras_dl.bench.input_tables import IMAGE_SIZE
-
-    def decode(encoded, label):
-        # The images are stored at IMAGE_SIZE: decode and scale, as a user would write it.
-        img = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-        img = tf.ensure_shape(img, (IMAGE_SIZE, IMAGE_SIZE, 3))
-        return tf.cast(img, tf.float32) / 255.0, label
-
-    ds = tf.data.Dataset.from_tensor_slices((images.astype(bytes), labels)).repeat()
-    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(-1)
-    return consume(ds, max(1, len(images) // batch)) * batch
 
 
 def keras_dl_dataset(path: str, batch: int, label: str | None, cache_max_bytes: int = 0):

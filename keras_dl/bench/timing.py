@@ -9,9 +9,10 @@ min-max spread (how far to trust it), never the best round alone.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 MIN_SECONDS = 2.0  # each repeat of each figure is timed over at least this long
 MIN_ROUNDS = 3
@@ -20,6 +21,7 @@ PER_SECOND = 10_000  # the feed rate ``cores_per_10k_per_s`` is given for
 # divided by the rate it returned, the CPU cost of one unit, which other people's load on a
 # shared machine moves much less than the wall time.
 _last_utilization: float | None = None
+_descendants = False  # also count the CPU of this process's live descendants (Ray's workers)
 
 
 def measure_rounds(
@@ -53,7 +55,32 @@ def _cpu_seconds() -> float:
     import os
 
     t = os.times()
-    return t.user + t.system
+    own = t.user + t.system
+    if not _descendants:
+        return own
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            c = child.cpu_times()
+            own += c.user + c.system
+    return own
+
+
+@contextlib.contextmanager
+def counting_descendants() -> Iterator[None]:
+    """Within the block, CPU figures also count every live descendant process's CPU.
+
+    For paths whose work runs in other processes (Ray's workers): without it their CPU per row
+    would count only the driver's share. A descendant that exits within a timed window takes
+    its CPU with it, which can only flatter that path.
+    """
+    global _descendants
+    _descendants = True
+    try:
+        yield
+    finally:
+        _descendants = False
 
 
 def _record(cpu_start: float, wall_start: float) -> None:
