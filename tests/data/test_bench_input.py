@@ -148,3 +148,30 @@ def test_bench_plan_plans_every_rank_from_the_log_alone(tmp_path):
     layouts = report["layouts"]
     assert {row["row_exact_fraction_trained"] for row in layouts} == {1.0}
     assert any(row["old_rule_fraction_trained"] == "refused" for row in layouts)
+
+
+def test_cpu_of_child_processes_counts_only_within_counting_descendants():
+    """Ray's workers are processes of their own: their CPU per row must be counted."""
+    import subprocess
+    import sys
+    import time
+
+    from keras_dl.bench import timing
+
+    burn = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        time.sleep(0.3)  # the child is running
+        before = timing._cpu_seconds()
+        time.sleep(1.0)
+        alone = timing._cpu_seconds() - before
+        with timing.counting_descendants():
+            before = timing._cpu_seconds()
+            time.sleep(1.0)
+            counted = timing._cpu_seconds() - before
+        assert not timing._descendants  # reset on exit
+    finally:
+        child.kill()
+        child.wait()
+    assert alone < 0.1  # this process slept
+    assert counted > 0.1 + alone  # the child's busy loop, even on a loaded machine
