@@ -57,13 +57,15 @@ def patch_module(module) -> None:
     """Patch one freshly imported Petastorm module (idempotent): each patch picks its module.
 
     Its ``pq`` (pyarrow >= 15), its float predicates (numpy >= 2), the thread pool's "done"
-    checks, the Arrow types schema inference knows, and its metadata unpickling.
+    checks, the row groups a planned reader lists, the Arrow types schema inference knows, and
+    its metadata unpickling.
     """
     from keras_dl.data.petastorm_compat import (
         connect,
         numpy_aliases,
         parquet_dataset,
         race,
+        row_groups,
         types,
         unpickle,
     )
@@ -71,6 +73,7 @@ def patch_module(module) -> None:
     parquet_dataset.patch_module(module)
     numpy_aliases.patch_module(module)
     race.patch_module(module)
+    row_groups.patch_module(module)
     types.patch_module(module)
     unpickle.patch_module(module)
     connect.patch_module(module)
