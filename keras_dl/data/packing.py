@@ -38,7 +38,8 @@ def unpack(values: dict, plan: ColumnPlan) -> dict:
                 out[name] = values[spec.name][:, j]
         else:
             out[spec.name] = values[spec.name]
-    return {**out, **{k: v for k, v in values.items() if k not in out and not _packed(k, plan)}}
+    features = {s.name for s in plan.features}
+    return {**out, **{k: v for k, v in values.items() if k not in features}}
 
 
 def input_name(column: str) -> str:
@@ -49,7 +50,3 @@ def input_name(column: str) -> str:
 def is_packed(plan: ColumnPlan) -> bool:
     """Whether any feature of ``plan`` is packed."""
     return any(s.members for s in plan.features)
-
-
-def _packed(name: str, plan: ColumnPlan) -> bool:
-    return any(s.members and s.name == name for s in plan.features)
