@@ -15,7 +15,9 @@ import logging
 
 from keras_dl import gate, tracking
 from keras_dl.callbacks.checkpoint import Checkpoint
+from keras_dl.data.packing import unpack
 from keras_dl.divergence import check_finite
+from keras_dl.frame_model import serving_model
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,9 @@ def finish(run, model, data, checkpoint: Checkpoint):
         return metrics, None, None, None
     model_uri, version = done.get("model_uri"), done.get("registered_version")
     if exp.tracking.log_model and model_uri is None:
-        model_uri, _ = tracking.log_keras_model(model, _sample_input(data), None)
+        # Packed features: the logged model takes the named columns (frame_model.serving_model).
+        serving = serving_model(model, data.plan)
+        model_uri, _ = tracking.log_keras_model(serving, _sample_input(data), None)
         folder.record_finishing(model_uri=model_uri)
     name, refused = exp.tracking.registered_model, None
     if model_uri is not None and version is None and name and name != "none":
@@ -122,6 +126,6 @@ def _sample_input(data, rows: int = 5):
     features = next(iter(split.dataset.take(1)))
     if isinstance(features, tuple):
         features = features[0]
-    if isinstance(features, dict):
-        return {k: v.numpy()[:rows] for k, v in features.items()}
+    if isinstance(features, dict):  # named columns, packed features unpacked
+        return unpack({k: v.numpy()[:rows] for k, v in features.items()}, data.plan)
     return features.numpy()[:rows]

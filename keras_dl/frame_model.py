@@ -21,11 +21,13 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any
 
 import mlflow.pyfunc
 
 from keras_dl import keras_dl_pyfunc
+from keras_dl.data.packing import input_name, is_packed
 
 IMPUTE_ATTRIBUTE = keras_dl_pyfunc.IMPUTE_ATTRIBUTE
 LOADER = keras_dl_pyfunc.LOADER
@@ -44,6 +46,68 @@ def to_model_inputs(model: Any, frame) -> dict:
         else:
             out[name] = tf.constant(np.asarray(column.to_numpy(), dtype=tensor.dtype))
     return out
+
+
+def serving_model(model: Any, plan) -> Any:
+    """``model`` taking named columns where it takes packed features (``plan``, a
+    :class:`~keras_dl.data.features.ColumnPlan`): one scalar input per member, stacked in member
+    order into the packed ``(k,)`` tensor. The trained model inside is shared (same weights,
+    none added), so this is what is logged and scored; training keeps the packed ``model``. A
+    model without packed features is returned as it is."""
+    import keras
+
+    if not is_packed(plan):
+        return model
+    inputs, feed = {}, {}
+    for spec in plan.features:
+        if not spec.members:
+            declared = model.input[spec.name]
+            inputs[spec.name] = feed[spec.name] = keras.Input(
+                shape=declared.shape[1:], dtype=declared.dtype, name=input_name(spec.name)
+            )
+            continue
+        for name in spec.members:
+            inputs[name] = keras.Input(shape=(), dtype=spec.dtype, name=input_name(name))
+        columns = [  # layer names start with "__packed_", which no column may (pack_features)
+            keras.layers.Reshape((1,), name=f"{spec.name}_{j}")(inputs[name])
+            for j, name in enumerate(spec.members)
+        ]
+        feed[spec.name] = keras.layers.Concatenate(name=spec.name)(columns)
+    with warnings.catch_warnings():  # inputs keyed by column, named without "/": intended
+        warnings.filterwarnings("ignore", message="When providing `inputs` as a dict")
+        serving = keras.Model(inputs, model(feed), name=model.name)
+    impute = getattr(model, IMPUTE_ATTRIBUTE, None)
+    if impute:
+        setattr(serving, IMPUTE_ATTRIBUTE, impute)
+    return serving
+
+
+def packed_input_model(model: Any, plan) -> Any:
+    """A model taking named columns (a logged model, e.g. the registry champion) fed what a
+    packed dataset yields: each packed feature split into its member columns. ``model`` as it
+    is when ``plan`` packs nothing or it already takes the packed features."""
+    import keras
+
+    declared = getattr(model, "input", None)
+    packed = [s for s in plan.features if s.members]
+    if not packed or not isinstance(declared, dict) or any(s.name in declared for s in packed):
+        return model
+    inputs, feed = {}, {}
+    for spec in plan.features:
+        if not spec.members:
+            t = declared[spec.name]
+            inputs[spec.name] = feed[spec.name] = keras.Input(
+                shape=t.shape[1:], dtype=t.dtype, name=input_name(spec.name)
+            )
+            continue
+        inputs[spec.name] = x = keras.Input(
+            shape=spec.shape, dtype=spec.dtype, name=input_name(spec.name)
+        )
+        for j, name in enumerate(spec.members):
+            feed[name] = keras.ops.cast(x[:, j], declared[name].dtype)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="When providing `inputs` as a dict")
+        return keras.Model(inputs, model(feed), name=model.name)
 
 
 def is_frame_input(sample_input: Any) -> bool:

@@ -43,6 +43,7 @@ from keras_dl.config import parse_min_metric
 from keras_dl.data.features import ColumnPlan
 from keras_dl.data.reader import iter_epoch_arrays
 from keras_dl.errors import ConfigError
+from keras_dl.frame_model import packed_input_model
 from keras_dl.registry import load_keras_model
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
         ok, text = _against_trivial(score, _labels(data.train, spec), _labels(split, spec))
         check(ok, where + text)
     if reg.must_beat and not refused:
-        for ok, text in _against_champion(exp, model, split, prefix, score_of):
+        for ok, text in _against_champion(exp, model, split, prefix, score_of, data.plan):
             check(ok, text)
     return Decision(not refused, refused[0] if refused else "", tuple(checks))
 
@@ -237,7 +238,9 @@ def _against_trivial(score: Score, train: np.ndarray, rows: np.ndarray) -> tuple
     return ok, f"{score.name}={score.value:.4g} {verb} {what} on the same {n} rows"
 
 
-def _against_champion(exp, model, split, prefix: str, score_of: dict) -> list[tuple[bool, str]]:
+def _against_champion(
+    exp, model, split, prefix: str, score_of: dict, plan: ColumnPlan
+) -> list[tuple[bool, str]]:
     """Evaluate the holder of ``registry.must_beat`` on ``split``; compare the main metric of
     each head (``score_of``: head, or None for one output, to this model's score)."""
     import mlflow
@@ -253,7 +256,8 @@ def _against_champion(exp, model, split, prefix: str, score_of: dict) -> list[tu
     if version is None:
         return [(True, f"no version of {name!r} holds @{alias} yet: nothing to beat")]
     try:
-        champion = load_keras_model(f"models:/{name}/{version}")
+        # A logged model takes named columns: fed the split's packed features split up.
+        champion = packed_input_model(load_keras_model(f"models:/{name}/{version}"), plan)
         _compile_like(champion, model)
         got = champion.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
     except Exception as exc:

@@ -50,8 +50,8 @@ def warm_start(model, init_from: str, tracking_uri: str | None = None) -> Lineag
                 f"{where} does not fit this model: layer {_layer(mine)!r} has weights "
                 f"{_name(mine)!r} of shape {tuple(mine.shape)} here and {tuple(other.shape)} in "
                 f"the registered model ({_name(other)!r}). Its features or outputs differ: train "
-                "with the same data.features, data.label and model settings, or drop "
-                "model.init_from."
+                "with the same data.features, data.label, data.pack_features and model "
+                "settings, or drop model.init_from."
             )
     if len(ours) != len(theirs):
         extra = ours[len(theirs)] if len(ours) > len(theirs) else theirs[len(ours)]

@@ -15,6 +15,8 @@ What it infers from the schema:
   ``Normalization`` layer fitted on the training rows; string columns go through a
   ``StringLookup`` fitted on their most frequent values (one-hot, or an embedding when there are
   many). Both layers live *inside* the model, so the registered model takes raw columns.
+  The numeric columns of one dtype are read and fed as one tensor (``data.pack_features``,
+  on here); the registered model still takes each column by name.
 - **Task**: a string, boolean or integer label means classification (softmax over the label's
   classes, accuracy); a float label means regression (mean squared error, MAE and RMSE).
   ``--set model.task=regression`` overrides it, e.g. for an integer count.
@@ -47,6 +49,7 @@ import pyarrow.compute as pc
 
 from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
 from keras_dl.data.features import NUMERIC, STRING
+from keras_dl.data.packing import input_name
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
 from keras_dl.errors import ConfigError, DataError
@@ -104,7 +107,8 @@ class TabularModel:
 
 DEFAULTS = Experiment(
     recipe="tabular",
-    data=DataConfig(table="", label="label"),
+    # The numeric columns of one dtype travel as one tensor (the logged model takes them named).
+    data=DataConfig(table="", label="label", pack_features=True),
     # Null: chosen from the training table's row count (keras_dl.sizing) unless set.
     train=TrainConfig(epochs=None, batch_size=None, learning_rate=1e-3),
     model=TabularModel(),
@@ -166,7 +170,11 @@ def prepare(exp: Experiment) -> Recipe:
 
 def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None = None):
     """One input per column, each normalized or looked up inside the model, then an MLP, and
-    one output (or, for several labels, one output per label, keyed by it)."""
+    one output (or, for several labels, one output per label, keyed by it).
+
+    Packed features (``data.pack_features``, on here by default) are one ``(k,)`` input each,
+    normalized with each column's own mean and variance: the same function as k inputs. The
+    logged model takes the named columns (:func:`keras_dl.frame_model.serving_model`)."""
     import keras
     from keras import layers
 
@@ -175,12 +183,16 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
             "The tabular recipe is trained through keras_dl.train.fit (it calls prepare)."
         )
     m: TabularModel = exp.model
-    columns = _read_features(data.snapshot, data.plan.features, m.stats_rows)
+    read = [_Col(c) for spec in data.plan.features for c in spec.columns]
+    columns = _read_features(data.snapshot, read, m.stats_rows)
     inputs, encoded, impute = {}, [], {}
     for spec in data.plan.features:
-        values = columns[spec.name]
+        if spec.members:  # packed: (rows, k), normalized column by column as if apart
+            values = np.stack([columns[c] for c in spec.members], axis=1)
+        else:
+            values = columns[spec.name]
         if spec.kind == STRING:
-            inp = keras.Input(shape=(), dtype="string", name=_input_name(spec.name))
+            inp = keras.Input(shape=(), dtype="string", name=input_name(spec.name))
             vocab = _vocabulary(values, m.max_vocabulary)
             if spec.name in m.optional and vocab:
                 impute[spec.name] = vocab[0]  # the most frequent value
@@ -190,11 +202,14 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
                 x = layers.StringLookup(vocabulary=vocab)(inp)
                 x = layers.Embedding(len(vocab) + 1, m.embedding_dim)(x)
         else:
-            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=_input_name(spec.name))
+            inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=input_name(spec.name))
             x = layers.Reshape((int(np.prod(spec.shape)),))(keras.ops.cast(inp, "float32"))
             flat = values.reshape(len(values), -1).astype(np.float64)
             # Constant columns have zero variance; 1 keeps them finite (they carry no signal).
             var = np.where(flat.var(0) > 0, flat.var(0), 1.0)
+            for j, column in enumerate(spec.members):  # imputed by name, before packing
+                if column in m.optional:
+                    impute[column] = float(np.nanmean(flat[:, j]))
             if spec.name in m.optional:
                 mean = np.nanmean(flat, 0)
                 impute[spec.name] = mean.tolist() if spec.shape else float(mean[0])
@@ -206,7 +221,7 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
         x = layers.Dense(units, activation="relu")(x)
         x = layers.Dropout(m.dropout)(x)
     if isinstance(target, dict):
-        outputs = {k: make_head(x, t, _input_name(k)) for k, t in target.items()}
+        outputs = {k: make_head(x, t, input_name(k)) for k, t in target.items()}
     else:
         outputs = make_head(x, target)
     with warnings.catch_warnings():
@@ -231,11 +246,6 @@ RECIPE = Recipe(
 
 
 # ## Helpers
-
-
-def _input_name(column: str) -> str:
-    """A Keras layer name for a column: Keras refuses "/" in names (Delta and Spark allow it)."""
-    return column.replace("/", "∕") if "/" in column else column
 
 
 def _read_column(snapshot: TableSnapshot, column: str) -> np.ndarray:

@@ -3,6 +3,7 @@ registry.must_beat and registry.set_alias, and a training loss that blows up fai
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import mlflow
@@ -64,6 +65,33 @@ def _sets(table: str, tmp: Path) -> list[str]:
 
 def _versions(uri: str) -> list[int]:
     return sorted(int(v.version) for v in mlflow.MlflowClient(uri).search_model_versions())
+
+
+@pytest.mark.slow
+def test_a_packed_model_is_compared_with_and_warm_started_from_the_logged_champion(
+    small_table, tmp_path
+):
+    """x1 and x2 (float64) train packed; the champion is logged taking them by name. The next
+    run's gate feeds it the packed test split unpacked, and warm-starts from its weights."""
+    sets = ["data.label=y", "data.features=x1,x2", "train.epochs=5", "registry.set_alias=champion"]
+    first, uri = train_tabular(small_table, tmp_path, *sets)
+    assert list(first.model.input) == ["__packed_float64"]
+    assert first.registered_version == 1
+    second, _ = train_tabular(
+        small_table,
+        tmp_path,
+        *sets,
+        f"runtime.run_dir={tmp_path / 'second'}",
+        "registry.must_beat=champion",
+        "model.init_from=models:/tabular@champion",
+    )
+    client = mlflow.MlflowClient(uri)
+    gate = client.get_run(second.run_id).data.tags["keras_dl.gate"]
+    assert "could not be evaluated" not in gate
+    assert re.search(r"beats? tabular@champion \(version 1\): [0-9.e-]+ on the same rows", gate)
+    for version in _versions(uri):
+        model = mlflow.pyfunc.load_model(f"models:/tabular/{version}")
+        assert [i.name for i in model.metadata.signature.inputs.inputs] == ["x1", "x2"]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 from a float label, each with numeric and string features, served from raw columns."""
 
 import json
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -125,6 +126,72 @@ def test_float_label_is_regression_through_the_module_entry(tables, tmp_path):
     assert np.abs(pred - frame["price"].head(50)).mean() < 500
 
 
+@pytest.mark.slow
+def test_packed_columns_train_as_one_tensor_and_serve_by_name(tmp_path):
+    """Numeric columns of one dtype reach the model packed (the recipe's default); the logged
+    model takes every column by name, imputes its optional one, and predicts what the trained
+    model predicts from the packed tensors."""
+    import tensorflow as tf
+
+    frame = _frame(600)
+    frame["area"] = frame["size"] * 0.8 + np.arange(600) % 7  # float64, like size
+    frame["floors"] = (frame["rooms"] % 3 + 1).astype(np.int64)  # int64, like rooms
+    table = str(tmp_path / "houses")
+    write_delta(
+        table, pa.Table.from_pandas(frame, preserve_index=False), 100, partition_by=["split"]
+    )
+    result, uri = _fit(
+        table,
+        tmp_path,
+        "data.label=tier",
+        "data.features=size,rooms,city,area,floors",
+        "model.optional=area",
+        "train.epochs=4",
+    )
+    trained = result.model
+    assert list(trained.input) == ["__packed_float64", "__packed_int64", "city"]
+    assert tuple(trained.input["__packed_float64"].shape) == (None, 2)
+    mlflow.set_tracking_uri(uri)
+    logged = mlflow.pyfunc.load_model(result.model_uri)
+    inputs = {i.name: (i.type.name, i.required) for i in logged.metadata.signature.inputs.inputs}
+    assert inputs == {
+        "size": ("double", True),
+        "area": ("double", False),
+        "rooms": ("long", True),
+        "floors": ("long", True),
+        "city": ("string", True),
+    }
+    rows = frame[["size", "rooms", "city", "area", "floors"]].head(64).copy()
+
+    def packed(rows):
+        return {
+            "__packed_float64": np.stack([rows["size"], rows["area"]], 1),
+            "__packed_int64": np.stack([rows["rooms"], rows["floors"]], 1),
+            "city": tf.constant(rows["city"].to_numpy(object), tf.string),
+        }
+
+    want = trained.predict(packed(rows), verbose=0)
+    np.testing.assert_allclose(np.asarray(logged.predict(rows)), want, rtol=1e-6, atol=1e-7)
+    folder = Path(mlflow.artifacts.download_artifacts(result.model_uri))
+    (spec_file,) = folder.rglob("keras_dl.json")
+    spec = json.loads(spec_file.read_text())
+    fill = spec["impute"]["area"]
+    assert fill == pytest.approx(frame.loc[frame["split"] == "train", "area"].mean())
+    holes = rows.copy()
+    holes.loc[[0, 5], "area"] = np.nan  # imputed by name, before the columns are packed
+    filled = rows.copy()
+    filled.loc[[0, 5], "area"] = fill
+    np.testing.assert_allclose(
+        np.asarray(logged.predict(holes)),
+        trained.predict(packed(filled), verbose=0),
+        rtol=1e-6,
+        atol=1e-7,
+    )
+    holes.loc[3, "size"] = np.nan  # not optional: refused by name
+    with pytest.raises(mlflow.exceptions.MlflowException, match="size"):
+        logged.predict(holes)
+
+
 def test_missing_label_lists_the_columns(tables, tmp_path):
     _, delta, _ = tables
     with pytest.raises(DataError, match=r"'target' is not in table .*size, rooms, city, tier"):
@@ -147,7 +214,9 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
     frame = _frame(600).rename(
         columns={"size": "size/m2", "rooms": "rooms.count", "city": "city name", "tier": "niveau é"}
     )
-    cols = ["size/m2", "rooms.count", "city name", "niveau é"]
+    frame["area m²"] = frame["size/m2"] * 0.8 + np.arange(600) % 5  # packed with "size/m2"
+    frame["row"] = np.arange(600)  # not a feature: the key of a scored row
+    cols = ["size/m2", "rooms.count", "city name", "area m²", "niveau é", "row"]
     parts, values = [], []
     for split, rows in frame.groupby("split"):
         for chunk in np.array_split(rows[cols], 2):
@@ -161,14 +230,15 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
         table,
         tmp_path,
         "data.label=niveau é",
-        "data.features=size/m2,rooms.count,city name",
+        "data.features=size/m2,rooms.count,city name,area m²",
         "train.epochs=8",
     )
     assert result.history["val_accuracy"][-1] >= 0.7, result.history
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model("models:/tabular/1")
+    assert list(result.model.input) == ["__packed_float64", "rooms.count", "city name"]
     names = [i.name for i in model.metadata.signature.inputs.inputs]
-    assert names == ["size/m2", "rooms.count", "city name"]
+    assert names == ["size/m2", "area m²", "rooms.count", "city name"]  # the packed ones first
     probs = np.asarray(model.predict(frame[names].head(40)))
     assert probs.shape == (40, 3)
 
@@ -181,5 +251,11 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
         assert df.count() == len(frame) - 2  # the deletion vector's two rows are gone
         scored = predict(df, "models:/tabular/1", tracking_uri=uri).toPandas()
         assert len(scored) == len(frame) - 2 and "prediction" in scored.columns
+        # Spark scores the named columns as pyfunc does (both pack them in the logged model).
+        probabilities = scored[[c for c in scored.columns if c.startswith("probability_")]]
+        rows = frame.set_index("row").loc[scored["row"], names]
+        np.testing.assert_allclose(
+            probabilities.to_numpy(), np.asarray(model.predict(rows)), atol=1e-5
+        )
     finally:
         spark.stop()

@@ -41,6 +41,11 @@ class DataConfig:
             training and by the validation and test metrics (weighted), never a model input.
             Defaults to None (every row weighs 1).
         features: Feature columns; empty means every column but the label and split column.
+        pack_features: Read the scalar numeric features of each dtype (two or more columns) as
+            one ``(rows, k)`` tensor named ``__packed_<dtype>`` (one array through the reader,
+            the cache and tf.data instead of k); the logged model still takes named columns.
+            For models that take that tensor (the tabular recipe turns it on). Defaults to
+            False.
         split_column: Column that holds "train"/"validation"/"test". Defaults to None (no splits).
         train_split: Value of ``split_column`` for training rows. Defaults to "train".
         validation_table: Separate validation table. Defaults to None (use ``validation_split``).
@@ -80,6 +85,7 @@ class DataConfig:
     label: str | tuple[str, ...] = "label"
     weight_column: str | None = None
     features: tuple[str, ...] = ()
+    pack_features: bool = False
     split_column: str | None = None
     train_split: str = "train"
     validation_table: str | None = None

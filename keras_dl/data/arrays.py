@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from keras_dl.data.blocks import WEIGHT
+from keras_dl.data.blocks import WEIGHT, aligned
 from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 from keras_dl.data.rows import load_row_group, one_array, open_file
 from keras_dl.data.snapshot import TableSnapshot
@@ -29,14 +29,12 @@ def to_arrays(
     ``where`` names the file and row group in errors (", file 'x', row group 0")."""
     out = {}
     for spec in plan.specs:
-        column = table.column(spec.name)
-        if column.null_count:
-            raise DataError(
-                f"Column {spec.name!r} of table {snapshot.uri!r} has {column.null_count} null "
-                "value(s) in the rows read. Features and labels cannot be null: fill or drop "
-                "those rows when writing the table, or leave the column out of data.features."
-            )
-        column = one_array(column) if isinstance(column, pa.ChunkedArray) else column
+        if spec.members:  # packed: the columns written straight into one (rows, k) array
+            out[spec.name] = packed = aligned((len(table), len(spec.members)), np.dtype(spec.dtype))
+            for j, name in enumerate(spec.members):
+                packed[:, j] = _column(table, name, snapshot).to_numpy(zero_copy_only=False)
+            continue
+        column = _column(table, spec.name, snapshot)
         if spec.kind != NUMERIC:
             out[spec.name] = np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
         elif spec.shape:
@@ -46,6 +44,18 @@ def to_arrays(
     if plan.weighs_rows:
         out[WEIGHT] = row_weights(table, plan, snapshot, out, where)
     return out
+
+
+def _column(table: pa.Table, name: str, snapshot: TableSnapshot) -> pa.Array:
+    """One planned column as one Arrow array, refused when it holds a null."""
+    column = table.column(name)
+    if column.null_count:
+        raise DataError(
+            f"Column {name!r} of table {snapshot.uri!r} has {column.null_count} null "
+            "value(s) in the rows read. Features and labels cannot be null: fill or drop "
+            "those rows when writing the table, or leave the column out of data.features."
+        )
+    return one_array(column) if isinstance(column, pa.ChunkedArray) else column
 
 
 def row_weights(table: pa.Table, plan: ColumnPlan, snapshot, arrays: dict, where: str = ""):

@@ -23,12 +23,22 @@ BINARY = "binary"
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    """One column as a tensor: its numpy dtype and per-row shape (``()`` for a scalar)."""
+    """One column as a tensor: its numpy dtype and per-row shape (``()`` for a scalar).
+
+    A packed feature (:mod:`keras_dl.data.packing`) is several scalar columns of one dtype as
+    one ``(len(members),)`` tensor: ``members`` are those columns, in order; ``name`` is not a
+    column of the table."""
 
     name: str
     dtype: str
     shape: tuple[int, ...] = ()
     kind: str = NUMERIC
+    members: tuple[str, ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The table columns this tensor is read from."""
+        return self.members or (self.name,)
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,8 @@ class ColumnPlan:
     @property
     def columns(self) -> list[str]:
         """The columns read: the features, the label and the weight column."""
-        return [s.name for s in self.specs] + ([self.weight.name] if self.weight else [])
+        read = [c for s in self.specs for c in s.columns]
+        return read + ([self.weight.name] if self.weight else [])
 
     @property
     def weighs_rows(self) -> bool:
@@ -79,6 +90,7 @@ def plan_columns(
     exclude: Sequence[str] = (),
     accept: Sequence[str] = (NUMERIC,),
     weight: str | None = None,
+    pack: bool = False,
 ) -> ColumnPlan:
     """Choose and type-check the feature and label columns of ``snapshot``.
 
@@ -92,6 +104,8 @@ def plan_columns(
         accept: Feature kinds the recipe can consume: "numeric", "string", "binary".
             Defaults to numeric only.
         weight: The sample-weight column (never a feature), or None. Defaults to None.
+        pack: Read the scalar numeric features of each dtype (two or more) as one packed
+            ``(k,)`` tensor (:func:`pack_features`). Defaults to False.
 
     Raises:
         DataError: For a missing column, a column of a kind the recipe does not accept, or a
@@ -147,7 +161,47 @@ def plan_columns(
                 f"data.weight_column={weight!r} of table {snapshot.uri!r} is a list column "
                 f"(shape {weight_spec.shape}): a sample weight is one number per row."
             )
+    if pack:
+        specs = pack_features(specs, names, snapshot.uri)
     return ColumnPlan(specs, label_specs, weight_spec)
+
+
+PACKED = "__packed_"  # a packed feature's name: this and its dtype, e.g. "__packed_float32"
+
+
+def pack_features(
+    specs: Sequence[FeatureSpec], columns: Sequence[str], table: str = ""
+) -> tuple[FeatureSpec, ...]:
+    """``specs`` with the scalar integer and float features of each dtype, when there are two
+    or more, replaced by one packed feature ``__packed_<dtype>`` of shape ``(k,)`` at the place
+    of its first member; lists, strings, binary, booleans and a dtype's lone column stay as they
+    are. Labels and the weight column are never passed here, so they never pack.
+
+    Raises:
+        DataError: A column of the table (``columns``) has a name starting with ``__packed_``.
+    """
+    groups: dict[str, list[str]] = {}
+    for s in specs:
+        if s.kind == NUMERIC and not s.shape and not s.members and np.dtype(s.dtype).kind in "iuf":
+            groups.setdefault(s.dtype, []).append(s.name)
+    packed = {dtype: members for dtype, members in groups.items() if len(members) > 1}
+    clash = [c for c in columns if c.startswith(PACKED)]
+    if packed and clash:
+        raise DataError(
+            f"Table {table!r} has a column named {clash[0]!r}: names starting with {PACKED!r} "
+            "are kept for packed features (and the layers that build them). Rename that "
+            "column when writing the table, or turn packing off "
+            "(--set data.pack_features=false)."
+        )
+    out, placed = [], set()
+    for s in specs:
+        group = packed.get(s.dtype) if s.name in packed.get(s.dtype, ()) else None
+        if group is None:
+            out.append(s)
+        elif s.dtype not in placed:
+            placed.add(s.dtype)
+            out.append(FeatureSpec(PACKED + s.dtype, s.dtype, (len(group),), NUMERIC, tuple(group)))
+    return tuple(out)
 
 
 def _spec(

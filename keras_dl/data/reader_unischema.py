@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_dl.data import reader_lifecycle
 from keras_dl.data.features import ColumnPlan
+from keras_dl.data.packing import pack
 from keras_dl.data.shards import keep_mask, plan_epoch
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
@@ -90,4 +91,4 @@ def _stack(rows, plan: ColumnPlan) -> dict[str, np.ndarray]:
     for name in plan.columns:
         values = [getattr(r, name) for r in rows]
         out[name] = np.stack(values) if np.ndim(values[0]) else np.asarray(values)
-    return out
+    return pack(out, plan)

@@ -12,8 +12,8 @@ from keras_dl.data.features import NUMERIC, ColumnPlan, FeatureSpec
 
 def to_structure(values: dict, plan: ColumnPlan):
     """(features, label[, weight]): one feature (or label) is a bare tensor, several a dict by
-    column."""
-    if len(plan.features) == 1:
+    column; a packed feature is always in a dict, by its name (``__packed_<dtype>``)."""
+    if len(plan.features) == 1 and not plan.features[0].members:
         features = values[plan.features[0].name]
     else:
         features = {f.name: values[f.name] for f in plan.features}

@@ -88,7 +88,13 @@ def make_splits(
         )
     exclude = [data.split_column] if data.split_column else []
     plan = plan_columns(
-        train_snap, data.features, data.label, exclude, accept, weight=data.weight_column
+        train_snap,
+        data.features,
+        data.label,
+        exclude,
+        accept,
+        weight=data.weight_column,
+        pack=data.pack_features,
     )
     if class_weight and plan.label is not None:
         plan = dataclasses.replace(

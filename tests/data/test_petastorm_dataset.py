@@ -30,6 +30,8 @@ def petastorm_dataset(spark, tmp_path_factory):
             UnischemaField("image", np.uint8, (8, 8, 3), CompressedImageCodec("png"), False),
             UnischemaField("vec", np.float32, (4,), NdarrayCodec(), False),
             UnischemaField("label", np.int64, (), ScalarCodec(LongType()), False),
+            UnischemaField("a", np.int64, (), ScalarCodec(LongType()), False),
+            UnischemaField("b", np.int64, (), ScalarCodec(LongType()), False),
         ],
     )
     url = "file://" + str(tmp_path_factory.mktemp("petastorm") / "legacy")
@@ -37,7 +39,13 @@ def petastorm_dataset(spark, tmp_path_factory):
         rows = [
             dict_to_spark_row(
                 schema,
-                {"image": _image(i), "vec": np.full(4, i, np.float32), "label": i % 3},
+                {
+                    "image": _image(i),
+                    "vec": np.full(4, i, np.float32),
+                    "label": i % 3,
+                    "a": i,
+                    "b": -2 * i,
+                },
             )
             for i in range(40)
         ]
@@ -80,3 +88,22 @@ def test_unischema_dataset_shards_by_row_group(petastorm_dataset):
         split = make_dataset(snap, plan, ReadOptions(batch_size=4, shard=rank, num_shards=2))
         parts.append({int(v[0]) for x, _ in split.dataset for v in x.numpy()})
     assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(40))
+
+
+def test_unischema_scalar_fields_of_one_dtype_pack(petastorm_dataset):
+    from keras_dl.data import ReadOptions, make_dataset
+
+    snap = open_table(petastorm_dataset)
+    plan = plan_columns(snap, ("b", "vec", "a"), "label", pack=True)
+    assert [(f.name, f.shape, f.members) for f in plan.features] == [
+        ("__packed_int64", (2,), ("b", "a")),
+        ("vec", (4,), ()),
+    ]
+    seen = []
+    for x, y in make_dataset(snap, plan, ReadOptions(batch_size=8)).dataset:
+        packed, i = x["__packed_int64"].numpy(), x["vec"].numpy()[:, 0].astype(np.int64)
+        assert packed.dtype == np.int64
+        np.testing.assert_array_equal(packed, np.stack([-2 * i, i], 1))  # rows whole
+        np.testing.assert_array_equal(y.numpy(), i % 3)
+        seen.extend(i.tolist())
+    assert sorted(seen) == list(range(40))
