@@ -32,6 +32,7 @@ TABULAR_PATHS = (
 )
 RAY_PATHS = ("ray_to_tf", "ray_iter")  # with Ray Data installed (the bench extra)
 SUBJECTS = ("keras_dl", "keras_dl_cached")
+PACKED_SUBJECTS = ("keras_dl_packed", "keras_dl_packed_cached")  # tables with columns to pack
 CACHE_BYTES = 256 << 20  # data.cache_max_bytes' default: these tables fit
 
 
@@ -52,12 +53,24 @@ def measure_tabular(
     rows = len(next(iter(arrays.values())))
     row_bytes = sum(a.nbytes for a in arrays.values()) / rows
     ray_label = label or list(arrays)[-1]  # to_tf wants a label: any column, all are read
+    packs = _packs(snapshot, label)
+    subjects = (*SUBJECTS, *PACKED_SUBJECTS) if packs else SUBJECTS
     out = {"rows": rows, "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
         cpu: dict = {}
         ray_paths = {
             "ray_to_tf": lambda b=b: peers.ray_to_tf(files, b, rows, ray_label),
             "ray_iter": lambda b=b: peers.ray_iter(files, b),
+        }
+        # data.pack_features (the tabular recipe's default): the same pipeline, one (B, k)
+        # tensor per dtype instead of k, where the table has columns to pack.
+        packed = {
+            "keras_dl_packed": lambda b=b: consume_split(
+                keras_dl_dataset(path, b, label, pack=True), b
+            ),
+            "keras_dl_packed_cached": lambda b=b: consume_split(
+                keras_dl_dataset(path, b, label, CACHE_BYTES, pack=True), b, cached=True
+            ),
         }
         samples = measure_rounds(
             rounds,
@@ -76,6 +89,7 @@ def measure_tabular(
                 "keras_dl_cached": lambda b=b: consume_split(
                     keras_dl_dataset(path, b, label, CACHE_BYTES), b, cached=True
                 ),
+                **(packed if packs else {}),
             },
             cpu,
         )
@@ -84,11 +98,18 @@ def measure_tabular(
         samples["limit"] = [
             min(a, f) for a, f in zip(samples["raw_pyarrow"], samples["tfdata_floor"])
         ]
-        out["batches"][str(b)] = summarize(samples, SUBJECTS, scale=row_bytes, cpu=cpu)
+        out["batches"][str(b)] = summarize(samples, subjects, scale=row_bytes, cpu=cpu)
         out["batches"][str(b)]["rows_trained_per_epoch_fraction"] = trained_fraction(
             keras_dl_dataset(path, b, label), rows
         )
     return out
+
+
+def _packs(snapshot, label: str | None) -> bool:
+    """Whether ``data.pack_features`` packs any of the table's columns."""
+    from keras_dl.data import plan_columns
+
+    return any(s.members for s in plan_columns(snapshot, (), label, pack=True).features)
 
 
 def trained_fraction(split, table_rows: int) -> float:
@@ -184,16 +205,18 @@ def stock(snapshot, batch: int, rows: int, how: str) -> float:
         return consume(ds.prefetch(-1), rows // batch) * batch
 
 
-def keras_dl_dataset(path: str, batch: int, label: str | None, cache_max_bytes: int = 0):
+def keras_dl_dataset(
+    path: str, batch: int, label: str | None, cache_max_bytes: int = 0, pack: bool = False
+):
     """keras_dl's training pipeline over a table (repeating, shuffled, as ``fit`` gets it).
 
     Streaming by default (every epoch read from the table, what the reader baselines are set
-    against); ``cache_max_bytes`` turns ``data.cache`` on.
+    against); ``cache_max_bytes`` turns ``data.cache`` on; ``pack``: ``data.pack_features``.
     """
     from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
 
     snapshot = open_table(path)
-    plan = plan_columns(snapshot, (), label)
+    plan = plan_columns(snapshot, (), label, pack=pack)
     options = ReadOptions(batch_size=batch, training=True, cache_max_bytes=cache_max_bytes)
     return make_dataset(snapshot, plan, options)
 

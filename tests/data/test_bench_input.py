@@ -71,9 +71,10 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report
+    packed = {"keras_dl_packed", "keras_dl_packed_cached"}  # the wide table's 200 floats pack
     for table, paths in (
         ("narrow", TABULAR),
-        ("wide", TABULAR),
+        ("wide", TABULAR | packed),
         ("images", {"petastorm_codec", "in_memory_decode", *SUBJECTS}),
     ):
         assert set(report[table]["batches"]) == {"32", "256"}
@@ -90,7 +91,8 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
             assert set(figures["rows_per_s"]) == set(figures["spread"]) == shown
             assert all(v > 0 for v in figures["rows_per_s"].values())
             assert all(v > 0 for v in figures["mb_per_s"].values())
-            ratios = {f"{s}/{p}" for s in SUBJECTS for p in shown - SUBJECTS}
+            subjects = SUBJECTS | (packed & paths)
+            ratios = {f"{s}/{p}" for s in subjects for p in shown - subjects}
             assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
             assert set(figures["cpu_us_per_unit"]) == timed
             assert all(v > 0 for v in figures["cpu_us_per_unit"].values())
@@ -110,19 +112,24 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
     names = {(t["table"], t.get("batch"), t["ratio"]) for t in report["targets"]}
     peers = ("stock_rebatch", "ray_to_tf", "ray_iter")
-    tabular = {
-        "keras_dl/limit",
-        "keras_dl_cached/in_memory_permuted",
-        "rows trained per epoch / rows",
-        *(f"{s}/{p}" for s in SUBJECTS for p in peers),
-    }
+
+    def tabular_targets(streaming, cached):
+        return {
+            *(f"{s}/limit" for s in streaming),
+            *(f"{s}/in_memory_permuted" for s in cached),
+            *(f"{s}/{p}" for s in streaming + cached for p in peers),
+        }
+
+    tabular = {"rows trained per epoch / rows", *tabular_targets(["keras_dl"], ["keras_dl_cached"])}
+    wide = tabular | tabular_targets(["keras_dl_packed"], ["keras_dl_packed_cached"])
     images = {
         "keras_dl/in_memory_decode",
         "keras_dl/petastorm_codec",
         "keras_dl_cached/in_memory_decode",
     }
     assert names == {
-        *((t, b, r) for t in ("narrow", "wide") for b in (32, 256) for r in tabular),
+        *(("narrow", b, r) for b in (32, 256) for r in tabular),
+        *(("wide", b, r) for b in (32, 256) for r in wide),
         *(("images", b, r) for b in (32, 256) for r in images),
         ("narrow", None, "rss_8x/rss_1x - 1"),
     }
