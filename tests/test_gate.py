@@ -119,6 +119,21 @@ def test_lr_1e6_on_digits_registers_nothing_and_exits_non_zero(digits_table, tmp
         assert run.data.tags["keras_dl.failure"] == "diverged"
 
 
+def test_a_float32_metric_equal_to_the_majority_baseline_ties_and_does_not_beat_it():
+    """Found when a digits model at lr=1e6 collapsed to the majority class 3 and was registered:
+    Keras' float32 accuracy 37/360 = 0.10277778 was read as above the exact 0.1027777..."""
+    from keras_dl.gate import Score, _against_trivial
+
+    score = Score("test_accuracy", float(np.float32(37 / 360)), True, "classification")
+    train = np.array([3] * 40 + [1] * 30 + [2] * 30)
+    rows = np.array([3] * 37 + [1] * 323)  # the majority class 3 hits 37 of 360
+    ok, text = _against_trivial(score, train, rows)
+    assert not ok and "does not beat the training majority class 3" in text
+    assert Score("test_accuracy", 38 / 360, True, "classification").beats(37 / 360)  # one more hit
+    loss = Score("test_mse", float(np.float32(0.3)), False, "regression")
+    assert not loss.beats(0.3) and loss.beats(0.31)
+
+
 def test_a_model_no_better_than_the_majority_class_is_not_registered(small_table, tmp_path):
     sets = ["data.label=cls", "data.features=noise", "train.epochs=5"]
     args = [a for s in [*_sets(small_table, tmp_path), *sets] for a in ("--set", s)]
