@@ -20,6 +20,15 @@ from keras_dl.errors import KerasDLError, NotRegistered
 EXIT_USER_ERROR = 2
 
 
+def _for_stderr(text: str) -> str:
+    """An error for a person at a terminal, wrapped at 100 columns without breaking a path or a
+    key; unwrapped when stderr is a file or a pipe (logs, CI, tests), where a line break could
+    fall inside the words someone searches for."""
+    if not sys.stderr.isatty():
+        return text
+    return textwrap.fill(text, 100, break_long_words=False, break_on_hyphens=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``keras-dl`` command line; return the exit status."""
     _quiet_libraries()
@@ -31,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args) or 0
     except KerasDLError as exc:
-        print(f"error: {textwrap.fill(str(exc), 100)}", file=sys.stderr)
+        print(f"error: {_for_stderr(str(exc))}", file=sys.stderr)
         return exc.exit_code  # 2; 3 diverged; 4 not registered; 75 preempted
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

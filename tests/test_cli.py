@@ -135,3 +135,26 @@ def test_model_values_exit_2_before_any_mlflow_run(digits_table, tmp_path, item,
     proc, uri = _train(digits_table, tmp_path, item)
     _assert_clear_failure(proc, uri, *fragments)
     assert not os.path.exists(uri[len("sqlite:///") :]) or runs_in(uri) == []
+
+
+def test_errors_wrap_only_at_a_terminal_and_never_inside_a_path(monkeypatch):
+    """Found when a long tmp path moved the wrap into "already exists": a pipe gets the error on
+    one line, and a terminal gets it wrapped at 100 columns with every path whole."""
+    import io
+    import sys
+
+    from keras_dl import cli
+
+    path = "/tmp/" + "x" * 120 + "/digits"
+    text = f"Delta table '{path}' already exists. Pass --mode overwrite to replace it."
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe, as in CI and logs
+    assert cli._for_stderr(text) == text
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    lines = cli._for_stderr(text).splitlines()
+    assert len(lines) > 1 and any(f"'{path}'" in line for line in lines)
+    assert all(len(line) <= 100 for line in lines if path not in line)
