@@ -56,9 +56,9 @@ def ray_session():
         object_store_memory=RAY_OBJECT_STORE_BYTES,
         configure_logging=False,
     )
-    for name in ("ray", "ray.data"):  # Ray Data logs every execution at INFO
+    ctx = ray.data.DataContext.get_current()  # imports ray.data, which configures its logging
+    for name in ("ray", "ray.data"):  # then: Ray Data logs every execution at INFO
         logging.getLogger(name).setLevel(logging.WARNING)
-    ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     try:
