@@ -48,7 +48,7 @@ from keras_dl.frame_model import packed_input_model
 from keras_dl.registry import load_keras_model
 
 log = logging.getLogger(__name__)
-TIE_TOLERANCE = 1e-6  # relative (and absolute): float32 metrics carry about 7 digits
+TIE_TOLERANCE = 1e-6  # relative: float32 metrics carry about 7 significant digits
 
 ACCURACY = (
     "accuracy",
@@ -94,7 +94,7 @@ class Score:
         """Strictly better than ``other``. Keras reports metrics in float32, so a score within
         float32 rounding of ``other`` ties, and a tie does not beat: a model that collapsed to
         the majority class scores 37/360 as 0.10277778, above the exact 0.10277777..."""
-        if math.isclose(self.value, other, rel_tol=TIE_TOLERANCE, abs_tol=TIE_TOLERANCE):
+        if math.isclose(self.value, other, rel_tol=TIE_TOLERANCE):
             return False
         return self.value > other if self.higher_is_better else self.value < other
 
