@@ -123,6 +123,12 @@ def test_table_model_with_named_classes(spark, tmp_path, mlflow_uri, classes):
     expected = np.asarray(model.predict(frame[["x", "color"]]))
     np.testing.assert_allclose(out[probs], expected, atol=1e-5)
     np.testing.assert_array_equal(out["prediction"], np.array(sorted(classes))[expected.argmax(1)])
+    # A key that is also a model input is copied through and fed to the model, once each.
+    keyed = predict(spark.createDataFrame(rows), "models:/tabular/1", keys=["id", "x"])
+    keyed = keyed.toPandas().sort_values("id").reset_index(drop=True)
+    assert list(keyed.columns) == ["id", "x", "prediction", *probs]
+    np.testing.assert_allclose(keyed["x"], frame["x"])
+    np.testing.assert_allclose(keyed[probs], expected, atol=1e-5)
     # The README's spark_udf form for a column signature: the named feature columns.
     udf = mlflow.pyfunc.spark_udf(
         spark, "models:/tabular/1", result_type="array<double>", env_manager="local"

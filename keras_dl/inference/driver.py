@@ -92,7 +92,8 @@ def predict(
     # Read when the returned DataFrame is computed: it bounds the rows of each pandas batch.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     width = 1 if heads else output_width(signature)  # several heads: one column spec each
-    columns = list(plan.keys) + [c for c, _, _ in plan.inputs]
+    # A key may also be a model input: each column is selected once.
+    columns = list(dict.fromkeys([*plan.keys, *(c for c, _, _ in plan.inputs)]))
     # Positional aliases: PySpark's mapInPandas looks its input columns up by name, unquoted,
     # so a column named "a.b" would not resolve. The UDF gives the names back.
     aliased = df.select(*[quoted(c).alias(f"_kdl_{i}") for i, c in enumerate(columns)])
