@@ -39,7 +39,7 @@ class TrainResult:
     registered_version: int | None = None
     not_registered: str | None = None
     history: dict[str, list[float]] = field(default_factory=dict)
-    model: Any = None
+    model: Any = None  # takes the table's columns by name, as the logged model does
 
 
 def fit(
@@ -150,6 +150,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.callbacks.system_metrics import SystemMetrics
     from keras_dl.distribute.lr import scale_learning_rate
     from keras_dl.finish import finish
+    from keras_dl.frame_model import serving_model
     from keras_dl.run import make_callbacks, prepare_fit
     from keras_dl.warm_start import init_from_tags, warm_start
 
@@ -243,7 +244,8 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         registered_version=version,
         not_registered=refused,
         history=dict(history.history),
-        model=model,
+        # The table's columns by name, as logged: packed features are packed inside it.
+        model=serving_model(model, data.plan),
     )
 
 

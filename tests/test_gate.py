@@ -75,7 +75,9 @@ def test_a_packed_model_is_compared_with_and_warm_started_from_the_logged_champi
     run's gate feeds it the packed test split unpacked, and warm-starts from its weights."""
     sets = ["data.label=y", "data.features=x1,x2", "train.epochs=5", "registry.set_alias=champion"]
     first, uri = train_tabular(small_table, tmp_path, *sets)
-    assert list(first.model.input) == ["__packed_float64"]
+    # The run's model takes x1 and x2 by name, as logged; they are packed inside it.
+    assert list(first.model.input) == ["x1", "x2"]
+    assert first.model.get_layer("__packed_float64") is not None
     assert first.registered_version == 1
     second, _ = train_tabular(
         small_table,

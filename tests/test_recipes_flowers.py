@@ -13,6 +13,16 @@ from tests.conftest import run_cli, runs_in
 TINY = ["data.image_size=32,32", "model.alpha=0.35", "train.batch_size=4", "train.verbose=0"]
 
 
+def logged_model_uri(run) -> str:
+    """The model a run logged, registered or not."""
+    (logged,) = [
+        m
+        for m in mlflow.search_logged_models([run.info.experiment_id], output_format="list")
+        if m.source_run_id == run.info.run_id
+    ]
+    return logged.model_uri
+
+
 @pytest.fixture(scope="module")
 def flowers_table(tmp_path_factory):
     """tf_flowers through the real ingest code, on TFDS's mock data (no download)."""
@@ -53,7 +63,9 @@ def test_frozen_then_fine_tune_stage(flowers_table, tmp_path, capfd):
     (run,) = runs_in(exp.tracking.uri)
     assert run.data.tags["keras_dl.backbone_weights"] == "none (ImageNet download failed)"
     assert run.data.tags["keras_dl.stage"] == "frozen"
-    assert "test_accuracy" in first.metrics and first.registered_version == 1
+    # TFDS's mock labels are random: whether the gate registers this model is chance (it
+    # refuses one no better than the majority class). The run's logged model is stage 1.
+    assert "test_accuracy" in first.metrics and first.model_uri
     frozen = _backbone(first.model)
     assert not frozen.trainable and frozen.count_params() > 0
     # Stage 2 starts from stage 1's weights: a different seed proves they were loaded, not
@@ -65,7 +77,7 @@ def test_frozen_then_fine_tune_stage(flowers_table, tmp_path, capfd):
         "train.seed=7",
         "train.learning_rate=1e-5",
         "model.weights=none",
-        "model.fine_tune_from=models:/flowers/1",
+        f"model.fine_tune_from={first.model_uri}",
         "model.fine_tune_layers=5",
     )
     second = fit(exp2, recipe)
@@ -76,7 +88,7 @@ def test_frozen_then_fine_tune_stage(flowers_table, tmp_path, capfd):
     assert not first_conv.trainable
     np.testing.assert_array_equal(first_conv.get_weights()[0], frozen.layers[1].get_weights()[0])
     runs = {r.data.tags["keras_dl.stage"]: r for r in runs_in(exp.tracking.uri)}
-    assert runs["fine-tune"].data.tags["keras_dl.backbone_weights"].endswith("models:/flowers/1")
+    assert runs["fine-tune"].data.tags["keras_dl.backbone_weights"].endswith(first.model_uri)
 
 
 @pytest.mark.slow
@@ -97,12 +109,13 @@ def test_module_entry_with_mixed_precision_and_another_backbone(flowers_table, t
         *[a for s in sets for a in ("--set", s)],
         cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 4: the gate refused a model no better than the majority class (random mock labels).
+    assert proc.returncode in (0, 4), proc.stderr[-3000:]
     assert "model.weights=none: the MobileNet backbone trains from scratch" in proc.stderr
     (run,) = runs_in(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert run.info.status == "FINISHED" and run.data.params["train.mixed_precision"] == "True"
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    model = mlflow.pyfunc.load_model("models:/flowers/1")
+    model = mlflow.pyfunc.load_model(logged_model_uri(run))
     probs = np.asarray(model.predict(np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3))))
     assert probs.shape == (3, 5) and probs.dtype == np.float32
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-3)

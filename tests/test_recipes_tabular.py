@@ -148,7 +148,9 @@ def test_packed_columns_train_as_one_tensor_and_serve_by_name(tmp_path):
         "model.optional=area",
         "train.epochs=4",
     )
-    trained = result.model
+    # The run's model takes the columns by name; the model trained on packed tensors is inside.
+    assert list(result.model.input) == ["size", "area", "rooms", "floors", "city"]
+    trained = packed_inside(result.model)
     assert list(trained.input) == ["__packed_float64", "__packed_int64", "city"]
     assert tuple(trained.input["__packed_float64"].shape) == (None, 2)
     mlflow.set_tracking_uri(uri)
@@ -236,7 +238,11 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
     assert result.history["val_accuracy"][-1] >= 0.7, result.history
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model("models:/tabular/1")
-    assert list(result.model.input) == ["__packed_float64", "rooms.count", "city name"]
+    assert list(packed_inside(result.model).input) == [
+        "__packed_float64",
+        "rooms.count",
+        "city name",
+    ]
     names = [i.name for i in model.metadata.signature.inputs.inputs]
     assert names == ["size/m2", "area m²", "rooms.count", "city name"]  # the packed ones first
     probs = np.asarray(model.predict(frame[names].head(40)))
@@ -259,3 +265,10 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
         )
     finally:
         spark.stop()
+
+
+def packed_inside(model):
+    """The model trained on packed features, inside the run's model that takes named columns."""
+    import keras
+
+    return next(layer for layer in model.layers if isinstance(layer, keras.Model))
