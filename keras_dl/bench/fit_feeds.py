@@ -107,7 +107,6 @@ def peer_feed(table: str, path: str, batch: int, how: str):
             or "hand_written" (pyarrow ``iter_batches`` into ``from_generator``). The images
             are decoded in tf.data (``decode_jpeg``, AUTOTUNE-parallel), as a user would add it.
     """
-    import pyarrow.parquet as pq
     import tensorflow as tf
 
     from keras_dl.bench import input_peers
@@ -126,10 +125,9 @@ def peer_feed(table: str, path: str, batch: int, how: str):
         rng = np.random.default_rng(0)
 
         def batches():
-            for f in rng.permutation(files):
-                for rb in pq.ParquetFile(f).iter_batches(batch_size=batch):
-                    x = {n: rb.column(n).to_numpy(zero_copy_only=False) for n in names}
-                    yield (x if table == "wide" else x["image"]), rb.column("label").to_numpy()
+            for rb in input_peers.record_batches(files, batch, rng):
+                x = {n: rb.column(n).to_numpy(zero_copy_only=False) for n in names}
+                yield (x if table == "wide" else x["image"]), rb.column("label").to_numpy()
 
         x_spec = tf.TensorSpec((None,), tf.float32 if table == "wide" else tf.string)
         spec = (

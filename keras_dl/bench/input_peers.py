@@ -15,7 +15,8 @@ Each reads the same table files, at the same batch size, one pass per epoch:
 
 None of the peers reads a Delta log: they take the snapshot's file list as given, so none of
 them would drop rows a deletion vector deletes (the bench tables have none). Ray runs in its
-own processes; their CPU is counted with this process's (:func:`keras_dl.bench.timing.counting`).
+own processes; their CPU is counted with this process's
+(:func:`keras_dl.bench.timing.counting_descendants`).
 """
 
 from __future__ import annotations
@@ -109,20 +110,27 @@ def hand_written(files: list[str], batch: int, rows: int, dense) -> float:
     Args:
         dense: Turns one Arrow column into a dense numpy array (lists into ``(n, k)``).
     """
-    import pyarrow.parquet as pq
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
 
     def batches():
-        for path in rng.permutation(files):
-            for rb in pq.ParquetFile(path).iter_batches(batch_size=batch):
-                yield {name: dense(rb.column(i)) for i, name in enumerate(rb.schema.names)}
+        for rb in record_batches(files, batch, rng):
+            yield {name: dense(rb.column(i)) for i, name in enumerate(rb.schema.names)}
 
     first = next(batches())
     spec = {k: tf.TensorSpec((None, *v.shape[1:]), tf.as_dtype(v.dtype)) for k, v in first.items()}
     ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
     return consume(ds.repeat().prefetch(tf.data.AUTOTUNE), max(1, rows // batch)) * batch
+
+
+def record_batches(files: list[str], batch: int, rng: np.random.Generator):
+    """One pass of the hand-written loop's reads: pyarrow ``iter_batches`` of ``batch`` rows
+    over ``files`` in an order drawn from ``rng`` (a new one each pass)."""
+    import pyarrow.parquet as pq
+
+    for path in rng.permutation(files):
+        yield from pq.ParquetFile(path).iter_batches(batch_size=batch)
 
 
 def in_memory_permuted(arrays: dict, batch: int) -> float:
