@@ -117,7 +117,7 @@ def summarize(
     out = {
         unit: {n: round(m) for n, m in medians.items()},
         "spread": {n: [round(min(v)), round(max(v))] for n, v in samples.items()},
-        "mb_per_s": {n: round(m * scale / 1e6, 1) for n, m in medians.items()},
+        "mb_per_s": {n: _significant(m * scale / 1e6) for n, m in medians.items()},
         "ratios": {},
         "ratio_spread": {},
         "rounds": {n: [round(x) for x in v] for n, v in samples.items()},
@@ -147,6 +147,11 @@ def summarize(
             if name not in subjects and m > 0
         }
     return out
+
+
+def _significant(x: float, digits: int = 3) -> float:
+    """``x`` to ``digits`` significant figures: a slow path's small MB/s stays above zero."""
+    return float(f"{x:.{digits}g}")
 
 
 def timed_loop(step: Callable[[], int], min_seconds: float | None = None) -> float:

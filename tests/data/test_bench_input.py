@@ -42,6 +42,10 @@ def test_summary_has_medians_spreads_and_per_round_ratios():
     assert s["ratios"] == {"keras_dl/base": 1.1}
     assert s["ratio_spread"]["keras_dl/base"] == [0.9, 1.3]
     assert "cpu_us_per_unit" not in s  # the lambdas time nothing: no CPU figures
+    # A slow path over small rows (Ray on the narrow table, on a loaded CI machine) keeps a
+    # non-zero MB/s: significant figures, not one decimal place, which rounded it to 0.0.
+    slow = summarize({"keras_dl": [4000.0], "ray": [3000.0, 3100.0]}, scale=16.0)
+    assert slow["mb_per_s"] == {"keras_dl": 0.064, "ray": 0.0488}
 
 
 def test_cpu_per_unit_comes_from_the_timed_window():
