@@ -16,7 +16,9 @@ def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report
-    for setup in ("mlp_wide", "cnn_images"):
+    setups = ("mlp_wide", "mlp_wide_packed", "cnn_images")
+    assert report["mlp_wide_packed"]["model"].startswith("mlp_packed_")
+    for setup in setups:
         r = report[setup]
         assert r["steps"] >= 1 and r["batch"] > 0
         feeds = {"keras_dl", "keras_dl_stream", "in_memory", "hand_written", "ray_to_tf"}
@@ -32,7 +34,7 @@ def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
     targets = {(t["setup"], t["ratio"]): t for t in report["targets"]}
     assert set(targets) == {
         (setup, ratio)
-        for setup in ("mlp_wide", "cnn_images")
+        for setup in setups
         for ratio in (
             "keras_dl/in_memory samples_per_s",
             "keras_dl/hand_written samples_per_s",

@@ -13,7 +13,9 @@ structure, same batch size):
   ``hand_written`` (pyarrow ``iter_batches`` into ``from_generator``) and ``ray_to_tf`` (Ray
   Data's ``read_parquet(files).to_tf``, left out by ``--no-ray``), the images decoded in tf.data.
 
-Models: an MLP on the wide table (200 float columns) and a small CNN on 64x64 JPEGs. Every
+Models: an MLP on the wide table (200 float columns), the same MLP taking them packed
+(``mlp_wide_packed``: ``data.pack_features``, the tabular recipe's default), and a small CNN on
+64x64 JPEGs. Every
 round fits each feed for two epochs of one pass over the table each and keeps the second (the
 first traces the step, starts the reader and fills the cache); rounds are interleaved.
 Prints JSON: samples/s, CPU ms per sample (all threads: steadier than wall time on a shared
@@ -39,8 +41,10 @@ TARGET = 0.95  # keras_dl's samples/s over in-memory's, median
 CPU_TOLERANCE = 0.03  # keras_dl's CPU per sample at most this much above in-memory's
 PEER_TARGET = 1.0  # keras_dl's samples/s over each peer's (hand-written, Ray Data)
 SETUPS = {
-    # name: (table, rows full, rows quick, rows per group full, quick, batch)
+    # name: (table, rows full, rows quick, rows per group full, quick, batch); "_packed": the
+    # model takes the columns packed (data.pack_features), and every feed hands them so
     "mlp_wide": ("wide", 50_000, 1_024, 8_192, 256, 256),
+    "mlp_wide_packed": ("wide", 50_000, 1_024, 8_192, 256, 256),
     "cnn_images": ("images", 3_000, 256, 256, 64, 64),
 }
 
@@ -48,7 +52,7 @@ SETUPS = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``keras-dl bench fit`` arguments."""
     p.add_argument("--quick", action="store_true", help="tiny tables and epochs: a smoke test")
-    p.add_argument("--models", default="mlp_wide,cnn_images", help="which setups to run")
+    p.add_argument("--models", default=",".join(SETUPS), help="which setups to run")
     p.add_argument("--dir", default=None, help="where to write the tables (default: a temp dir)")
     p.add_argument("--steps", type=int, default=None, help="steps per epoch (default: 1 pass)")
     p.add_argument("--rounds", type=int, default=None, help="repeats (default and minimum: 3)")
@@ -153,18 +157,21 @@ def measure_setup(
     from keras_dl.bench import fit_feeds, timing
 
     table, rows, quick_rows, group, quick_group, batch = SETUPS[name]
+    pack = name.endswith("_packed")
     path = fit_feeds.write_table(
         table, f"{work}/{name}", quick_rows if quick else rows, quick_group if quick else group
     )
-    model = fit_feeds.make_model(table)
+    model = fit_feeds.make_model(table, pack)
     feeds = {
-        "keras_dl": lambda: fit_feeds.keras_dl_feed(table, path, batch),
-        "keras_dl_stream": lambda: fit_feeds.keras_dl_feed(table, path, batch, cache=False),
-        "in_memory": fit_feeds.in_memory_feed(table, path, batch),
-        "hand_written": lambda: fit_feeds.peer_feed(table, path, batch, "hand_written"),
+        "keras_dl": lambda: fit_feeds.keras_dl_feed(table, path, batch, pack=pack),
+        "keras_dl_stream": lambda: fit_feeds.keras_dl_feed(
+            table, path, batch, cache=False, pack=pack
+        ),
+        "in_memory": fit_feeds.in_memory_feed(table, path, batch, pack),
+        "hand_written": lambda: fit_feeds.peer_feed(table, path, batch, "hand_written", pack),
     }
     if ray:
-        feeds["ray_to_tf"] = lambda: fit_feeds.peer_feed(table, path, batch, "ray_to_tf")
+        feeds["ray_to_tf"] = lambda: fit_feeds.peer_feed(table, path, batch, "ray_to_tf", pack)
     # One pass over the table per epoch: the measured (second) epoch is the table's second.
     steps = steps or (quick_rows if quick else rows) // batch
     samples: dict[str, list[dict]] = {n: [] for n in feeds}

@@ -1,7 +1,8 @@
-"""The tables, models and two feeds of ``keras-dl bench fit``, and one timed fit.
+"""The tables, models and feeds of ``keras-dl bench fit``, and one timed fit.
 
-Both feeds hand ``fit`` the same structure: the wide table as ``({column: (B,)}, label)`` (one
-model input per column, as keras_dl's tabular recipe builds it) and the images as
+Every feed hands ``fit`` the same structure: the wide table as ``({column: (B,)}, label)`` (one
+model input per column), or packed (``data.pack_features``, the tabular recipe's default) as
+``({"__packed_float32": (B, 200)}, label)``, and the images as
 ``((B, 64, 64, 3) float32 in 0..1, label)``.
 """
 
@@ -13,6 +14,7 @@ from keras_dl.bench.input_tables import IMAGE_SIZE, WIDE_COLUMNS
 
 MLP_UNITS = (1024, 1024)  # compute-bound at batch 256 on 2 cores: tens of ms per step
 CNN_FILTERS = (16, 32, 32)
+PACKED = "__packed_float32"  # data.pack_features' name for the wide table's 200 float columns
 
 
 def write_table(table: str, path: str, rows: int, rows_per_group: int) -> str:
@@ -24,13 +26,23 @@ def write_table(table: str, path: str, rows: int, rows_per_group: int) -> str:
     return input_tables.write_images_delta(path, rows, rows_per_group)
 
 
-def make_model(table: str):
-    """A compiled compute-bound model for the table: an MLP (wide) or a small CNN (images)."""
+def make_model(table: str, pack: bool = False):
+    """A compiled compute-bound model for the table: an MLP (wide) or a small CNN (images).
+
+    Args:
+        pack: The MLP takes the 200 columns packed, as one ``(200,)`` input.
+    """
     import keras
     from keras import layers
 
     keras.utils.set_random_seed(0)
-    if table == "wide":
+    if table == "wide" and pack:
+        inputs = {PACKED: keras.Input(shape=(WIDE_COLUMNS,), dtype="float32", name=PACKED)}
+        x = inputs[PACKED]
+        for units in MLP_UNITS:
+            x = layers.Dense(units, activation="relu")(x)
+        name = "mlp_packed_" + "x".join(map(str, MLP_UNITS))
+    elif table == "wide":
         names = [f"c{j:03d}" for j in range(WIDE_COLUMNS)]
         inputs = {n: keras.Input(shape=(), dtype="float32", name=n) for n in names}
         x = keras.ops.stack([inputs[n] for n in names], axis=1)
@@ -53,10 +65,11 @@ def make_model(table: str):
     return model
 
 
-def keras_dl_feed(table: str, path: str, batch: int, cache: bool = True):
+def keras_dl_feed(table: str, path: str, batch: int, cache: bool = True, pack: bool = False):
     """keras_dl's training pipeline over the table, a new one each call.
 
     Args:
+        pack: ``data.pack_features``: the wide table's 200 float columns as one tensor.
         cache: ``data.cache=auto`` with its default budget, as a run gets it (these tables fit:
             from the second epoch on, no reader runs). False: every epoch read from the table.
     """
@@ -65,23 +78,30 @@ def keras_dl_feed(table: str, path: str, batch: int, cache: bool = True):
 
     budget = DataConfig().cache_max_bytes if cache else 0
     if table == "wide":
-        return keras_dl_dataset(path, batch, "label", budget).dataset
+        return keras_dl_dataset(path, batch, "label", budget, pack=pack).dataset
     return keras_dl_images(path, batch, budget).dataset
 
 
-def in_memory_feed(table: str, path: str, batch: int):
+def in_memory_feed(table: str, path: str, batch: int, pack: bool = False):
     """Read and decode the table once; return a function making the in-memory dataset.
 
     The batches are sliced whole from ``(steps, B, ...)`` tensors: no per-row work, no reader.
+
+    Args:
+        pack: The wide table's columns packed, as keras_dl packs them.
     """
     import tensorflow as tf
 
-    from keras_dl.bench.input_paths import read_columns
+    from keras_dl.bench.input_paths import packed_plan, read_columns
     from keras_dl.data import open_table
+    from keras_dl.data.packing import pack as pack_columns
 
-    columns = read_columns(open_table(path))
+    snapshot = open_table(path)
+    columns = read_columns(snapshot)
     label = columns.pop("label").astype(np.int64)
-    if table == "wide":
+    if table == "wide" and pack:
+        features = pack_columns(columns, packed_plan(snapshot, "label"))
+    elif table == "wide":
         features = columns
     else:
         decoded = [tf.io.decode_jpeg(b, channels=3).numpy() for b in columns["image"]]
@@ -99,10 +119,12 @@ def in_memory_feed(table: str, path: str, batch: int):
     return make
 
 
-def peer_feed(table: str, path: str, batch: int, how: str):
+def peer_feed(table: str, path: str, batch: int, how: str, pack: bool = False):
     """A peer's feed of the same rows, a new dataset each call, one pass per epoch.
 
     Args:
+        pack: The wide table's columns stacked into one ``(B, 200)`` tensor in tf.data, as a
+            user feeding a model with one input would add it.
         how: "ray_to_tf" (Ray Data's ``read_parquet(files).to_tf`` with a local shuffle buffer)
             or "hand_written" (pyarrow ``iter_batches`` into ``from_generator``). The images
             are decoded in tf.data (``decode_jpeg``, AUTOTUNE-parallel), as a user would add it.
@@ -135,7 +157,13 @@ def peer_feed(table: str, path: str, batch: int, how: str):
             tf.TensorSpec((None,), tf.int64),
         )
         ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
-    if table != "wide":
+    if table == "wide" and pack:
+
+        def stack(x, label):
+            return {PACKED: tf.stack([tf.cast(x[n], tf.float32) for n in names], axis=1)}, label
+
+        ds = ds.map(stack, num_parallel_calls=tf.data.AUTOTUNE)
+    elif table != "wide":
 
         def decode(images, label):
             one = tf.TensorSpec((IMAGE_SIZE, IMAGE_SIZE, 3), tf.uint8)

@@ -53,7 +53,9 @@ def measure_tabular(
     rows = len(next(iter(arrays.values())))
     row_bytes = sum(a.nbytes for a in arrays.values()) / rows
     ray_label = label or list(arrays)[-1]  # to_tf wants a label: any column, all are read
-    packs = _packs(snapshot, label)
+    plan = packed_plan(snapshot, label)
+    packs = plan is not None
+    packed_arrays = _pack_arrays(arrays, plan) if packs else {}
     subjects = (*SUBJECTS, *PACKED_SUBJECTS) if packs else SUBJECTS
     out = {"rows": rows, "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
@@ -63,8 +65,10 @@ def measure_tabular(
             "ray_iter": lambda b=b: peers.ray_iter(files, b),
         }
         # data.pack_features (the tabular recipe's default): the same pipeline, one (B, k)
-        # tensor per dtype instead of k, where the table has columns to pack.
+        # tensor per dtype instead of k, where the table has columns to pack; its floor hands
+        # over batches of that shape.
         packed = {
+            "tfdata_floor_packed": lambda b=b: tfdata_floor(packed_arrays, b),
             "keras_dl_packed": lambda b=b: consume_split(
                 keras_dl_dataset(path, b, label, pack=True), b
             ),
@@ -98,6 +102,10 @@ def measure_tabular(
         samples["limit"] = [
             min(a, f) for a, f in zip(samples["raw_pyarrow"], samples["tfdata_floor"])
         ]
+        if packs:  # packed batches are cheaper to hand over: their own, higher, ceiling
+            samples["limit_packed"] = [
+                min(a, f) for a, f in zip(samples["raw_pyarrow"], samples["tfdata_floor_packed"])
+            ]
         out["batches"][str(b)] = summarize(samples, subjects, scale=row_bytes, cpu=cpu)
         out["batches"][str(b)]["rows_trained_per_epoch_fraction"] = trained_fraction(
             keras_dl_dataset(path, b, label), rows
@@ -105,11 +113,19 @@ def measure_tabular(
     return out
 
 
-def _packs(snapshot, label: str | None) -> bool:
-    """Whether ``data.pack_features`` packs any of the table's columns."""
+def packed_plan(snapshot, label: str | None):
+    """The table's column plan under ``data.pack_features``, or None if it packs nothing."""
     from keras_dl.data import plan_columns
 
-    return any(s.members for s in plan_columns(snapshot, (), label, pack=True).features)
+    plan = plan_columns(snapshot, (), label, pack=True)
+    return plan if any(s.members for s in plan.features) else None
+
+
+def _pack_arrays(arrays: dict, plan) -> dict:
+    """The in-memory columns as keras_dl packs them: one ``(rows, k)`` array per packed dtype."""
+    from keras_dl.data.packing import pack
+
+    return pack(arrays, plan)
 
 
 def trained_fraction(split, table_rows: int) -> float:

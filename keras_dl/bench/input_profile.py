@@ -26,7 +26,7 @@ TOP_FUNCTIONS = 12
 SHUFFLE_BUFFER = 4096  # rows mixed in memory, as data.shuffle_buffer's default
 
 
-def profile_stages(path: str, batch: int) -> dict[str, float]:
+def profile_stages(path: str, batch: int, pack: bool = False) -> dict[str, float]:
     """Rows/s of keras_dl's pipeline cut after each stage, to show where the time goes.
 
     reader: Petastorm's batch reader alone; +convert: keras_dl's reads of shuffled row groups,
@@ -34,13 +34,16 @@ def profile_stages(path: str, batch: int) -> dict[str, float]:
     in-memory row shuffle; +from_generator: plus handing the arrays to tf.data as blocks of
     whole batches (the stream's generator); +slice: plus slicing the blocks into batches (the
     whole training pipeline but the final prefetch).
+
+    Args:
+        pack: Profile the pipeline with ``data.pack_features`` (one ``(B, k)`` tensor per dtype).
     """
     import tensorflow as tf
 
     from keras_dl.data import open_table, plan_columns, reader_lifecycle
 
     snapshot = open_table(path)
-    plan = plan_columns(snapshot, (), None)
+    plan = plan_columns(snapshot, (), None, pack=pack)
     out = {"reader": reader_alone(snapshot)}
     for stage, buffer in (("+convert", 0), ("+shuffle", SHUFFLE_BUFFER)):
         stream = _stream(snapshot, plan, batch, buffer)

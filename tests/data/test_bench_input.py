@@ -75,7 +75,8 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report
-    packed = {"keras_dl_packed", "keras_dl_packed_cached"}  # the wide table's 200 floats pack
+    # The wide table's 200 floats pack: keras_dl packed, and the floor of packed batches.
+    packed = {"keras_dl_packed", "keras_dl_packed_cached", "tfdata_floor_packed"}
     for table, paths in (
         ("narrow", TABULAR),
         ("wide", TABULAR | packed),
@@ -92,10 +93,16 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
                     min(a, b) for a, b in zip(rounds["raw_pyarrow"], rounds["tfdata_floor"])
                 ]
                 shown.add("limit")
+                if "tfdata_floor_packed" in paths:  # the packed path's own ceiling
+                    assert rounds["limit_packed"] == [
+                        min(a, b)
+                        for a, b in zip(rounds["raw_pyarrow"], rounds["tfdata_floor_packed"])
+                    ]
+                    shown.add("limit_packed")
             assert set(figures["rows_per_s"]) == set(figures["spread"]) == shown
             assert all(v > 0 for v in figures["rows_per_s"].values())
             assert all(v > 0 for v in figures["mb_per_s"].values())
-            subjects = SUBJECTS | (packed & paths)
+            subjects = SUBJECTS | ({"keras_dl_packed", "keras_dl_packed_cached"} & paths)
             ratios = {f"{s}/{p}" for s in subjects for p in shown - subjects}
             assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
             assert set(figures["cpu_us_per_unit"]) == timed
@@ -104,28 +111,30 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
             assert set(cores) == timed
             assert all(abs(cores[n] * 100 - figures["cpu_us_per_unit"][n]) < 0.06 for n in timed)
     profile = report["wide"]["profile"]
-    assert set(profile["stages"]["32"]) == {
-        "reader",
-        "+convert",
-        "+shuffle",
-        "+from_generator",
-        "+slice",
-    }
+    for stages in (profile["stages"], profile["stages_packed"]):
+        assert set(stages) == {"32", "256"}
+        assert set(stages["32"]) == {"reader", "+convert", "+shuffle", "+from_generator", "+slice"}
+        assert all(v > 0 for v in stages["32"].values())
     assert profile["generator"]["rows_per_s"] > 0 and profile["generator"]["top_own_time"]
     rss = report["rss"]
     assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
     names = {(t["table"], t.get("batch"), t["ratio"]) for t in report["targets"]}
     peers = ("stock_rebatch", "ray_to_tf", "ray_iter")
 
-    def tabular_targets(streaming, cached):
+    def tabular_targets(streaming, cached, limit):
         return {
-            *(f"{s}/limit" for s in streaming),
+            *(f"{s}/{limit}" for s in streaming),
             *(f"{s}/in_memory_permuted" for s in cached),
             *(f"{s}/{p}" for s in streaming + cached for p in peers),
         }
 
-    tabular = {"rows trained per epoch / rows", *tabular_targets(["keras_dl"], ["keras_dl_cached"])}
-    wide = tabular | tabular_targets(["keras_dl_packed"], ["keras_dl_packed_cached"])
+    tabular = {
+        "rows trained per epoch / rows",
+        *tabular_targets(["keras_dl"], ["keras_dl_cached"], "limit"),
+    }
+    wide = tabular | tabular_targets(
+        ["keras_dl_packed"], ["keras_dl_packed_cached"], "limit_packed"
+    )
     images = {
         "keras_dl/in_memory_decode",
         "keras_dl/petastorm_codec",
