@@ -211,15 +211,15 @@ class _EpochCPU:
     def __new__(cls):
         import keras
 
-        from keras_dl.bench.timing import _cpu_seconds
+        from keras_dl.bench.timing import cpu_seconds
 
         class EpochCPU(keras.callbacks.Callback):
             seconds = 0.0
 
             def on_epoch_begin(self, epoch, logs=None):
-                self._start = _cpu_seconds()
+                self._start = cpu_seconds()
 
             def on_epoch_end(self, epoch, logs=None):
-                self.seconds = _cpu_seconds() - self._start
+                self.seconds = cpu_seconds() - self._start
 
         return EpochCPU()

@@ -51,7 +51,9 @@ def measure_rounds(
     return out
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
+    """CPU seconds of this process, all threads; within :func:`counting_descendants`, plus
+    those of its live child processes (Ray's workers)."""
     import os
 
     t = os.times()
@@ -86,7 +88,7 @@ def counting_descendants() -> Iterator[None]:
 def _record(cpu_start: float, wall_start: float) -> None:
     global _last_utilization
     wall = time.perf_counter() - wall_start
-    _last_utilization = (_cpu_seconds() - cpu_start) / wall if wall > 0 else None
+    _last_utilization = (cpu_seconds() - cpu_start) / wall if wall > 0 else None
 
 
 def summarize(
@@ -161,7 +163,7 @@ def timed_loop(step: Callable[[], int], min_seconds: float | None = None) -> flo
     """
     seconds = MIN_SECONDS if min_seconds is None else min_seconds
     step()
-    cpu, start, done = _cpu_seconds(), time.perf_counter(), 0
+    cpu, start, done = cpu_seconds(), time.perf_counter(), 0
     while done == 0 or time.perf_counter() - start < seconds:
         done += step()
     rate = done / (time.perf_counter() - start)
@@ -197,7 +199,7 @@ def consume(ds, steps: int, warmup: int | None = None) -> float:
     it = iter(ds)
     drain(it, tf.constant(warmup or max(2, steps // 10))).numpy()
     # Whole calls until MIN_SECONDS have passed, so prefetched batches are a small share.
-    cpu, start, done = _cpu_seconds(), time.perf_counter(), 0
+    cpu, start, done = cpu_seconds(), time.perf_counter(), 0
     while done == 0 or time.perf_counter() - start < MIN_SECONDS:
         drain(it, tf.constant(steps)).numpy()
         done += steps

@@ -182,13 +182,13 @@ def test_cpu_of_child_processes_counts_only_within_counting_descendants():
     child = subprocess.Popen([sys.executable, "-c", burn])
     try:
         time.sleep(0.3)  # the child is running
-        before = timing._cpu_seconds()
+        before = timing.cpu_seconds()
         time.sleep(1.0)
-        alone = timing._cpu_seconds() - before
+        alone = timing.cpu_seconds() - before
         with timing.counting_descendants():
-            before = timing._cpu_seconds()
+            before = timing.cpu_seconds()
             time.sleep(1.0)
-            counted = timing._cpu_seconds() - before
+            counted = timing.cpu_seconds() - before
         assert not timing._descendants  # reset on exit
     finally:
         child.kill()
