@@ -21,7 +21,9 @@ PER_SECOND = 10_000  # the feed rate ``cores_per_10k_per_s`` is given for
 # divided by the rate it returned, the CPU cost of one unit, which other people's load on a
 # shared machine moves much less than the wall time.
 _last_utilization: float | None = None
-_descendants = False  # also count the CPU of this process's live descendants (Ray's workers)
+_descendants = False  # also count the CPU of this process's descendants (Ray's workers)
+# Within counting_descendants: each descendant seen, (pid, start time), to its CPU when last seen.
+_seen: dict[tuple[int, float], float] = {}
 
 
 def measure_rounds(
@@ -53,7 +55,11 @@ def measure_rounds(
 
 def cpu_seconds() -> float:
     """CPU seconds of this process, all threads; within :func:`counting_descendants`, plus
-    those of its live child processes (Ray's workers)."""
+    those of every descendant process seen in the block (Ray's workers).
+
+    Never decreases within the block: a descendant that has exited keeps the CPU it had when
+    last seen (summing only the live ones made a worker's exit a negative CPU per row).
+    """
     import os
 
     t = os.times()
@@ -65,8 +71,8 @@ def cpu_seconds() -> float:
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             c = child.cpu_times()
-            own += c.user + c.system
-    return own
+            _seen[(child.pid, child.create_time())] = c.user + c.system
+    return own + sum(_seen.values())
 
 
 @contextlib.contextmanager
@@ -74,15 +80,18 @@ def counting_descendants() -> Iterator[None]:
     """Within the block, CPU figures also count every live descendant process's CPU.
 
     For paths whose work runs in other processes (Ray's workers): without it their CPU per row
-    would count only the driver's share. A descendant that exits within a timed window takes
-    its CPU with it, which can only flatter that path.
+    would count only the driver's share. A descendant's CPU after it was last seen (it exits
+    within a timed window), or of one that starts and exits between two readings, is not
+    counted, which can only flatter that path.
     """
     global _descendants
+    _seen.clear()
     _descendants = True
     try:
         yield
     finally:
         _descendants = False
+        _seen.clear()
 
 
 def _record(cpu_start: float, wall_start: float) -> None:
