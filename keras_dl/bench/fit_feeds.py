@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from keras_dl.bench.input_tables import IMAGE_SIZE, WIDE_COLUMNS
+from keras_dl.data import features
 
 MLP_UNITS = (1024, 1024)  # compute-bound at batch 256 on 2 cores: tens of ms per step
 CNN_FILTERS = (16, 32, 32)
-PACKED = "__packed_float32"  # data.pack_features' name for the wide table's 200 float columns
+# data.pack_features' name for the wide table's 200 float32 columns
+PACKED = f"{features.PACKED}float32"
 
 
 def write_table(table: str, path: str, rows: int, rows_per_group: int) -> str:
@@ -36,19 +38,17 @@ def make_model(table: str, pack: bool = False):
     from keras import layers
 
     keras.utils.set_random_seed(0)
-    if table == "wide" and pack:
-        inputs = {PACKED: keras.Input(shape=(WIDE_COLUMNS,), dtype="float32", name=PACKED)}
-        x = inputs[PACKED]
+    if table == "wide":
+        if pack:
+            inputs = {PACKED: keras.Input(shape=(WIDE_COLUMNS,), dtype="float32", name=PACKED)}
+            x = inputs[PACKED]
+        else:
+            names = [f"c{j:03d}" for j in range(WIDE_COLUMNS)]
+            inputs = {n: keras.Input(shape=(), dtype="float32", name=n) for n in names}
+            x = keras.ops.stack([inputs[n] for n in names], axis=1)
         for units in MLP_UNITS:
             x = layers.Dense(units, activation="relu")(x)
-        name = "mlp_packed_" + "x".join(map(str, MLP_UNITS))
-    elif table == "wide":
-        names = [f"c{j:03d}" for j in range(WIDE_COLUMNS)]
-        inputs = {n: keras.Input(shape=(), dtype="float32", name=n) for n in names}
-        x = keras.ops.stack([inputs[n] for n in names], axis=1)
-        for units in MLP_UNITS:
-            x = layers.Dense(units, activation="relu")(x)
-        name = "mlp_" + "x".join(map(str, MLP_UNITS))
+        name = ("mlp_packed_" if pack else "mlp_") + "x".join(map(str, MLP_UNITS))
     else:
         inputs = keras.Input(shape=(IMAGE_SIZE, IMAGE_SIZE, 3), name="image")
         x = inputs

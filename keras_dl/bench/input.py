@@ -35,9 +35,9 @@ QUICK_ROWS_PER_GROUP = {"narrow": 4_096, "wide": 512, "images": 64}
 # Ratio name: minimum, of the medians, at every batch size; the worst batch size counts
 # (issue 25). "limit" is, per round, the slower of raw pyarrow decoding the table and the
 # tf.data floor (one batch handed over again and again): no streaming path can beat both;
-# "limit_packed" the same with the floor's batch packed.
-# The same targets hold keras_dl with data.pack_features (``keras_dl_packed``: tables with
-# columns to pack).
+# "limit_packed" the same with the floor's batch packed. keras_dl with data.pack_features
+# (``keras_dl_packed``: tables with columns to pack) is held to it, and to the same cached and
+# peer targets as keras_dl.
 STREAMING, CACHED = ("keras_dl", "keras_dl_packed"), ("keras_dl_cached", "keras_dl_packed_cached")
 TABULAR_TARGETS = {
     "keras_dl/limit": 0.8,

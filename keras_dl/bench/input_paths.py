@@ -46,6 +46,7 @@ def measure_tabular(
     """
     from keras_dl.bench import input_peers as peers
     from keras_dl.data import open_table
+    from keras_dl.data.packing import pack
 
     snapshot = open_table(path)
     files = list(snapshot.files)
@@ -55,7 +56,7 @@ def measure_tabular(
     ray_label = label or list(arrays)[-1]  # to_tf wants a label: any column, all are read
     plan = packed_plan(snapshot, label)
     packs = plan is not None
-    packed_arrays = _pack_arrays(arrays, plan) if packs else {}
+    packed_arrays = pack(arrays, plan) if packs else {}
     subjects = (*SUBJECTS, *PACKED_SUBJECTS) if packs else SUBJECTS
     out = {"rows": rows, "bytes_per_row": round(row_bytes, 1), "batches": {}}
     for b in batches:
@@ -116,16 +117,10 @@ def measure_tabular(
 def packed_plan(snapshot, label: str | None):
     """The table's column plan under ``data.pack_features``, or None if it packs nothing."""
     from keras_dl.data import plan_columns
+    from keras_dl.data.packing import is_packed
 
     plan = plan_columns(snapshot, (), label, pack=True)
-    return plan if any(s.members for s in plan.features) else None
-
-
-def _pack_arrays(arrays: dict, plan) -> dict:
-    """The in-memory columns as keras_dl packs them: one ``(rows, k)`` array per packed dtype."""
-    from keras_dl.data.packing import pack
-
-    return pack(arrays, plan)
+    return plan if is_packed(plan) else None
 
 
 def trained_fraction(split, table_rows: int) -> float:
