@@ -254,12 +254,23 @@ GENERATED = {
 }
 
 
+# One text kernel reads and one it refuses, per kind: checked on every run whatever the
+# generator draws (100 random decimal(6,2) texts were all refused in 1 of 3 runs).
+BOTH_OUTCOMES = {
+    "long": ("12", "1.5"),
+    "float": ("1.5", "1.5.5"),
+    "double": ("1.5", "1.5.5"),
+    "decimal(6,2)": ("12.50", "12.5"),
+    "date": ("2024-01-02", "2024-13-02"),
+    "timestamp": ("2024-01-02 03:04:05", "2024-01-02 25:00:00"),
+    "timestamp_ntz": ("2024-01-02 03:04:05", "2024-01-02 25:00:00"),
+}
+
+
 @pytest.mark.parametrize("kind", sorted(GENERATED))
 def test_generated_texts_read_or_refused_as_delta_kernel_does(tmp_path_factory, kind):
     outcomes = {"read": 0, "refused": 0}
 
-    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(text=GENERATED[kind].filter(bool))
     def check(text):
         path = str(tmp_path_factory.mktemp("g") / "t")
         write_partition_values(path, kind, [text], _FEATURES.get(kind, ()))
@@ -274,8 +285,13 @@ def test_generated_texts_read_or_refused_as_delta_kernel_does(tmp_path_factory, 
         assert _same([ours], theirs), (text, ours, theirs)
         outcomes["read"] += 1
 
-    check()
-    assert outcomes["read"] and outcomes["refused"], outcomes  # the texts exercise both
+    read, refused = BOTH_OUTCOMES[kind]
+    check(read)
+    check(refused)
+    assert outcomes == {"read": 1, "refused": 1}, outcomes  # the known texts exercise both
+    settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+        given(text=GENERATED[kind].filter(bool))(check)
+    )()
 
 
 FILTERED = [  # (Delta type, log texts, filter, ids expected)
