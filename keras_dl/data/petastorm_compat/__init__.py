@@ -7,6 +7,8 @@ Each submodule fixes one thing and names the Petastorm lines it replaces:
   large lists, large strings and binaries), and a catch-all so an unknown type never drops a column.
 - :mod:`.race`: the thread pool's end-of-read race, which ended finite reads with row groups
   still in flight.
+- :mod:`.waits`: the thread pool's idle workers sleep until there is work (or a stop), instead of
+  waking every millisecond and taking the interpreter lock from the thread that feeds tf.data.
 - :mod:`.unpickle`: metadata pickles (the Unischema) read by the unpickler that builds only data
   (:mod:`keras_dl.data.tables.petastorm_meta`), which also reads the datasets Petastorm 0.4-0.7
   wrote (their fields were pickled through ``pyspark.serializers._restore``, gone in pyspark 4).
@@ -57,8 +59,8 @@ def patch_module(module) -> None:
     """Patch one freshly imported Petastorm module (idempotent): each patch picks its module.
 
     Its ``pq`` (pyarrow >= 15), its float predicates (numpy >= 2), the thread pool's "done"
-    checks, the row groups a planned reader lists, the Arrow types schema inference knows, and
-    its metadata unpickling.
+    checks and its waits, the row groups a planned reader lists, the Arrow types schema
+    inference knows, and its metadata unpickling.
     """
     from keras_dl.data.petastorm_compat import (
         connect,
@@ -68,11 +70,13 @@ def patch_module(module) -> None:
         row_groups,
         types,
         unpickle,
+        waits,
     )
 
     parquet_dataset.patch_module(module)
     numpy_aliases.patch_module(module)
     race.patch_module(module)
+    waits.patch_module(module)
     row_groups.patch_module(module)
     types.patch_module(module)
     unpickle.patch_module(module)
