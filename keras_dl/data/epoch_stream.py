@@ -220,23 +220,33 @@ class EpochStream:
         """Stop the next epoch's reader, when one was opened ahead and not taken."""
         self.reads.close()
 
-    def _read(self, epoch: int):
-        """``(piece, arrays)`` of one epoch, streamed (and kept when it is the whole split)."""
+    def _read(self, epoch: int, near_end=None):
+        """``(piece, arrays)`` of one epoch, streamed (and kept when it is the whole split);
+        ``near_end``: see :func:`~keras_dl.data.reader.read_pieces`."""
         o = self.options
         if self.snapshot.format == "petastorm":
             seed = o.seed + epoch if self.shuffle else None
             args = (self.snapshot, self.plan, self.stats, o.shard, o.num_shards, self.shuffle)
             return ((None, a) for a in iter_unischema_rows(*args, seed, o.workers))
         pieces = self.pieces(epoch)
-        chunks = self._arrays(pieces)
+        chunks = self._arrays(pieces, near_end)
         if not self.cache.disabled and sum(p.rows for p in pieces) == self.stats.rows:
             chunks = self.cache.fill(chunks)  # kept only if every row group came whole
         return chunks
 
-    def _arrays(self, pieces):
-        read = read_pieces(self.snapshot, self.plan.columns, pieces, self.options.workers)
-        files = self.snapshot.files
-        chunks = ((p, to_arrays(t, self.plan, self.snapshot, _where(files, p))) for p, t in read)
+    def _arrays(self, pieces, near_end=None):
+        """``(piece, arrays)`` of ``pieces``: each row group converted (and packed) by the
+        reader's worker threads, beside the decoding, not on the thread that feeds tf.data."""
+        snapshot, plan = self.snapshot, self.plan
+
+        def convert(table, file: int, row_group: int):
+            where = f", file {snapshot.files[file]!r}, row group {row_group}"
+            return to_arrays(table, plan, snapshot, where)
+
+        o = self.options
+        chunks = read_pieces(
+            snapshot, plan.columns, pieces, o.workers, convert=convert, near_end=near_end
+        )
         return self.hook.apply(chunks, self.plan, self.hook_rows) if self.hook else chunks
 
     def _fill_from_whole_split(self) -> bool:
@@ -248,10 +258,6 @@ class EpochStream:
         for _ in self.cache.fill(self._arrays(pieces), emit=False):
             pass
         return self.cache.ready
-
-
-def _where(files, piece) -> str:
-    return f", file {files[piece.file]!r}, row group {piece.row_group}"
 
 
 __all__ = ["DataPosition", "EpochStream", "ReadOptions", "steps_per_epoch"]

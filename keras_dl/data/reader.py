@@ -4,10 +4,12 @@ This is the only module that makes Petastorm readers for tables. Which rows a sh
 epoch is planned by :mod:`keras_dl.data.shards` (runs of live rows, cut into row-group
 :class:`~keras_dl.data.shards.Piece` objects); Petastorm's ``Reader`` then does what it is good
 at: it ventilates exactly those row groups, in the planned order, to a pool of worker threads
-and hands back their results in that order. Its worker class is ours: each row group is loaded
-by :func:`keras_dl.data.rows.load_row_group`, so deleted rows never leave the reader, column
+and hands back their results in that order. Its worker class is ours
+(:mod:`~keras_dl.data.reader_worker`): each row group is loaded by
+:func:`keras_dl.data.rows.load_row_group`, so deleted rows never leave the reader, column
 names, types and partition values are the table's, and a boundary row group keeps only this
-shard's rows (masked as a deletion vector would be).
+shard's rows (masked as a deletion vector would be); the training stream's conversion to numpy
+(and packing) runs there too, on the pool's threads.
 
 Exactness rests on two things: the race fix in ``petastorm_compat.race`` (without it a finite
 read could end with row groups in flight), and :func:`read_pieces` checking that every row
@@ -22,7 +24,8 @@ codecs) are read by :mod:`~keras_dl.data.reader_unischema`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +36,9 @@ from keras_dl.data.features import ColumnPlan
 from keras_dl.data.petastorm_compat.row_groups import key as _key
 from keras_dl.data.petastorm_compat.row_groups import planned
 from keras_dl.data.reader_unischema import iter_unischema_rows
-from keras_dl.data.rows import TableStats, check_file, group_live_rows, load_row_group, open_file
-from keras_dl.data.shards import Piece, keep_mask, plan_epoch, plan_pieces, rng_seed
+from keras_dl.data.reader_worker import Convert, Converted, worker_class
+from keras_dl.data.rows import TableStats, check_file, group_live_rows, open_file
+from keras_dl.data.shards import Piece, plan_epoch, plan_pieces, rng_seed
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
@@ -98,8 +102,18 @@ def read_pieces(
     pieces: Sequence[Piece],
     workers: int = 2,
     what: tuple[int, int] = (0, 1),
-) -> Iterator[tuple[Piece, pa.Table]]:
+    convert: Convert | None = None,
+    near_end: Callable[[], None] | None = None,
+) -> Iterator[tuple[Piece, Any]]:
     """Read ``pieces`` with Petastorm, in order, each masked to the rows it keeps.
+
+    Args:
+        convert: ``convert(table, file index, row group)``, run on the reader's worker threads
+            beside the decoding (not on the thread that consumes the reads): the pieces are
+            then yielded with what it returns instead of the ``pyarrow.Table``.
+        near_end: Called once, when the read has handed out all but the last ``workers``
+            pieces (those the reader's workers are decoding): the caller may start the next
+            read then (:class:`~keras_dl.data.read_ahead.ReadAhead`).
 
     Raises:
         DataError: When a file cannot be read, or the rows read are not the rows planned.
@@ -108,24 +122,33 @@ def read_pieces(
         return
     expected = sum(p.rows for p in pieces)
     reader_lifecycle.check_open()  # lifecycle: no reader opens once the interpreter is exiting
-    reader = open_reader(snapshot, columns, pieces, workers)
+    reader = open_reader(snapshot, columns, pieces, workers, convert)
     reader_lifecycle.track(reader)  # lifecycle: stopped and joined at exit
     read = 0
+    last = max(len(pieces) - max(workers, 1), 0)  # the first piece still in the workers' hands
     try:
-        for piece in pieces:
+        for i, piece in enumerate(pieces):
             reader_lifecycle.check_open()  # lifecycle: at exit, stop between row groups
+            if i == last and near_end is not None:
+                near_end()
             try:
-                table = next(reader)
+                result = next(reader)
             except StopIteration:
                 break
             except DataError:
                 raise
             except Exception as exc:
                 raise read_error(snapshot, exc) from exc
-            read += table.num_rows
-            if table.num_rows != piece.rows:
+            if isinstance(result, Converted):
+                if result.error is not None:
+                    raise result.error
+                rows, out = result.rows, result.value
+            else:
+                rows, out = result.num_rows, result
+            read += rows
+            if rows != piece.rows:
                 break  # counted below: the epoch is refused
-            yield piece, table
+            yield piece, out
     finally:
         reader.stop()
         reader.join()
@@ -192,8 +215,15 @@ def iter_epoch_arrays(
     yield from iter_unischema_rows(snapshot, plan, stats, shard, num_shards, shuffle, seed, workers)
 
 
-def open_reader(snapshot: TableSnapshot, columns, pieces: Sequence[Piece], workers: int):
-    """A Petastorm ``Reader`` of ``pieces`` (in that order) with keras_dl's row-group worker."""
+def open_reader(
+    snapshot: TableSnapshot,
+    columns,
+    pieces: Sequence[Piece],
+    workers: int,
+    convert: Convert | None = None,
+):
+    """A Petastorm ``Reader`` of ``pieces`` (in that order) with keras_dl's row-group worker
+    (which publishes :class:`~keras_dl.data.reader_worker.Converted` results when given ``convert``)."""
     from petastorm.fs_utils import get_filesystem_and_path_or_paths
     from petastorm.reader import normalize_dataset_url_or_urls
     from petastorm.workers_pool.thread_pool import ThreadPool
@@ -218,7 +248,7 @@ def open_reader(snapshot: TableSnapshot, columns, pieces: Sequence[Piece], worke
                 return _planned_reader(order)(
                     fs,
                     paths,
-                    worker_class=_worker_class(snapshot, tuple(columns), index_of, keep),
+                    worker_class=worker_class(snapshot, tuple(columns), index_of, keep, convert),
                     # Thread workers: blocking, strict round-robin results (a seeded read is
                     # reproducible), and Petastorm buffers at most _RESULTS_QUEUE row groups each.
                     reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False),
@@ -279,56 +309,3 @@ def _planned_reader(order: list[tuple[str, int]]):
             return [at[k] for k in order], None
 
     return PlannedReader
-
-
-def _worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, keep):
-    """Petastorm's Arrow worker, loading each row group through ``load_row_group`` and keeping
-    the piece's rows (``keep``: ``(file, row group) -> runs or None``)."""
-    from petastorm.arrow_reader_worker import ArrowReaderWorker
-    from petastorm.workers_pool import EmptyResultError
-
-    class ResultsReader:
-        batched_output = True
-
-        def read_next(self, workers_pool, schema, ngram):
-            try:
-                return workers_pool.get_results()  # a pyarrow.Table: no namedtuple of columns
-            except EmptyResultError:
-                raise StopIteration from None
-
-    footers: dict = {}  # file index -> its parsed footer, shared by this reader's workers
-
-    class SnapshotWorker(ArrowReaderWorker):
-        @staticmethod
-        def new_results_queue_reader():
-            return ResultsReader()
-
-        def process(self, piece_index, worker_predicate, shuffle_row_drop_partition):
-            # Petastorm's own process opens the file, parsing its footer, for every row group
-            # (2.5 ms for 200 columns), then calls _load_rows. Each footer is parsed once per
-            # reader here. keras_dl passes no predicate, cache or ngram, the rest of it.
-            if worker_predicate is not None:
-                raise NotImplementedError("keras_dl's reader takes no Petastorm predicate")
-            table = self._load_rows(
-                None, self._split_pieces[piece_index], shuffle_row_drop_partition
-            )
-            if table:  # as Petastorm's: an empty table is not published
-                self.publish_func(table)
-
-        def _load_rows(self, pq_file, piece, shuffle_row_drop_range):
-            index = index_of[_key(piece.path)]
-            # Opened with page checksums checked, its footer parsed once per reader.
-            pq_file = open_file(snapshot, index, metadata=footers.get(index))
-            footers[index] = pq_file.metadata
-            if piece.row_group >= pq_file.metadata.num_row_groups:
-                raise DataError(
-                    f"File {snapshot.files[index]!r} has no row group {piece.row_group}: it "
-                    "changed after the table was planned. Retry; if it persists, restore the file."
-                )
-            table = load_row_group(snapshot, index, pq_file, piece.row_group, columns)
-            runs = keep.get((index, piece.row_group))
-            if runs is not None:  # a boundary row group: the other shards' rows are masked
-                table = table.filter(pa.array(keep_mask(runs, table.num_rows)))
-            return table
-
-    return SnapshotWorker

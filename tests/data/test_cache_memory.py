@@ -161,18 +161,19 @@ def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_s
     real = epoch_stream.read_pieces
 
     def tracked(*a, **k):
-        opened.append(len(opened))
+        me = len(opened)  # reads overlap: the next one opens before this one ends
+        opened.append(me)
         try:
             yield from real(*a, **k)
         finally:
-            closed.append(opened[-1])
+            closed.append(me)
 
     monkeypatch.setattr(epoch_stream, "read_pieces", tracked)
     options = ReadOptions(32, training=True, shuffle_buffer=100)  # cache off: every epoch streams
     split = make_dataset(snap, plan, options)
     rows = _rows(split, 2 * split.steps + 3)
     gc.collect()
-    # Epoch 2 was opened ahead (as epoch 1's reader ended), then every reader was stopped.
+    # Epoch 2 was opened ahead (as epoch 1's reader neared its end), then every reader stopped.
     assert opened == [0, 1, 2] and sorted(closed) == sorted(opened)
     epochs = rows[:2000].reshape(2, -1)
     assert all(sorted(e.tolist()) == list(range(1000)) for e in epochs)
@@ -180,3 +181,35 @@ def test_streamed_epochs_open_the_next_reader_ahead_and_close_it_when_training_s
     monkeypatch.setattr(epoch_stream.ReadAhead, "_open", lambda self, epoch: None)
     again = _rows(make_dataset(snap, plan, options), 2 * split.steps + 3)
     np.testing.assert_array_equal(again, rows)
+
+
+def test_the_next_epochs_reader_opens_while_the_workers_decode_this_epochs_last_row_groups(
+    tmp_path, monkeypatch
+):
+    snap = _table(str(tmp_path / "t"))  # 10 row groups of 100 rows
+    plan = plan_columns(snap, ("f",), "label")
+    events = []  # ("ahead", epoch) when an epoch is opened ahead; ("piece", read) per row group
+    real_read, real_open = epoch_stream.read_pieces, epoch_stream.ReadAhead._open
+
+    def tracked(*a, **k):
+        me = sum(1 for e in events if e[0] == "read")
+        events.append(("read", me))
+        for item in real_read(*a, **k):
+            events.append(("piece", me))
+            yield item
+
+    def open_ahead(self, epoch):
+        events.append(("ahead", epoch))
+        return real_open(self, epoch)
+
+    monkeypatch.setattr(epoch_stream, "read_pieces", tracked)
+    monkeypatch.setattr(epoch_stream.ReadAhead, "_open", open_ahead)
+    options = ReadOptions(32, training=True, shuffle_buffer=100, workers=2)
+    split = make_dataset(snap, plan, options)
+    rows = _rows(split, 3 * split.steps)
+    for epoch in (1, 2):  # opened with the last 2 row groups (one per worker) still to come
+        after = events[events.index(("ahead", epoch)) :]
+        assert after.count(("piece", epoch - 1)) == 2, events
+    assert [e for e in events if e[0] == "ahead"][:2] == [("ahead", 1), ("ahead", 2)]
+    for e in rows.reshape(3, -1):  # and every epoch is still every row once
+        assert sorted(e.tolist()) == list(range(1000))
