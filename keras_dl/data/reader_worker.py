@@ -64,33 +64,36 @@ def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, ke
             if worker_predicate is not None:
                 raise NotImplementedError("keras_dl's reader takes no Petastorm predicate")
             piece = self._split_pieces[piece_index]
-            table = self._load_rows(None, piece, shuffle_row_drop_partition)
+            index = index_of[_key(piece.path)]
+            table = load(index, piece.row_group)
             if not table:  # as Petastorm's: an empty table is not published
                 return
             if convert is None:
                 self.publish_func(table)
                 return
             try:
-                value = convert(table, index_of[_key(piece.path)], piece.row_group)
+                value = convert(table, index, piece.row_group)
             except Exception as exc:  # raised by read_pieces, in the order of the reads
                 self.publish_func(Converted(table.num_rows, None, exc))
             else:
                 self.publish_func(Converted(table.num_rows, value))
 
         def _load_rows(self, pq_file, piece, shuffle_row_drop_range):
-            index = index_of[_key(piece.path)]
-            # Opened with page checksums checked, its footer parsed once per reader.
-            pq_file = open_file(snapshot, index, metadata=footers.get(index))
-            footers[index] = pq_file.metadata
-            if piece.row_group >= pq_file.metadata.num_row_groups:
-                raise DataError(
-                    f"File {snapshot.files[index]!r} has no row group {piece.row_group}: it "
-                    "changed after the table was planned. Retry; if it persists, restore the file."
-                )
-            table = load_row_group(snapshot, index, pq_file, piece.row_group, columns)
-            runs = keep.get((index, piece.row_group))
-            if runs is not None:  # a boundary row group: the other shards' rows are masked
-                table = table.filter(pa.array(keep_mask(runs, table.num_rows)))
-            return table
+            return load(index_of[_key(piece.path)], piece.row_group)  # Petastorm's name for it
+
+    def load(index: int, row_group: int) -> pa.Table:
+        # Opened with page checksums checked, its footer parsed once per reader.
+        pq_file = open_file(snapshot, index, metadata=footers.get(index))
+        footers[index] = pq_file.metadata
+        if row_group >= pq_file.metadata.num_row_groups:
+            raise DataError(
+                f"File {snapshot.files[index]!r} has no row group {row_group}: it "
+                "changed after the table was planned. Retry; if it persists, restore the file."
+            )
+        table = load_row_group(snapshot, index, pq_file, row_group, columns)
+        runs = keep.get((index, row_group))
+        if runs is not None:  # a boundary row group: the other shards' rows are masked
+            table = table.filter(pa.array(keep_mask(runs, table.num_rows)))
+        return table
 
     return SnapshotWorker
