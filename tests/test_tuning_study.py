@@ -89,8 +89,11 @@ def test_two_trials_at_a_time_on_spark_survive_a_driver_kill(spark_master, digit
     finished = {n: t for n, t in before.items() if t.state.name in ("COMPLETE", "PRUNED")}
     running = [n for n, t in before.items() if t.state.name == "RUNNING"]
     assert finished and running, {n: t.state.name for n, t in before.items()}
-    processes = {t.user_attrs["process"] for t in before.values()}
-    assert len(processes) == 2  # two Spark tasks, each training a trial at the same time
+    # A trial asked in the instant before the kill may not have its process yet; every other
+    # one has, and they name two Spark tasks, each training a trial at the same time.
+    named = [t for t in before.values() if "process" in t.user_attrs]
+    assert len(before) - len(named) <= 1, {n: t.user_attrs for n, t in before.items()}
+    assert len({t.user_attrs["process"] for t in named}) == 2
 
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -69,6 +69,8 @@ def run_trial(spec: TrialSpec, study) -> int:
     from keras_dl.tuning.pruning import OptunaPruning
 
     trial = study.ask()
+    # Who runs it, first: a trial a kill leaves RUNNING still says which process held it.
+    trial.set_user_attr(PROCESS_ATTR, f"{socket.gethostname()}:{os.getpid()}")
     values = {d.key: d.suggest(trial) for d in spec.space}
     exp = _trial_experiment(spec, trial.number, values)
     child = create_run(
@@ -81,7 +83,6 @@ def run_trial(spec: TrialSpec, study) -> int:
         },
     )
     trial.set_user_attr(RUN_ATTR, child)
-    trial.set_user_attr(PROCESS_ATTR, f"{socket.gethostname()}:{os.getpid()}")
     client = mlflow.MlflowClient(exp.tracking.uri)
     pruning = OptunaPruning(trial, spec.metric, prune=exp.tune.pruning)
     keras.backend.clear_session()  # trials share this process: one graph each
