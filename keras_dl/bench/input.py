@@ -87,6 +87,7 @@ def run(args) -> int:
     if args.rss_child:
         return _rss_child(args.rss_child)
     from keras_dl.bench import input_images as images
+    from keras_dl.bench import input_machinery as machinery
     from keras_dl.bench import input_paths as paths
     from keras_dl.bench import input_peers as peers
     from keras_dl.bench import input_profile as profile
@@ -134,6 +135,12 @@ def run(args) -> int:
                         str(b): profile.profile_stages(t, b, pack=True) for b in batches
                     },
                     "generator": profile.profile_generator(t),
+                    # Packed, the path held to the decode limit: who spends its CPU, and what
+                    # Petastorm's reader machinery costs against a plain thread pool.
+                    "threads_packed": {str(b): machinery.thread_cpu(t, b, True) for b in batches},
+                    "machinery_packed": {
+                        str(b): machinery.reader_machinery(t, b, rounds, True) for b in batches
+                    },
                 }
         if "images" in wanted:
             url, delta = tables.write_images(work, size["images"], groups["images"])
@@ -147,6 +154,8 @@ def run(args) -> int:
     text = json.dumps(report, indent=2)
     print(format_targets(report["targets"]), file=sys.stderr)
     print(format_cores(report), file=sys.stderr)
+    if "profile" in report.get("wide", {}):
+        print(format_profile(report["wide"]["profile"]), file=sys.stderr)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
@@ -181,6 +190,23 @@ def format_cores(report: dict) -> str:
             if cores:
                 paths = "  ".join(f"{n} {c:g}" for n, c in sorted(cores.items()))
                 lines.append(f"{table:8s} {batch:>5s}  {paths}")
+    return "\n".join(lines)
+
+
+def format_profile(profile: dict) -> str:
+    """The wide table's packed streaming path, per batch size: CPU per row by who spent it, the
+    cores kept busy, and Petastorm's reader against a plain thread pool doing the same work."""
+    lines = ["wide, packed streaming: CPU us/row by thread; Petastorm reader / plain thread pool:"]
+    for batch, t in profile.get("threads_packed", {}).items():
+        parts = "  ".join(f"{k} {v:g}" for k, v in t["cpu_us_per_row"].items())
+        m = profile["machinery_packed"][batch]
+        ratio = m["ratios"]["petastorm_reader/plain_thread_pool"]
+        spread = m["ratio_spread"]["petastorm_reader/plain_thread_pool"]
+        lines.append(
+            f"{batch:>5s}  {t['rows_per_s']} rows/s, {t['cpu_us_per_row_total']:g} us/row on "
+            f"{t['busy_cores']:g} busy cores: {parts}; reader / pool {ratio:.2f} "
+            f"({spread[0]:.2f}-{spread[1]:.2f})"
+        )
     return "\n".join(lines)
 
 

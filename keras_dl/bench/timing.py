@@ -192,6 +192,24 @@ def consume(ds, steps: int, warmup: int | None = None) -> float:
     """
     import tensorflow as tf
 
+    drain = drainer()
+    it = iter(ds)
+    drain(it, tf.constant(warmup or max(2, steps // 10))).numpy()
+    # Whole calls until MIN_SECONDS have passed, so prefetched batches are a small share.
+    cpu, start, done = cpu_seconds(), time.perf_counter(), 0
+    while done == 0 or time.perf_counter() - start < MIN_SECONDS:
+        drain(it, tf.constant(steps)).numpy()
+        done += steps
+    rate = done / (time.perf_counter() - start)
+    _record(cpu, start)
+    return rate
+
+
+def drainer():
+    """``drain(iterator, n)``: a ``tf.function`` taking ``n`` elements of ``iterator``, as
+    ``fit``'s loop does (each path's own trace: a new function per call of this)."""
+    import tensorflow as tf
+
     @tf.function
     def drain(iterator, n):
         acc = tf.constant(0.0)
@@ -205,13 +223,4 @@ def consume(ds, steps: int, warmup: int | None = None) -> float:
             acc += tf.cast(tf.reshape(first, [-1])[0], tf.float32)
         return acc
 
-    it = iter(ds)
-    drain(it, tf.constant(warmup or max(2, steps // 10))).numpy()
-    # Whole calls until MIN_SECONDS have passed, so prefetched batches are a small share.
-    cpu, start, done = cpu_seconds(), time.perf_counter(), 0
-    while done == 0 or time.perf_counter() - start < MIN_SECONDS:
-        drain(it, tf.constant(steps)).numpy()
-        done += steps
-    rate = done / (time.perf_counter() - start)
-    _record(cpu, start)
-    return rate
+    return drain

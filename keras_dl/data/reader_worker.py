@@ -50,7 +50,7 @@ def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, ke
             except EmptyResultError:
                 raise StopIteration from None
 
-    footers: dict = {}  # file index -> its parsed footer, shared by this reader's workers
+    load = row_group_loader(snapshot, columns, keep)  # footers shared by this reader's workers
 
     class SnapshotWorker(ArrowReaderWorker):
         @staticmethod
@@ -64,25 +64,23 @@ def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, ke
             if worker_predicate is not None:
                 raise NotImplementedError("keras_dl's reader takes no Petastorm predicate")
             piece = self._split_pieces[piece_index]
-            index = index_of[_key(piece.path)]
-            table = load(index, piece.row_group)
-            if not table:  # as Petastorm's: an empty table is not published
-                return
-            if convert is None:
-                self.publish_func(table)
-                return
-            try:
-                value = convert(table, index, piece.row_group)
-            except Exception as exc:  # raised by read_pieces, in the order of the reads
-                self.publish_func(Converted(table.num_rows, None, exc))
-            else:
-                self.publish_func(Converted(table.num_rows, value))
+            result = load_and_convert(load, convert, index_of[_key(piece.path)], piece.row_group)
+            if result is not None:  # as Petastorm's: an empty table is not published
+                self.publish_func(result)
 
         def _load_rows(self, pq_file, piece, shuffle_row_drop_range):
             return load(index_of[_key(piece.path)], piece.row_group)  # Petastorm's name for it
 
+    return SnapshotWorker
+
+
+def row_group_loader(snapshot: TableSnapshot, columns: tuple[str, ...], keep):
+    """``load(file index, row group) -> pyarrow.Table``: the row group's table rows (through
+    ``load_row_group``, pages checked against their checksums), masked to ``keep``'s runs for a
+    boundary row group; each file's footer is parsed once per loader."""
+    footers: dict = {}  # file index -> its parsed footer
+
     def load(index: int, row_group: int) -> pa.Table:
-        # Opened with page checksums checked, its footer parsed once per reader.
         pq_file = open_file(snapshot, index, metadata=footers.get(index))
         footers[index] = pq_file.metadata
         if row_group >= pq_file.metadata.num_row_groups:
@@ -96,4 +94,18 @@ def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, ke
             table = table.filter(pa.array(keep_mask(runs, table.num_rows)))
         return table
 
-    return SnapshotWorker
+    return load
+
+
+def load_and_convert(load, convert: Convert | None, index: int, row_group: int):
+    """One row group as a reader's worker hands it on: the table (no ``convert``), a
+    :class:`Converted` (its error kept, not raised), or None when it has no rows."""
+    table = load(index, row_group)
+    if not table:
+        return None
+    if convert is None:
+        return table
+    try:
+        return Converted(table.num_rows, convert(table, index, row_group))
+    except Exception as exc:  # raised by read_pieces, in the order of the reads
+        return Converted(table.num_rows, None, exc)

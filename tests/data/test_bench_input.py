@@ -116,6 +116,17 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
         assert set(stages["32"]) == {"reader", "+convert", "+shuffle", "+from_generator", "+slice"}
         assert all(v > 0 for v in stages["32"].values())
     assert profile["generator"]["rows_per_s"] > 0 and profile["generator"]["top_own_time"]
+    # Who spent the packed streaming path's CPU, and Petastorm's reader against a plain pool.
+    for batch in ("32", "256"):
+        threads = profile["threads_packed"][batch]
+        parts = threads["cpu_us_per_row"]
+        assert parts["reader_workers_load_and_convert"] > 0
+        assert parts["generator_shuffle_and_blocks"] > 0
+        assert abs(sum(parts.values()) - threads["cpu_us_per_row_total"]) < 0.01
+        machinery = profile["machinery_packed"][batch]
+        assert set(machinery["rows_per_s"]) == {"petastorm_reader", "plain_thread_pool"}
+        assert machinery["ratios"]["petastorm_reader/plain_thread_pool"] > 0
+    assert "Petastorm reader / plain thread pool" in done.stderr
     rss = report["rss"]
     assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
     names = {(t["table"], t.get("batch"), t["ratio"]) for t in report["targets"]}
