@@ -209,3 +209,21 @@ def test_a_null_in_a_packed_column_is_refused_naming_the_column(tmp_path):
     table = pa.table({"a": [1.0, None], "b": [1.0, 2.0], "label": [0.0, 1.0]})
     with pytest.raises(DataError, match=r"Column 'a' of table .* 1 null value\(s\)"):
         to_arrays(table, plan, snap)  # and in the rows read
+
+
+def test_arrow_packs_members_of_the_packed_dtype_and_numpy_casts_the_others(tmp_path):
+    from keras_dl.data import arrays
+
+    snap = open_table(_table(tmp_path, {"a": np.arange(3, dtype=np.int32), "label": [0.0] * 3}))
+    spec = FeatureSpec("__packed_int64", "int64", (3,), "numeric", ("b", "a", "c"))
+    values = {"a": [1, 2, 3, 4], "b": [5, 6, 7, 8], "c": [-1, 0, 2**40, 9]}
+    same = pa.table({k: pa.array(v, pa.int64()) for k, v in values.items()})
+    cast = pa.table({**same.to_pydict(), "a": pa.array(values["a"], pa.int32())})
+    expected = np.array([values[k] for k in ("b", "a", "c")], np.int64).T
+    for table in (same, cast, same.slice(1), pa.concat_tables([same.slice(0, 2), same.slice(2)])):
+        packed = arrays._packed(table, spec, snap)  # Arrow's to_tensor; numpy for ``cast``
+        rows = expected[1:] if len(table) == 3 else expected
+        assert packed.dtype == np.int64 and packed.flags.c_contiguous
+        assert np.array_equal(packed, rows)
+    empty = arrays._packed(same.slice(0, 0), spec, snap)
+    assert empty.shape == (0, 3) and empty.dtype == np.int64
