@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,22 +54,18 @@ def thread_cpu(path: str, batch: int, pack: bool = False) -> dict:
     """
     import os
 
-    import tensorflow as tf
-
     spent: collections.Counter = collections.Counter()
     threads: dict[str, set] = collections.defaultdict(set)
+    before: dict = {}
+
+    def started() -> None:  # the timed window opens: the warm-up's CPU is not counted
+        spent.clear()
+        before.update(_per_thread())
+
     with _counted(spent, threads):
         split = keras_dl_dataset(path, batch, None, pack=pack)
-        drain, it = timing.drainer(), iter(split.dataset)
-        drain(it, tf.constant(max(2, split.steps // 10))).numpy()  # tracing, first reads
-        spent.clear()
-        before, cpu, start, steps = _per_thread(), timing.cpu_seconds(), time.perf_counter(), 0
-        while steps == 0 or time.perf_counter() - start < timing.MIN_SECONDS:
-            drain(it, tf.constant(split.steps)).numpy()
-            steps += split.steps
-        wall, total, after = time.perf_counter() - start, timing.cpu_seconds() - cpu, _per_thread()
-        counted = dict(spent)
-        del it
+        steps, wall, total = timing.drain_window(split.dataset, split.steps, started=started)
+        after, counted = _per_thread(), dict(spent)
     seconds = collections.Counter(
         reader_workers_load_and_convert=counted.get("load_and_convert", 0.0),
         generator_shuffle_and_blocks=counted.get("generator", 0.0),
@@ -142,25 +139,21 @@ def plain_reads(snapshot, columns, pieces, workers=2, what=(0, 1), convert=None,
     )
     last = max(len(pieces) - max(workers, 1), 0)
     with ThreadPoolExecutor(workers) as pool:
+
+        def submit(piece):
+            return piece, pool.submit(load_and_convert, load, convert, piece.file, piece.row_group)
+
         queued = iter(pieces)
-        flight = collections.deque()
-        for piece in queued:
-            flight.append(
-                (piece, pool.submit(load_and_convert, load, convert, piece.file, piece.row_group))
-            )
-            if len(flight) >= AHEAD_PER_WORKER * workers:
-                break
+        flight = collections.deque(
+            map(submit, itertools.islice(queued, AHEAD_PER_WORKER * workers))
+        )
         done = 0
         while flight:
             if done == last and near_end is not None:
                 near_end()
             piece, future = flight.popleft()
             result = future.result()
-            nxt = next(queued, None)
-            if nxt is not None:
-                flight.append(
-                    (nxt, pool.submit(load_and_convert, load, convert, nxt.file, nxt.row_group))
-                )
+            flight.extend(map(submit, itertools.islice(queued, 1)))
             done += 1
             if result is None:  # no rows: as Petastorm's reader, nothing is handed on
                 continue

@@ -190,22 +190,31 @@ def consume(ds, steps: int, warmup: int | None = None) -> float:
         warmup: Batches drained first, untimed: tracing, starting readers, filling buffers and
             caches. Defaults to a tenth of ``steps`` (at least 2).
     """
+    global _last_utilization
+    done, wall, cpu = drain_window(ds, steps, warmup)
+    _last_utilization = cpu / wall if wall > 0 else None
+    return done / wall
+
+
+def drain_window(ds, steps: int, warmup: int | None = None, started=None):
+    """Drain ``ds`` as :func:`consume` does; return the timed window's ``(batches, wall
+    seconds, CPU seconds)``. ``started()`` is called as the window opens, after the warm-up."""
     import tensorflow as tf
 
-    drain = drainer()
+    drain = _drainer()
     it = iter(ds)
     drain(it, tf.constant(warmup or max(2, steps // 10))).numpy()
+    if started is not None:
+        started()
     # Whole calls until MIN_SECONDS have passed, so prefetched batches are a small share.
     cpu, start, done = cpu_seconds(), time.perf_counter(), 0
     while done == 0 or time.perf_counter() - start < MIN_SECONDS:
         drain(it, tf.constant(steps)).numpy()
         done += steps
-    rate = done / (time.perf_counter() - start)
-    _record(cpu, start)
-    return rate
+    return done, time.perf_counter() - start, cpu_seconds() - cpu
 
 
-def drainer():
+def _drainer():
     """``drain(iterator, n)``: a ``tf.function`` taking ``n`` elements of ``iterator``, as
     ``fit``'s loop does (each path's own trace: a new function per call of this)."""
     import tensorflow as tf

@@ -51,7 +51,8 @@ def _packed(table: pa.Table, spec: FeatureSpec, snapshot: TableSnapshot) -> np.n
     on the bench's wide table at batch 256); otherwise numpy casts each member into place."""
     columns = [_column(table, name, snapshot) for name in spec.members]  # a null is refused
     dtype = np.dtype(spec.dtype)
-    if len(table) and all(c.type == pa.from_numpy_dtype(dtype) for c in columns):
+    arrow_type = pa.from_numpy_dtype(dtype)
+    if len(table) and all(c.type == arrow_type for c in columns):
         return np.asarray(table.select(list(spec.members)).to_tensor(row_major=True))
     packed = aligned((len(table), len(columns)), dtype)
     for j, column in enumerate(columns):
