@@ -190,22 +190,12 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
             # under Horovod, BroadcastState copies rank 0's weights to the other ranks.
             mlflow.set_tags(init_from_tags(warm_start(model, exp.init_from, exp.tracking.uri)))
     callbacks = [*make_callbacks(run, data), *callbacks]
-    prepare_fit(callbacks, model, data)  # resume: rank 0 restores the last checkpoint
+    # Resume: rank 0 restores the last checkpoint, every rank positions its data after it.
+    resume = prepare_fit(callbacks, model, data)
+    checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
     if world.is_chief:
-        stats = data.train.stats
-        mlflow.log_params(
-            {
-                "data.train_rows": stats.rows,
-                "data.files": stats.files,
-                **({"data.row_groups": stats.row_groups} if stats.row_groups is not None else {}),
-                "train.steps_per_epoch": data.train.steps,
-                # Every live row trains once per epoch, across all ranks; the padding on this
-                # rank (zero weights, for equal steps) is what fills its last batch.
-                "data.rows_trained_per_epoch": stats.rows,
-                "data.padded_rows_per_epoch": data.train.padded_rows,
-                **_skipping_params(data),
-            }
-        )
+        replicas = strategy.num_replicas_in_sync
+        _log_data_params(run, data, resume, checkpoint.restored, replicas)
     if exp.runtime.strategy == "horovod":
         from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
         from keras_dl.callbacks.stall import StallWatchdog
@@ -235,7 +225,6 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         learning_rate=exp.train.learning_rate,
         factor=exp.callbacks.divergence_factor,
     )
-    checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
     metrics, model_uri, version, refused = finish(run, model, data, checkpoint)
     return TrainResult(
         run_id=run_id,
@@ -247,6 +236,49 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         # The table's columns by name, as logged: packed features are packed inside it.
         model=serving_model(model, data.plan),
     )
+
+
+def _log_data_params(run: Run, data: DataSplits, resume, header: dict | None, replicas: int):
+    """What the data is, as params; what depends on the number of ranks, per attempt.
+
+    The rows, files and row groups are the table's and never change on a resume. The steps per
+    epoch and the padding depend on the ranks: they are params of the first attempt and, for
+    every attempt, metrics at the global step it started from (a resume on other ranks would
+    otherwise change a param, which MLflow refuses). A resume on other ranks prints one line and
+    tags the run with it.
+    """
+    import mlflow
+
+    from keras_dl.run.position import RESUME_TAG, resume_note
+
+    exp, world, stats = run.exp, run.world, data.train.stats
+    params = {
+        "data.train_rows": stats.rows,
+        "data.files": stats.files,
+        **({"data.row_groups": stats.row_groups} if stats.row_groups is not None else {}),
+        # Every live row trains once per epoch, across all ranks.
+        "data.rows_trained_per_epoch": stats.rows,
+        **_skipping_params(data),
+    }
+    per_ranks = {
+        "train.steps_per_epoch": data.train.steps,
+        # The padding on this rank (zero weights, for equal steps) fills its last batch.
+        "data.padded_rows_per_epoch": data.train.padded_rows,
+        "runtime.world_size": world.size,
+    }
+    logged = mlflow.MlflowClient(exp.tracking.uri).get_run(run.run_id).data.params
+    fresh = {k: v for k, v in {**params, **per_ranks}.items() if k not in logged}
+    if fresh:
+        mlflow.log_params(fresh)
+    step = int((header or {}).get("global_step", 0))
+    mlflow.log_metrics({k: float(v) for k, v in per_ranks.items()}, step=step)
+    if resume is None or header is None:
+        return
+    scaled = world.size * replicas
+    note = resume_note(resume, header, stats.rows, exp.runtime.lr_scaling, scaled)
+    if note:
+        print(note)
+        mlflow.set_tag(RESUME_TAG, note)
 
 
 def _run_fit(model, data: DataSplits, exp: Experiment, world, callbacks):

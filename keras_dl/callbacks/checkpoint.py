@@ -8,8 +8,12 @@ manifest, written last, matches it, on a local disk and on an object store
 checkpoint or the new one as the newest that counts. On resume, checkpoints that do not load
 are skipped with a warning and the newest one that does is used.
 
-The training position is the optimizer's step counter: resuming sets ``fit``'s start epoch from
-it, and a checkpoint taken mid-epoch finishes that epoch with only the steps it still lacked.
+The training position is an epoch and the steps of it already run. With keras_dl's data
+(:meth:`attach_data`), a header also holds the data position (``data_position``: which ranks ran
+which steps, :mod:`keras_dl.data.resume`), the world size and the batch per rank, so a rerun on
+another number of ranks trains the rest of the interrupted epoch, each row once. Without it, the
+position is the optimizer's step counter. Either way a resumed mid-epoch checkpoint finishes
+that epoch with only the steps it still lacked.
 
 Example:
     >>> ckpt = Checkpoint("runs/my-model/checkpoints", keep=3)       # doctest: +SKIP
@@ -36,6 +40,7 @@ from keras_dl.checkpoints import (
     mark_complete,
     read_header,
 )
+from keras_dl.distribute.broadcast import broadcast_ints
 from keras_dl.distribute.world import current_world
 from keras_dl.storage import Store
 
@@ -99,6 +104,20 @@ class Checkpoint(keras.callbacks.Callback):
         self.mark_complete = mark_complete
         self.restored: dict | None = None  # the header of the checkpoint restored, if any
         self._restore_done = False
+        self._data = None  # keras_dl's training split: the data position (attach_data)
+        self._start: tuple[int, int] | None = None  # (epoch, its steps left), from attach_data
+
+    def attach_data(self, data, epoch: int = 0, steps_left: int | None = None) -> None:
+        """Record ``data``'s position in every header, and start ``fit`` at ``epoch``.
+
+        Args:
+            data: The training :class:`~keras_dl.data.SplitData` (its ``record(epoch, steps)``
+                and ``stream.options`` are read at each save).
+            epoch: The epoch a resume starts in. Defaults to 0.
+            steps_left: Steps of ``epoch`` still to run (None: all of them).
+        """
+        self._data = data
+        self._start = (epoch, steps_left) if epoch or steps_left is not None else None
 
     # -- public ------------------------------------------------------------------------------
     def restore(self) -> int:
@@ -189,6 +208,11 @@ class Checkpoint(keras.callbacks.Callback):
             self._global_step, done = broadcast_position(self._global_step, done)
         if done:  # trained to the end before: fit runs no epoch, whatever the step says
             self.model._initial_epoch = self.params.get("epochs") or 0
+        elif self._start is not None:  # the data's own position (attach_data)
+            epoch, left = self._start
+            self.model._initial_epoch = epoch
+            if left is not None and left < self._steps:
+                self._truncate_after = left  # finish the interrupted epoch only
         elif self._global_step and self._steps:
             epoch, step = divmod(self._global_step, self._steps)
             self.model._initial_epoch = epoch  # read by fit(); Keras' BackupAndRestore does too
@@ -201,7 +225,7 @@ class Checkpoint(keras.callbacks.Callback):
         # ``_global_step`` counts the steps completed: every step begun before this one.
         if self._truncate_after is not None and self._steps_this_epoch + 1 >= self._truncate_after:
             self.model.stop_training = True  # this step ends the resumed epoch; cleared after
-        at_epoch_end = self._steps and self._global_step % self._steps == 0  # saved there
+        at_epoch_end = self._steps_this_epoch == 0  # saved there (or just restored)
         if (
             self.every_n_steps
             and self._global_step
@@ -214,6 +238,7 @@ class Checkpoint(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._steps_this_epoch = 0
+        self._epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
         if self._truncate_after is not None:
@@ -227,11 +252,13 @@ class Checkpoint(keras.callbacks.Callback):
         # metrics would otherwise leave that epoch missing from the resumed run's history.
         numbers = {k: float(v) for k, v in (logs or {}).items() if _finite(v) and _number(v)}
         self._last_epoch = {"epoch": epoch, "logs": numbers}
+        self._epoch, self._steps_this_epoch = epoch + 1, 0
         self._save()
 
     def on_train_end(self, logs=None):
         self.model._initial_epoch = None  # a later fit call starts where the caller says
         self.restored = None
+        self._start = None
         if self.mark_complete and self._chief and self.store.list():
             # fit returned normally: the next run in this directory starts fresh, not "resumes"
             self.checkpoints.mark_complete(self._global_step)
@@ -242,8 +269,19 @@ class Checkpoint(keras.callbacks.Callback):
             return
         steps = self._steps or 1
         epoch, step = divmod(self._global_step, steps)
+        data = {}
+        if self._data is not None:
+            position = self._data.record(getattr(self, "_epoch", 0), self._steps_this_epoch)
+            epoch, step = position.epoch, position.steps
+            options = self._data.stream.options
+            data = {
+                "data_position": position.to_json(),
+                "world_size": options.num_shards,
+                "rank_batch": options.batch_size,
+            }
         header = {
             **self.metadata,
+            **data,
             "epoch": epoch,
             "step": step,
             "global_step": self._global_step,
@@ -276,13 +314,7 @@ def broadcast_position(step: int, done: int) -> tuple[int, int]:
     Only rank 0 reads checkpoints; the model and optimizer state follow with Horovod's
     ``BroadcastState`` callback, which runs after this one.
     """
-    import tensorflow as tf
-
-    from keras_dl.distribute import horovod as khvd
-
-    var = tf.Variable([step, done], dtype=tf.int64, trainable=False)
-    khvd.broadcast_variables([var], root_rank=0, prefix="checkpoint_step")
-    step, done = (int(v) for v in var.numpy())
+    step, done = broadcast_ints([step, done], prefix="checkpoint_step")
     return step, done
 
 

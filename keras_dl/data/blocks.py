@@ -30,11 +30,14 @@ def weigh_and_pad(chunks: Iterable[dict], rows: int, total: int) -> Iterator[dic
     """Add a sample-weight column (1 for the epoch's ``rows`` rows, unless the chunks carry
     their own weights), then ``total - rows`` padding rows of weight 0: copies of the epoch's
     first rows, so every rank runs the same steps and the padding moves no gradient and no
-    weighted metric."""
+    weighted metric. With ``rows`` 0 (a shard a resume left without rows), the chunks are only
+    the rows the padding copies."""
     source = None
     for arrays in chunks:
         if source is None:
             source = arrays
+        if rows == 0:
+            continue
         if WEIGHT in arrays:
             yield arrays
         else:

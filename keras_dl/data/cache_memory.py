@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from keras_dl.data.shards import Piece
+from keras_dl.data.shuffle import pool_bounds, pool_order
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,11 @@ class EpochCache:
         parts = [self._rows(p) for p in pieces]
         if buffer_rows <= 0:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        rng = np.random.default_rng(seed)
-        out, pool, pooled = [], [], 0
-        for part in parts:
-            pool.append(part)
-            pooled += len(part)
-            if pooled >= buffer_rows:
-                out.append(_permuted(pool, rng))
-                pool, pooled = [], 0
-        if pool:
-            out.append(_permuted(pool, rng))
+        out, start = [], 0
+        for index, end in enumerate(pool_bounds([len(p) for p in parts], buffer_rows)):
+            merged = np.concatenate(parts[start:end])
+            out.append(merged[pool_order(seed, index, len(merged))])
+            start = end
         return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def _rows(self, piece: Piece) -> np.ndarray:
@@ -130,8 +126,3 @@ def chunk_bytes(chunk: dict[str, np.ndarray]) -> int:
         if a.dtype == object:
             total += sum(len(x) for x in a if x is not None)
     return total
-
-
-def _permuted(pool: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    merged = pool[0] if len(pool) == 1 else np.concatenate(pool)
-    return merged[rng.permutation(len(merged))]

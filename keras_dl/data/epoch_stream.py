@@ -24,6 +24,7 @@ from keras_dl.data.blocks import (
     as_block,
     cut_blocks,
     gather,
+    num_rows,
     rows_per_gather,
     trim,
     weigh_and_pad,
@@ -35,11 +36,12 @@ from keras_dl.data.read_ahead import ReadAhead
 from keras_dl.data.reader import RowGroupCounts, epoch_pieces, read_pieces
 from keras_dl.data.reader_lifecycle import ReadersClosed
 from keras_dl.data.reader_unischema import iter_unischema_rows
+from keras_dl.data.resume import EpochPosition, EpochRows, Layout, Resume, Segment
 from keras_dl.data.rows import TableStats, count_rows
 from keras_dl.data.shuffle import shuffle_rows
 from keras_dl.data.signature import input_signature, to_structure
 from keras_dl.data.snapshot import TableSnapshot
-from keras_dl.errors import DataError
+from keras_dl.errors import ConfigError, DataError
 
 PREPROCESS_ROWS = 128
 ERRORS_KEPT = 4  # the newest errors a stream's generators raised
@@ -77,14 +79,6 @@ class ReadOptions:
     pad: bool = False
 
 
-@dataclass
-class DataPosition:
-    """Where the next read of a training split starts: an epoch and a step within it."""
-
-    epoch: int = 0
-    step: int = 0
-
-
 def steps_per_epoch(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:
     """Batches per epoch: the largest shard's rows in batches, so every shard runs as many."""
     where = f"Table {snapshot.uri!r} (version {snapshot.version})"
@@ -104,8 +98,10 @@ class EpochStream:
 
     Public methods: :meth:`pieces` (which row groups an epoch reads), :meth:`chunks` (an
     epoch's rows, mixed), :meth:`epoch` (weighted and padded, from a step on),
-    :meth:`generate` (the blocks, epoch after epoch when training) and :meth:`close` (stop a
-    reader opened ahead, after reading epochs with :meth:`chunks` or :meth:`epoch`).
+    :meth:`generate` (the blocks, epoch after epoch when training), :meth:`resume_from` (start
+    where a checkpoint's position says, on any number of ranks), :meth:`record` (the position
+    after some steps) and :meth:`close` (stop a reader opened ahead, after reading epochs with
+    :meth:`chunks` or :meth:`epoch`).
 
     Attributes:
         steps: Batches per epoch, equal on every shard.
@@ -114,7 +110,8 @@ class EpochStream:
         signature: The TensorSpecs of one block (:meth:`generate`'s items).
         in_graph: The preprocess hook tf.data must run on the batches, or None (no hook, or
             the hook runs here and the memory cache keeps its output).
-        position: Where :meth:`generate` starts (epoch, step).
+        resume: Where :meth:`generate` starts: an epoch, its plan and the steps of it skipped.
+        seen: Live rows (padding not counted) handed out per epoch by :meth:`generate`.
         errors: The last exceptions :meth:`generate` raised, the newest last: tf.data hands
             its consumer a copy of their text, and :mod:`keras_dl.data.tfdata` the originals.
     """
@@ -126,10 +123,21 @@ class EpochStream:
         self.shuffle = options.training and options.shuffle
         padded = options.training and (options.num_shards > 1 or options.pad)
         self.weighted = plan.label is not None and (padded or plan.weighs_rows)
+        self._padded = padded and self.weighted
         self.rows = self.stats.shard_rows(options.shard, options.num_shards)
-        self.total = self.steps * options.batch_size if padded and self.weighted else self.rows
+        self.total = self.steps * options.batch_size if self._padded else self.rows
         self.groups = RowGroupCounts(snapshot, self.stats, plan.columns)
-        self.position = DataPosition()
+        self.rows_of = EpochRows(
+            self.stats.file_rows,
+            self.groups,
+            shuffle=self.shuffle,
+            seed=options.seed,
+            buffer=options.shuffle_buffer,
+        )
+        self.resume = Resume(
+            0, Layout(options.num_shards), steps=self.steps, batch=options.batch_size
+        )
+        self.seen: dict[int, int] = {}
         self.errors: deque = deque(maxlen=ERRORS_KEPT)
         table = snapshot.format != "petastorm"  # a Unischema dataset is read row by row
         if not table and plan.weighs_rows:
@@ -159,21 +167,64 @@ class EpochStream:
         self.reads = ReadAhead(self._read, ahead=lambda: options.training and self.cache.disabled)
 
     def pieces(self, epoch: int):
-        """The row groups (and masks) this shard reads in ``epoch``, in order."""
+        """The row groups (and masks) this shard reads in ``epoch``, in order (for a shard
+        left without rows by a resume, the one row it copies as padding)."""
+        layout = self._layout(epoch)
+        if layout.rest is None:
+            o = self.options
+            seed = o.seed + epoch if self.shuffle else None
+            return epoch_pieces(
+                self.snapshot, self.stats, o.shard, o.num_shards, self.shuffle, seed, self.groups
+            )
+        pieces = self.rows_of.pieces(epoch, layout, self.options.shard)
+        return pieces or self.rows_of.pad_pieces(layout)
+
+    def resume_from(self, position: EpochPosition) -> Resume:
+        """Start :meth:`generate` where ``position`` says (see :mod:`keras_dl.data.resume`).
+
+        On the ranks and batch of the position's last segment, the epoch continues its plan; on
+        others, the rows of the epoch not yet trained are planned anew over this attempt's ranks.
+
+        Raises:
+            ConfigError: For a Petastorm (Unischema) dataset resumed mid-epoch on other ranks or
+                another batch: its rows are read one by one, not by row group.
+        """
         o = self.options
-        seed = o.seed + epoch if self.shuffle else None
-        return epoch_pieces(
-            self.snapshot, self.stats, o.shard, o.num_shards, self.shuffle, seed, self.groups
-        )
+        if not o.training:
+            raise ValueError("only a training split resumes")
+        resume = self.rows_of.resume(position, o.num_shards, o.batch_size)
+        if resume.moved and self.snapshot.format == "petastorm":
+            last = position.segments[-1]
+            raise ConfigError(
+                f"Petastorm dataset {self.snapshot.uri!r}: its checkpoint stopped in epoch "
+                f"{position.epoch + 1} on {last.ranks} rank(s) of {last.batch} rows, and a "
+                "Petastorm (Unischema) dataset resumes mid-epoch only on the same ranks and "
+                f"batch. Rerun with runtime.np giving {last.ranks} process(es) and the same "
+                "train.batch_size, or convert the dataset to a Delta table (keras-dl ingest)."
+            )
+        self.resume = resume
+        return resume
+
+    def record(self, epoch: int, steps: int) -> EpochPosition:
+        """The position after ``steps`` steps of ``epoch`` (counted since this stream started)."""
+        return self.resume.record(epoch, steps)
+
+    def start_at(self, global_step: int) -> None:
+        """Start after ``global_step`` steps run on this stream's ranks and batch."""
+        o = self.options
+        epoch, step = divmod(int(global_step), max(self.steps, 1))
+        segments = (Segment(o.num_shards, o.batch_size, step),) if step else ()
+        self.resume_from(EpochPosition(epoch, segments))
 
     def chunks(self, epoch: int):
         """Epoch ``epoch``'s rows of this shard, mixed by the shuffle buffer, as chunks."""
         o = self.options
         buffer = o.shuffle_buffer if self.shuffle else 0
-        mix_seed = [o.seed, o.shard, epoch]
+        mix_seed = self.rows_of.mix_seed(epoch, self._layout(epoch), o.shard)
         if self.cache.ready or self._fill_from_whole_split():
-            index = self.cache.order(self.pieces(epoch), buffer, mix_seed)
-            if len(index) != self.rows:
+            pieces = self.pieces(epoch)
+            index = self.cache.order(pieces, buffer, mix_seed)
+            if len(index) != sum(p.rows for p in pieces):
                 raise DataError(
                     f"Table {self.snapshot.uri!r}: the cached epoch has {len(index)} rows where "
                     f"shard {o.shard} of {o.num_shards} holds {self.rows}. Report it."
@@ -189,14 +240,40 @@ class EpochStream:
         Rows keep the weights read with them (``data.weight_column``, class weights); the
         padding rows weigh 0."""
         chunks = self.chunks(epoch)
+        rows, total = self.sizes(epoch)
         if self.weighted:
-            chunks = weigh_and_pad(chunks, self.rows, self.total)
-        return trim(chunks, skip) if skip else chunks
+            chunks = weigh_and_pad(chunks, rows, total)
+        chunks = trim(chunks, skip) if skip else chunks
+        return self._count(chunks, epoch, skip, rows)
+
+    def sizes(self, epoch: int) -> tuple[int, int]:
+        """This shard's live rows in ``epoch``, and with its padding."""
+        layout = self._layout(epoch)
+        if layout.rest is None:
+            return self.rows, self.total
+        rows = self.rows_of.sizes(layout)[self.options.shard]
+        steps = self.rows_of.steps(layout, self.options.batch_size)
+        return rows, (steps * self.options.batch_size if self._padded else rows)
+
+    def _count(self, chunks, epoch: int, at: int, rows: int):
+        """Pass ``chunks`` on, counting in :attr:`seen` the live rows among them."""
+        self.seen.setdefault(epoch, 0)
+        for arrays in chunks:
+            n = num_rows(arrays)
+            self.seen[epoch] += max(0, min(at + n, rows) - min(at, rows))
+            at += n
+            yield arrays
+
+    def _layout(self, epoch: int) -> Layout:
+        if epoch == self.resume.epoch:
+            return self.resume.layout
+        return Layout(self.options.num_shards)
 
     def generate(self):
         """The blocks of batches of every epoch from :attr:`position` (one epoch to evaluate)."""
         try:
-            epoch, skip = self.position.epoch, self.position.step * self.options.batch_size
+            epoch = self.resume.epoch
+            skip = self.resume.skip_steps * self.options.batch_size
             while True:
                 carry = None  # the rows of a batch that began in the previous chunk
                 for arrays in self.epoch(epoch, skip):
@@ -260,4 +337,4 @@ class EpochStream:
         return self.cache.ready
 
 
-__all__ = ["DataPosition", "EpochStream", "ReadOptions", "steps_per_epoch"]
+__all__ = ["EpochPosition", "EpochStream", "ReadOptions", "steps_per_epoch"]

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from keras_dl.data import reader_lifecycle
-from keras_dl.data.epoch_stream import DataPosition, EpochStream, ReadOptions
+from keras_dl.data.epoch_stream import EpochStream, ReadOptions
 from keras_dl.data.features import BINARY, ColumnPlan
+from keras_dl.data.resume import EpochPosition, Resume
 from keras_dl.data.rows import TableStats
 from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.errors import KerasDLError
@@ -42,19 +43,33 @@ class SplitData:
     snapshot: TableSnapshot
     errors: Sequence = field(default_factory=list)
     image_columns: tuple[str, ...] = ()
-    position: DataPosition = field(default_factory=DataPosition)
+    stream: EpochStream | None = None
     rows: int = 0
     padded_rows: int = 0
     weighted: bool = False
 
     def start_at(self, global_step: int) -> None:
-        """Start the next read of the dataset after ``global_step`` training steps.
+        """Start the next read of the dataset after ``global_step`` training steps run on this
+        split's ranks and batch.
 
         The epoch's rows are read again (same seed, same order) and the batches those steps
         consumed are dropped before they reach tf.data, so a resumed run continues exactly
         where it stopped. Call it before the dataset is iterated (before ``fit``).
         """
-        self.position.epoch, self.position.step = divmod(int(global_step), max(self.steps, 1))
+        self.stream.start_at(global_step)
+
+    def resume_from(self, position: EpochPosition) -> Resume:
+        """Start the next read where ``position`` (a checkpoint's, from any number of ranks)
+        says: the rest of its epoch's rows, each once (see :mod:`keras_dl.data.resume`)."""
+        return self.stream.resume_from(position)
+
+    def record(self, epoch: int, steps: int) -> EpochPosition:
+        """The data position after ``steps`` steps of ``epoch`` (counted since the start)."""
+        return self.stream.record(epoch, steps)
+
+    def rows_seen(self, epoch: int) -> int:
+        """Live rows of ``epoch`` this rank has handed to training so far (no padding)."""
+        return self.stream.seen.get(epoch, 0)
 
     def batches(self, steps: int | None = None) -> Iterator:
         """The dataset's first ``steps`` batches (one epoch by default), iterated in Python.
@@ -136,7 +151,7 @@ def make_dataset(
         snapshot=snapshot,
         errors=stream.errors,
         image_columns=tuple(f.name for f in plan.features if f.kind == BINARY),
-        position=stream.position,
+        stream=stream,
         rows=stream.rows,
         padded_rows=stream.total - stream.rows,
         weighted=stream.weighted,
@@ -235,7 +250,7 @@ def _is_image_error(text: str) -> bool:
 
 
 __all__ = [
-    "DataPosition",
+    "EpochPosition",
     "ReadOptions",
     "SplitData",
     "make_dataset",

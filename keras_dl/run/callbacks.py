@@ -4,16 +4,20 @@ these read the run: its config, world, MLflow run and folder)."""
 
 from __future__ import annotations
 
-from keras_dl.callbacks.checkpoint import Checkpoint, broadcast_position
+from keras_dl.callbacks.checkpoint import Checkpoint
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.rows_trained import RowsTrained
 from keras_dl.callbacks.system_metrics import SystemMetrics
 from keras_dl.callbacks.tensorboard import RunTensorBoard
 from keras_dl.callbacks.throughput import Throughput
+from keras_dl.data.resume import EpochPosition, Resume
+from keras_dl.distribute.broadcast import broadcast_record
 from keras_dl.distribute.world import current_world
+from keras_dl.run.position import data_position
 from keras_dl.run.resume import config_fingerprint
 
 
@@ -52,6 +56,7 @@ def make_callbacks(run, data) -> list:
     )
     callbacks = [
         checkpoint,
+        RowsTrained(data.train),
         EarlyStopping(
             monitor=monitor,
             mode=c.mode,
@@ -84,34 +89,45 @@ def make_callbacks(run, data) -> list:
     return callbacks
 
 
-def prepare_fit(callbacks: list, model, data) -> int:
+def prepare_fit(callbacks: list, model, data) -> Resume | None:
     """Restore the last checkpoint into ``model`` and position the training data after it.
 
     Call after ``compile`` and before ``fit``, on every rank (under Horovod it is collective).
-    Rank 0 reads the checkpoint and its step is broadcast here, so every rank skips the batches
-    it consumed; the ``BroadcastState`` callback copies the restored state to the other ranks
-    when ``fit`` starts. Also wraps the training data so
-    :class:`Throughput` can measure the time steps wait for input (single-replica only: a
-    mirrored strategy distributes the dataset itself).
+    Rank 0 reads the checkpoint and its data position is broadcast here, so every rank reads
+    the rest of the interrupted epoch: on the same ranks and batch, the batches after the ones
+    consumed; on others, the rows not yet trained, planned anew (:mod:`keras_dl.data.resume`).
+    The ``BroadcastState`` callback copies the restored state to the other ranks when ``fit``
+    starts. Also wraps the training data so :class:`Throughput` can measure the time steps wait
+    for input (single-replica only: a mirrored strategy distributes the dataset itself).
 
     Returns:
-        The global step training resumes from (0 for a fresh start).
+        Where the data resumes, or None for a fresh start.
+
+    Raises:
+        ConfigError: The checkpoint cannot be resumed exactly on these ranks (its text says
+            which settings to change).
     """
-    step, restored = 0, None
+    world = current_world()
+    resume = restored = None
     for cb in callbacks:
         if isinstance(cb, Checkpoint):
             cb.set_model(model)
-            step, restored = cb.restore(), cb.restored
-            if current_world().size > 1 and cb.resume:
-                # Only rank 0 reads the checkpoint: every rank must skip the batches it
-                # consumed before the interruption, or the ranks' data would drift apart.
-                step, _ = broadcast_position(step, 0)
+            cb.restore()
+            restored = cb.restored
+            position = data_position(restored, cb.directory) if restored else None
+            if world.size > 1 and cb.resume:
+                # Only rank 0 reads the checkpoint: every rank must resume at its position.
+                ints = broadcast_record(position.to_ints() if position else [], prefix="position")
+                position = EpochPosition.from_ints(ints) if ints else None
+            if position is not None and (position.epoch or position.segments):
+                resume = data.train.resume_from(position)
+                cb.attach_data(data.train, resume.epoch, resume.steps)
+            else:
+                cb.attach_data(data.train)
         if isinstance(cb, MLflowLogger) and restored:
             cb.backfill = restored.get("last_epoch")
+        if isinstance(cb, RowsTrained) and resume is not None:
+            cb.before = {resume.epoch: resume.trained_before}
         if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:
             data.train.dataset = cb.instrument(data.train.dataset)
-    if step:
-        # The data position: the resumed epoch is read again (same seed, same order) and the
-        # batches the checkpointed steps consumed are dropped before they reach tf.data.
-        data.train.start_at(step)
-    return step
+    return resume

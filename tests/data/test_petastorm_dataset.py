@@ -107,3 +107,16 @@ def test_unischema_scalar_fields_of_one_dtype_pack(petastorm_dataset):
         np.testing.assert_array_equal(y.numpy(), i % 3)
         seen.extend(i.tolist())
     assert sorted(seen) == list(range(40))
+
+
+def test_unischema_dataset_refuses_a_mid_epoch_resume_on_other_ranks_by_name(petastorm_dataset):
+    from keras_dl.data import ReadOptions, make_dataset
+    from keras_dl.data.resume import EpochPosition, Segment
+    from keras_dl.errors import ConfigError
+
+    snap = open_table(petastorm_dataset)
+    plan = plan_columns(snap, ("vec",), "label")
+    split = make_dataset(snap, plan, ReadOptions(batch_size=4, training=True))
+    with pytest.raises(ConfigError, match=r"on 2 rank\(s\) of 2 rows.*runtime.np"):
+        split.resume_from(EpochPosition(0, (Segment(2, 2, 3),)))
+    split.resume_from(EpochPosition(0, (Segment(1, 4, 3),)))  # the same ranks: continues
