@@ -1,0 +1,114 @@
+"""A Horovod job stopped mid-epoch and rerun on another number of ranks trains every row once.
+
+Real processes, as a user reruns a command after the cluster lost or gained a node: 2 ranks
+stopped by SIGTERM early in epoch 2, rerun on 3 ranks and stopped again inside that same epoch,
+rerun on 1 process to the end (epoch 2 is then read in three segments). One MLflow run, FINISHED, with every epoch logged once and ``rows_trained`` equal to the
+split's rows in every epoch (the interrupted ones included)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import mlflow
+import pytest
+
+from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
+from keras_dl.callbacks.preemption import PREEMPTED_EXIT
+from keras_dl.run.position import RESUME_TAG
+from tests.conftest import HEAVY, REPO, runs_in, seed_store
+
+pytestmark = HEAVY  # see tests/conftest.py
+
+EPOCHS = 4
+
+
+def _command(table, tmp_path, uri, np_: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "recipes.digits",
+        *("--set", f"data.table={table}"),
+        *("--set", f"tracking.uri={uri}"),
+        *("--set", f"runtime.run_dir={tmp_path / 'run'}"),
+        *("--set", "runtime.strategy=horovod", "--set", f"runtime.np={np_}"),
+        # A global batch every rank count here divides (6, 4 and 12 rows per rank), small
+        # enough for 105 steps an epoch: a signal sent as an epoch starts stops inside it.
+        *("--set", "train.batch_size=12", "--set", "runtime.lr_scaling=linear"),
+        *("--set", f"train.epochs={EPOCHS}", "--set", "train.verbose=2"),
+        *("--set", "tracking.log_model=false", "--set", "callbacks.plots=false"),
+    ]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _stop_at(cmd: list[str], marker: str, log_path) -> str:
+    """Run ``cmd`` until it prints ``marker``, then SIGTERM it; its output (exit 75 checked)."""
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(
+            cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 400
+            while marker not in log_path.read_text():
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"never printed {marker!r}"
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    output = log_path.read_text()
+    assert code == PREEMPTED_EXIT, output[-3000:]
+    return output
+
+
+@pytest.mark.slow
+def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
+    digits_table, tmp_path
+):
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    ckpts = tmp_path / "run" / "checkpoints"
+    _stop_at(_command(digits_table, tmp_path, uri, -2), "Epoch 2/", tmp_path / "two.log")
+    first = read_header(list_checkpoints(ckpts)[-1])
+    assert first["world_size"] == 2 and first["rank_batch"] == 6
+    assert first["data_position"]["epoch"] == 1 and first["step"] > 0, first  # inside epoch 2
+    three = _stop_at(_command(digits_table, tmp_path, uri, -3), "Epoch 2/", tmp_path / "three.log")
+    assert re.search(r"Resuming epoch 2 at \d+% on 3 rank\(s\) \(checkpoint written on 2\)", three)
+    assert "The learning rate scales to 3 replica(s)" in three
+    second = read_header(list_checkpoints(ckpts)[-1])
+    segments = second["data_position"]["segments"]
+    assert second["data_position"]["epoch"] == 1 and segments[0][:2] == [2, 6], second
+    assert segments[1:] in ([], [[3, 4, segments[-1][2]]])  # none if stopped before a step
+
+    last = subprocess.run(
+        _command(digits_table, tmp_path, uri, 1),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = last.stdout + last.stderr
+    assert last.returncode == 0, text[-3000:]
+    assert re.search(r"Resuming epoch 2 at \d+% on 1 rank\(s\) \(checkpoint written on 3\)", text)
+
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED"
+    client = mlflow.MlflowClient(uri)
+    history = {
+        key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+        for key in ("loss", "rows_trained", "runtime.world_size")
+    }
+    assert [s for s, _ in history["loss"]] == list(range(EPOCHS))  # every epoch once
+    rows = int(run.data.params["data.train_rows"])
+    assert history["rows_trained"] == [(e, rows) for e in range(EPOCHS)], history
+    assert sorted(v for _, v in history["runtime.world_size"]) == [1, 2, 3]  # each attempt's
+    assert "on 1 rank(s) (checkpoint written on 3)" in run.data.tags[RESUME_TAG]
