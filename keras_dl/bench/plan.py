@@ -7,6 +7,12 @@ replay's time (once per rank in a real job), each rank's planning time (median a
 ranks), their sum per rank against the 2 s target, CPU seconds, and checks that the ranks' rows
 add up to the table's, each rank within one row of the others.
 
+Resume: the same log's files at ten times their rows (about 10 billion rows, row groups of
+125,000), an epoch stopped halfway on ``--ranks`` ranks and resumed on three quarters of them.
+It prints the checkpoint's data position in bytes, and a resuming rank's planning (which rows the
+stopped ranks trained, the rest cut over the new ranks, this rank's row groups) against planning
+a fresh epoch on the new ranks, in the same run: seconds (median and spread) and CPU.
+
 Layouts: for the table shapes of issue 19 (a digits split, small appends, one row group, daily
 appends with a backfill), the rows one epoch trains as a fraction of the table under the old
 rule (every rank runs the smallest row-group shard's full batches) and under row-exact shards.
@@ -48,6 +54,7 @@ def run(args) -> int:
         "benchmark": "plan",
         "load_average": round(os.getloadavg()[0], 2),
         "planning": measure_planning(args.files, args.ranks, args.repeats),
+        "resume": measure_resume(args.files, args.ranks, args.repeats),
         "layouts": [layout_row(name, *spec) for name, spec in LAYOUTS.items()],
     }
     text = json.dumps(report, indent=2)
@@ -99,6 +106,62 @@ def measure_planning(files: int, ranks: int, repeats: int = 3) -> dict:
         "rows_sum_over_ranks": int(sum(sizes)),
         "rows_per_rank_min_max": [min(sizes), max(sizes)],
         "footers_opened": 0,
+    }
+
+
+def measure_resume(files: int, ranks: int, repeats: int = 3, batch: int = 256) -> dict:
+    """Plan a resume on ``3/4 * ranks`` ranks of an epoch stopped halfway on ``ranks``."""
+    from keras_dl.data import row_ranges as rr
+    from keras_dl.data.resume import EpochPosition, EpochRows, Layout, Segment
+
+    with tempfile.TemporaryDirectory(prefix="keras-dl-bench-plan-") as tmp:
+        file_rows = [10 * n for n in write_synthetic_log(tmp, files)]
+    group = 125_000
+
+    def groups(f: int) -> tuple[int, ...]:
+        whole, last = divmod(file_rows[f], group)
+        return (group,) * whole + ((last,) if last else ())
+
+    after = max(1, ranks * 3 // 4)
+    stopped = EpochRows(file_rows, groups, shuffle=True, seed=7, buffer=4096)
+    steps = stopped.steps(Layout(ranks), batch) // 2
+    position = EpochPosition(3, (Segment(ranks, batch, steps),))
+    record = json.dumps(position.to_json()).encode()
+    timed, fresh = [], []
+    for _ in range(repeats):  # interleaved: a resume's planning, then a fresh epoch's
+        rows_of = EpochRows(file_rows, groups, shuffle=True, seed=7, buffer=4096)
+        wall, cpu = time.perf_counter(), time.process_time()
+        resume = rows_of.resume(position, after, batch)
+        pieces = rows_of.pieces(3, resume.layout, 0)
+        timed.append((time.perf_counter() - wall, time.process_time() - cpu))
+        rows_of = EpochRows(file_rows, groups, shuffle=True, seed=7, buffer=4096)
+        wall, cpu = time.perf_counter(), time.process_time()
+        rows_of.pieces(4, Layout(after), 0)
+        fresh.append((time.perf_counter() - wall, time.process_time() - cpu))
+    left = rr.count(resume.layout.rest)
+    assert left + resume.trained_before == sum(file_rows) and pieces
+    median = statistics.median(t for t, _ in timed)
+    base = statistics.median(t for t, _ in fresh)
+    return {
+        "rows": int(sum(file_rows)),
+        "files": files,
+        "row_groups": sum(len(groups(f)) for f in range(files)),
+        "stopped_on_ranks": ranks,
+        "resumed_on_ranks": after,
+        "batch_per_rank": batch,
+        "steps_done_of_epoch": [steps, stopped.steps(Layout(ranks), batch)],
+        "rows_trained_before": int(resume.trained_before),
+        "data_position_bytes": len(record),
+        "rest_as_runs": int(len(resume.layout.rest)),
+        "rest_runs_bytes_in_memory": rr.to_bytes(resume.layout.rest),
+        "resume_plan_seconds_median": round(median, 3),
+        "resume_plan_seconds_spread": [
+            round(min(t for t, _ in timed), 3),
+            round(max(t for t, _ in timed), 3),
+        ],
+        "resume_plan_cpu_seconds_median": round(statistics.median(c for _, c in timed), 3),
+        "fresh_plan_seconds_median": round(base, 4),
+        "resume_over_fresh_plan": round(median / base, 1) if base else None,
     }
 
 
