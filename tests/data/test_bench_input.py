@@ -179,6 +179,12 @@ def test_bench_plan_plans_every_rank_from_the_log_alone(tmp_path):
     layouts = report["layouts"]
     assert {row["row_exact_fraction_trained"] for row in layouts} == {1.0}
     assert any(row["old_rule_fraction_trained"] == "refused" for row in layouts)
+    resume = report["resume"]  # an epoch stopped halfway on 16 ranks, resumed on 12
+    assert (resume["stopped_on_ranks"], resume["resumed_on_ranks"]) == (16, 12)
+    assert resume["data_position_bytes"] < 100
+    done_steps, steps = resume["steps_done_of_epoch"]
+    assert resume["rows_trained_before"] == 16 * resume["batch_per_rank"] * done_steps
+    assert 0 < done_steps < steps and resume["resume_plan_seconds_median"] > 0
 
 
 def test_cpu_of_child_processes_counts_only_within_counting_descendants():

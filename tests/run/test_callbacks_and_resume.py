@@ -18,6 +18,7 @@ from keras_dl.callbacks import (
 )
 from keras_dl.callbacks.checkpoint import COMPLETE
 from keras_dl.callbacks.preemption import Preemption
+from keras_dl.callbacks.rows_trained import RowsTrained
 from keras_dl.callbacks.tensorboard import RunTensorBoard
 from keras_dl.checkpoints import Checkpoints
 from keras_dl.config import resolve
@@ -77,6 +78,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     cbs = make_callbacks(_run(exp, World(), "run-1"), data)
     assert [type(c) for c in cbs] == [
         Checkpoint,
+        RowsTrained,
         EarlyStopping,
         Throughput,
         SystemMetrics,
@@ -86,7 +88,8 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         ProgressBar,
         Preemption,
     ]
-    ckpt, stop, tp, system, logger, plots, tensorboard, bar, preemption = cbs
+    ckpt, rows, stop, tp, system, logger, plots, tensorboard, bar, preemption = cbs
+    assert rows.data is data.train  # rows_trained counts what the training split hands out
     assert system.logger is logger and system.every_seconds == 10.0
     assert tensorboard.run_id == "run-1"
     assert preemption.checkpoint is ckpt  # SIGTERM saves through the same Checkpoint
