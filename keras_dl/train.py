@@ -152,6 +152,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.finish import finish
     from keras_dl.frame_model import serving_model
     from keras_dl.run import make_callbacks, prepare_fit
+    from keras_dl.run.compile_options import compile_weighted
     from keras_dl.warm_start import init_from_tags, warm_start
 
     exp, world, run_id = run.exp, run.world, run.run_id
@@ -161,15 +162,6 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         options = {"loss": recipe.loss, "metrics": list(recipe.metrics)}
         if recipe.compile_options is not None:
             options.update(recipe.compile_options(data, exp))
-        if data.train.weighted and options.get("metrics"):
-            # Padding rows (equal steps on every rank) weigh 0 and data.weight_column /
-            # train.class_weight weigh rows: only weighted metrics count those weights.
-            weighted = options.pop("metrics")
-            if isinstance(weighted, dict):  # per output head (several labels)
-                options["weighted_metrics"] = weighted
-            else:
-                extra = options.get("weighted_metrics") or []
-                options["weighted_metrics"] = [*weighted, *extra]
         lr = exp.train.learning_rate
         if exp.train.lr_schedule == "cosine":
             lr = keras.optimizers.schedules.CosineDecay(lr, exp.train.epochs * data.train.steps)
@@ -184,7 +176,10 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         if exp.runtime.strategy == "horovod":
             optimizer, more = _horovod_optimizer(optimizer, exp)
             options.update(more)
-        model.compile(optimizer=optimizer, **options)
+        # Padding rows (equal steps on every rank) weigh 0 and data.weight_column /
+        # train.class_weight weigh rows: weighted metrics count those weights, and the losses
+        # leave weight-0 rows out of the batch's mean (a padded batch trains as its real rows).
+        compile_weighted(model, {"optimizer": optimizer, **options}, data.train.weighted)
         if exp.init_from and world.is_chief:
             # Before the resume below, which overwrites these weights with a checkpoint's;
             # under Horovod, BroadcastState copies rank 0's weights to the other ranks.

@@ -4,10 +4,17 @@ A rank that raises writes one marker line (then its traceback) to its stderr bef
 the launcher keeps a copy of every rank's output, and after Horovod reports "a process exited
 non-zero" it reads the markers back to name the rank and the exception. A rank that was killed
 leaves no marker: its exit status (a signal) is the cause.
+
+A keras_dl error (a :class:`~keras_dl.errors.DataError` on the rank that read a bad file, ...)
+reaches the caller as the same class, so with its exit code: the rank writes a second line with
+the class's name and its whole message as a JSON string, and the launcher rebuilds the error
+from a fixed table of keras_dl.errors' classes. Nothing in a rank's output is unpickled or run:
+it travels as text (over the network from Spark executors), and an unknown name is ignored.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,15 +23,33 @@ import traceback
 from pathlib import Path
 
 from keras_dl.errors import (
+    ConfigError,
+    DataError,
     DistributedError,
     DivergenceError,
     KerasDLError,
+    NotRegistered,
     Preempted,
+    RunError,
+    SparkConnectError,
     StoreUnavailable,
 )
 
 _MARKER = "keras_dl rank failed:"
 _MARKER_RE = re.compile(re.escape(_MARKER) + r" rank=(\d+) secondary=([01]) cause=(.*)")
+_ERROR = "keras_dl rank error:"
+_ERROR_RE = re.compile(
+    re.escape(_ERROR) + r" rank=(\d+) class=(\w+) name=(\w+) message=(\".*\")\s*$"
+)
+# The classes a rank's error is rebuilt as, from their name and message (the most derived
+# first: a subclass defined elsewhere in keras_dl travels as its nearest one here). Preempted
+# and StoreUnavailable have their own path (_resumable).
+_REBUILT = {
+    cls.__name__: cls
+    for cls in (ConfigError, DataError, DivergenceError, NotRegistered, RunError)
+    + (SparkConnectError, DistributedError, KerasDLError)
+}
+_MAX_MESSAGE = 20_000
 # Ranks that fail *because* another rank died report Horovod's shutdown: not the cause.
 _SECONDARY = ("Horovod has been shut down", "HorovodInternalError")
 
@@ -37,6 +62,11 @@ def report_failure(exc: BaseException) -> None:
     secondary = int(any(s in cause for s in _SECONDARY))
     if len(cause) > 600:  # the head names the error, the tail often holds its reason
         cause = f"{cause[:300]} ... {cause[-300:]}"
+    kind = _rebuilt_kind(exc)
+    if kind is not None and not secondary:
+        message = json.dumps(str(exc)[:_MAX_MESSAGE])  # one line, whatever the message holds
+        name = type(exc).__name__  # the text names it, as the cause does (StallError, ...)
+        sys.stderr.write(f"{_ERROR} rank={rank} class={kind} name={name} message={message}\n")
     sys.stderr.write(f"{_MARKER} rank={rank} secondary={secondary} cause={cause}\n")
     traceback.print_exc()
     sys.stderr.flush()
@@ -82,6 +112,7 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
     text = str(exc)
     causes: dict[int, str] = {}
     primary: dict[int, str] = {}
+    errors: dict[int, KerasDLError] = {}
     for f in Path(logs).rglob("*"):
         if f.is_file():
             for line in f.read_text(errors="replace").splitlines():
@@ -91,6 +122,11 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
                     causes.setdefault(rank, cause)
                     if m.group(2) == "0":
                         primary.setdefault(rank, cause)
+                e = _ERROR_RE.search(line)
+                if e and int(e.group(1)) not in errors:
+                    error = _rebuild(int(e.group(1)), *e.group(2, 3, 4))
+                    if error is not None:
+                        errors[int(e.group(1))] = error
     first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
     first_rank = int(first.group(1)) if first else None
     resumable = _resumable(list(primary.values()))
@@ -98,12 +134,11 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
         return resumable
     if primary:
         rank = first_rank if first_rank in primary else min(primary)
+        if rank in errors:  # a keras_dl error: its class, exit code and whole message
+            return errors[rank]
         # A diverged model stays a DivergenceError (exit code 3, tagged diverged, not retried).
         kind = DivergenceError if primary[rank].startswith("DivergenceError:") else DistributedError
-        return kind(
-            f"Horovod rank {rank} failed: {primary[rank]} (its traceback is above, lines "
-            f"prefixed [{rank}]). The other ranks were stopped."
-        )
+        return kind(_failed(rank, primary[rank]))
     silent = [r for r in range(size) if r not in causes]
     if first_rank in causes and silent:
         # Horovod saw a rank that only reported the shutdown exit first; the culprit is the
@@ -136,6 +171,33 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
             "enough free task slots, or raise runtime.start_timeout."
         )
     return DistributedError(f"The Horovod job failed: {type(exc).__name__}: {text.strip()}")
+
+
+def _failed(rank: int, cause: str) -> str:
+    return (
+        f"Horovod rank {rank} failed: {cause} (its traceback is above, lines prefixed "
+        f"[{rank}]). The other ranks were stopped."
+    )
+
+
+def _rebuilt_kind(exc: BaseException) -> str | None:
+    """The name in ``_REBUILT`` ``exc`` travels as: its own class or its nearest base there."""
+    if isinstance(exc, Preempted) or not isinstance(exc, KerasDLError):
+        return None
+    return next(c.__name__ for c in type(exc).__mro__ if _REBUILT.get(c.__name__) is c)
+
+
+def _rebuild(rank: int, kind: str, name: str, message: str) -> KerasDLError | None:
+    """The error a rank reported (as ``kind``, named ``name`` in the text), or None when its
+    line is not one keras_dl wrote."""
+    cls = _REBUILT.get(kind)
+    try:
+        text = json.loads(message)
+    except ValueError:
+        return None
+    if cls is None or not isinstance(text, str):
+        return None
+    return cls(_failed(rank, f"{name}: {text}"))
 
 
 def _describe_exit(code: int) -> str:

@@ -6,7 +6,9 @@
 sparkContext, a barrier stage: :mod:`keras_dl.launch.barrier`). It returns rank 0's return
 value. Worker output is streamed back (on Connect: printed when the stage ends), each line
 prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
-:class:`~keras_dl.errors.DistributedError` names the rank and the cause.
+:class:`~keras_dl.errors.DistributedError` names the rank and the cause; a keras_dl error a rank
+raised (a ``DataError`` for a bad file, ...) is raised as that class instead, with its whole
+message and so its exit code (:mod:`keras_dl.distribute.failures`).
 
 Example:
     >>> def main(lr):
@@ -90,6 +92,8 @@ class HorovodRunner:
                 ``if __name__ == "__main__":`` (np < 0), ``main`` does not pickle, Horovod is
                 missing, there are not enough free Spark task slots, or a rank fails (naming
                 it and the cause).
+            KerasDLError: A rank raised a keras_dl error (``DataError``, ``ConfigError``,
+                ``DivergenceError``, ...): the same class, naming the rank.
         """
         if self.np < 0:
             check_main_guard()  # the local launcher re-imports the main script
