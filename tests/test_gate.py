@@ -286,8 +286,14 @@ def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(sma
     assert "<td>failure</td><td>diverged: DivergenceError: Training diverged" in html
     assert 'data-series="loss"' in html
 
+    # Off: both divergence rules on the loss (by epoch 2 it is also 100 times the mean's).
     off, uri = train_tabular(
-        small_table, tmp_path / "off", *sets, "train.epochs=3", "callbacks.divergence_factor=0"
+        small_table,
+        tmp_path / "off",
+        *sets,
+        "train.epochs=3",
+        "callbacks.divergence_factor=0",
+        "callbacks.trivial_loss_factor=0",
     )
     assert len(off.history["loss"]) == 3
     assert off.history["loss"][-1] > 10 * off.history["loss"][0]

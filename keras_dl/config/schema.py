@@ -250,6 +250,10 @@ class CallbacksConfig:
         check_finite: Stop on a NaN or infinite loss or monitored value. Defaults to True.
         divergence_factor: Stop, and fail the run as diverged, when an epoch's training loss
             is more than this many times the first epoch's; 0 disables it. Defaults to 10.0.
+        trivial_loss_factor: Stop, and fail the run as diverged, when an epoch's training loss
+            is more than this many times the trivial predictor's loss on the training rows
+            (the class frequencies' cross-entropy, or the mean's MSE/MAE; see
+            :mod:`keras_dl.trivial`); 0 disables it. Defaults to 100.0.
         restore_best_weights: Restore the best epoch's weights when stopping early.
             Defaults to False.
         checkpoint_every_n_steps: Also checkpoint every N steps (0: each epoch only).
@@ -269,6 +273,7 @@ class CallbacksConfig:
     divergence_threshold: float | None = None
     check_finite: bool = True
     divergence_factor: float = 10.0
+    trivial_loss_factor: float = 100.0
     restore_best_weights: bool = False
     checkpoint_every_n_steps: int = 0
     keep_checkpoints: int = 3
