@@ -136,6 +136,17 @@ def test_a_float32_metric_equal_to_the_majority_baseline_ties_and_does_not_beat_
     assert not loss.beats(0.3) and loss.beats(0.31)
 
 
+def test_no_worse_allows_the_tolerance_relative_to_the_champion_and_float32_ties():
+    from keras_dl.gate import Score
+
+    mse = Score("full_test_mse", 2.02, False, "regression")
+    assert mse.no_worse(2.0, 0.01) and not mse.no_worse(2.0, 0.005)
+    accuracy = Score("full_test_accuracy", 0.891, True, "classification")
+    assert accuracy.no_worse(0.9, 0.01) and not accuracy.no_worse(0.9, 0.005)
+    tie = Score("full_test_accuracy", float(np.float32(0.3)), True, "classification")
+    assert tie.no_worse(0.3, 0.0) and not tie.beats(0.3)
+
+
 def test_a_model_no_better_than_the_majority_class_is_not_registered(small_table, tmp_path):
     sets = ["data.label=cls", "data.features=noise", "train.epochs=5"]
     args = [a for s in [*_sets(small_table, tmp_path), *sets] for a in ("--set", s)]
@@ -365,6 +376,8 @@ def test_find_divergence_compares_with_the_first_epoch():
         ("registry.must_beat=latest", r"registry.must_beat='latest' is not a valid alias"),
         ("registry.set_alias=9lives", r"registry.set_alias='9lives' is not a valid alias"),
         ("callbacks.divergence_factor=0.5", r"must be 0 \(off\) or greater than 1"),
+        ("registry.forgetting_tolerance=1", r"registry.forgetting_tolerance=1 must be in \[0, 1\)"),
+        ("registry.forgetting_tolerance=-0.1", r"forgetting_tolerance=-0.1 must be in \[0, 1\)"),
         ("registry.floor=1", r"Unknown config key 'registry.floor'"),
     ],
 )

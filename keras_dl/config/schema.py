@@ -296,11 +296,18 @@ class RegistryConfig:
             it yet). Defaults to "" (none).
         set_alias: An alias moved to the new version once it is registered, e.g. "champion".
             Defaults to "" (none).
+        forgetting_tolerance: With ``must_beat`` and ``data.since_version`` (or
+            ``data.since_timestamp``), the new model is evaluated on the changed rows and on
+            the whole test split at the new version; there it may be worse than the champion
+            by at most this share of the champion's figure (0.01: accuracy 0.90 allows 0.891,
+            MSE 2.0 allows 2.02), so a model that forgot the older rows is refused. In [0, 1).
+            Defaults to 0.01.
     """
 
     min_metric: str = ""
     must_beat: str = ""
     set_alias: str = ""
+    forgetting_tolerance: float = 0.01
 
 
 @dataclass(frozen=True)
