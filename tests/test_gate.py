@@ -320,6 +320,9 @@ def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_ta
     sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
     sets += ["train.learning_rate=0.25", "train.epochs=20"]
     sets += ["runtime.strategy=horovod", "runtime.np=-2", "runtime.stall_timeout=60"]
+    # The growth rule alone: on two ranks the first epoch's loss (8.6e3) is already past 100
+    # times the mean's (4.6), where callbacks.trivial_loss_factor would stop it first.
+    sets += ["callbacks.trivial_loss_factor=0"]
     exp = resolve(load_recipe("tabular").defaults, sets=[*_sets(small_table, tmp_path), *sets])
     # Both ranks stop after the same epoch and fail alike; a rank left training alone would
     # wait in the next allreduce until the stall timeout named it instead.
@@ -333,6 +336,33 @@ def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_ta
     assert "Training diverged: loss grew" in run.data.tags["keras_dl.failure_reason"]
     epochs = mlflow.MlflowClient(exp.tracking.uri).get_metric_history(run.info.run_id, "loss")
     assert 2 <= len(epochs) < 20
+    assert _versions(exp.tracking.uri) == []
+
+
+@pytest.mark.slow
+@HEAVY
+def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_is_past_the_trivial(
+    small_table, tmp_path
+):
+    from keras_dl.errors import DistributedError
+    from keras_dl.launch import launch
+
+    sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
+    sets += ["train.learning_rate=0.25", "train.epochs=20"]
+    sets += ["runtime.strategy=horovod", "runtime.np=-2", "runtime.stall_timeout=60"]
+    exp = resolve(load_recipe("tabular").defaults, sets=[*_sets(small_table, tmp_path), *sets])
+    # Every rank computes the same figure from the whole training split's labels and compares
+    # the ranks' averaged loss with it: all stop after the same epoch.
+    with pytest.raises(
+        (DivergenceError, DistributedError),
+        match=r"DivergenceError: Training diverged: loss .* callbacks.trivial_loss_factor=100",
+    ):
+        launch(exp)
+    (run,) = runs_in(exp.tracking.uri)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["keras_dl.failure"] == "diverged"
+    epochs = mlflow.MlflowClient(exp.tracking.uri).get_metric_history(run.info.run_id, "loss")
+    assert 1 <= len(epochs) < 20
     assert _versions(exp.tracking.uri) == []
 
 
