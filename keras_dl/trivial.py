@@ -26,12 +26,14 @@ smoothing) has no trivial figure here: :func:`trivial_loss` says so and the rule
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from keras_dl.data.blocks import WEIGHT
 from keras_dl.data.features import ColumnPlan
 from keras_dl.data.reader import iter_epoch_arrays
 
@@ -93,19 +95,20 @@ def trivial_loss(model, split, plan: ColumnPlan) -> TrivialLoss:
     """
     heads = [s.name for s in plan.labels] if plan.heads else [None]
     losses, weights = model.loss, getattr(model, "loss_weights", None)
-    total, whats, parts = 0.0, [], []
-    for i, head in enumerate(heads):
+    kinds = {}
+    for head in heads:
         loss = losses.get(head) if head and isinstance(losses, Mapping) else losses
-        kind = loss_name(loss)
-        if kind is None:
+        kinds[head] = loss_name(loss)
+        if kinds[head] is None:
             where = f" (head {head!r})" if head else ""
             return TrivialLoss(None, f"no trivial loss is known for loss {_describe(loss)}{where}")
-        spec = plan.labels[i] if plan.labels else None
-        if spec is None:
-            return TrivialLoss(None, "the data has no label")
-        labels, row_weights = read_labels(split, spec, plan.weight)
-        row_weights = row_weights * _class_weights(labels, plan.class_weights)
-        got = loss_of_trivial(kind, labels, row_weights, _width(model, i))
+    if plan.label is None:
+        return TrivialLoss(None, "the data has no label")
+    labels, row_weights = read_labels(split, plan)
+    total, whats, parts = 0.0, [], []
+    for i, head in enumerate(heads):
+        name = head or plan.label.name
+        got = loss_of_trivial(kinds[head], labels[name], row_weights, _width(model, i))
         factor = _weight(weights, head, i)
         total += factor * got.value
         parts.append((factor * got.predictor, factor * got.uninformed))
@@ -130,18 +133,19 @@ def loss_of_trivial(
         ``uninformed``.
     """
     w = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
+    frequencies = "predicting the training class frequencies"
     if kind in CROSS_ENTROPY:
         onehot = _one_hot(labels) if kind == "sparse_categorical_crossentropy" else labels
         onehot = np.asarray(onehot, np.float64).reshape(len(labels), -1)
         p = onehot.mean(axis=0)
         per_row = -(onehot * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
-        classes = max(onehot.shape[1], width or 0, 2)
-        return _floor(per_row, w, np.log(classes), "predicting the training class frequencies")
+        uniform = np.log(max(onehot.shape[1], width or 0, 2))  # a row's loss, any row
+        return _floor(per_row, w, _mean(np.full(len(w), uniform), w), frequencies)
     y = np.asarray(labels, np.float64).reshape(len(labels), -1)
     if kind in BINARY:
         p = np.clip(y.mean(axis=0), 1e-7, 1 - 1e-7)
         per_row = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean(axis=1)
-        return _floor(per_row, w, np.log(2), "predicting the training class frequencies")
+        return _floor(per_row, w, _mean(np.full(len(w), np.log(2)), w), frequencies)
     mean = y.mean(axis=0)
     if kind in SQUARED:
         per_row, zero = ((y - mean) ** 2).mean(axis=1), (y**2).mean(axis=1)
@@ -164,18 +168,22 @@ def loss_name(loss) -> str | None:
     return name if name in known else None
 
 
-def read_labels(split, spec, weight=None) -> tuple[np.ndarray, np.ndarray]:
-    """Every value of label ``spec`` in ``split`` and each row's weight column value (1 without
-    one), read from its snapshot as training reads it."""
-    plan = ColumnPlan(features=(), labels=(spec,), weight=weight)
-    labels, weights = [], []
+def read_labels(split, plan: ColumnPlan) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Every value of each label of ``plan`` in ``split``, and each row's sample weight as
+    training weighs it (weight column times class weight; 1 without either), read from the
+    split's snapshot as training reads it."""
+    plan = dataclasses.replace(plan, features=())
+    labels: dict[str, list] = {s.name: [] for s in plan.labels}
+    weights = []
     for chunk in iter_epoch_arrays(split.snapshot, plan, split.stats, seed=None):
-        labels.append(chunk[spec.name])
-        n = len(chunk[spec.name])
-        weights.append(chunk[weight.name] if weight is not None else np.ones(n))
-    if not labels:
-        return np.array([]), np.array([])
-    return np.concatenate(labels), np.concatenate(weights).astype(np.float64)
+        for name, values in labels.items():
+            values.append(chunk[name])
+        rows = len(chunk[plan.label.name])
+        weights.append(chunk[WEIGHT] if WEIGHT in chunk else np.ones(rows))
+    if not weights:
+        return {name: np.array([]) for name in labels}, np.array([])
+    arrays = {name: np.concatenate(values) for name, values in labels.items()}
+    return arrays, np.concatenate(weights).astype(np.float64)
 
 
 def _floor(per_row, w, uninformed: float, what: str) -> TrivialLoss:
@@ -191,18 +199,6 @@ def _mean(per_row, w) -> float:
 def _one_hot(labels: np.ndarray) -> np.ndarray:
     _, index = np.unique(labels, return_inverse=True)
     return np.eye(index.max() + 1 if len(index) else 1)[index.reshape(-1)]
-
-
-def _class_weights(labels: np.ndarray, pairs: tuple) -> np.ndarray:
-    if not pairs or labels.ndim != 1:
-        return np.ones(len(labels))
-    by_label = dict(pairs)
-    return np.array([by_label.get(_item(v), 1.0) for v in labels], np.float64)
-
-
-def _item(value):
-    value = value.item() if hasattr(value, "item") else value
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _width(model, index: int) -> int | None:

@@ -140,3 +140,45 @@ def test_find_divergence_compares_every_epoch_with_the_trivial_loss():
     assert find_divergence(history=falling, trivial=unknown, trivial_factor=100) is None
     healthy = {"loss": [2.2, 1.0, 0.4]}
     assert find_divergence(history=healthy, trivial=trivial, trivial_factor=100) is None
+
+
+def test_the_trivial_loss_reads_the_training_labels_and_weighs_rows_as_training(tmp_path):
+    """Through the run's own reader: the training split's labels (not the test rows), each
+    row's weight column value times its class weight."""
+    import keras
+    import pyarrow as pa
+
+    from keras_dl.config import DataConfig
+    from keras_dl.data.splits import make_splits
+    from keras_dl.trivial import trivial_loss
+    from tests.conftest import write_delta
+
+    labels = [0] * 60 + [1] * 20 + [1] * 20  # the test rows are all class 1
+    weights = [1.0] * 60 + [3.0] * 20 + [1.0] * 20
+    table = pa.table(
+        {
+            "x": np.arange(100, dtype="float32"),
+            "y": labels,
+            "w": weights,
+            "split": ["train"] * 80 + ["test"] * 20,
+        }
+    )
+    path = write_delta(str(tmp_path / "t"), table, rows_per_group=25)
+    config = DataConfig(
+        table=path, label="y", features=("x",), split_column="split", weight_column="w"
+    )
+    data = make_splits(config, batch_size=16, class_weight=("0:2",))
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    got = trivial_loss(model, data.train, data.plan)
+    # Frequencies 0.75 / 0.25; class 0 weighs 2 (class weight), class 1 weighs 3 (column).
+    expected = (60 * 2 * -math.log(0.75) + 20 * 3 * -math.log(0.25)) / 80
+    assert got.predictor == pytest.approx(expected)
+    # An uninformed output (0.5, 0.5) scores ln 2 a row, weighed alike: the larger here.
+    uninformed = (60 * 2 + 20 * 3) / 80 * math.log(2)
+    assert got.uninformed == pytest.approx(uninformed) and got.value == got.uninformed
+    model.compile("sgd", keras.losses.Huber())
+    unknown = trivial_loss(model, data.train, data.plan)
+    assert (
+        unknown.value is None and "no trivial loss is known for loss 'huber_loss'" in unknown.what
+    )
