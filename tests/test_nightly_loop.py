@@ -269,3 +269,12 @@ def test_a_fine_tune_that_forgot_the_older_rows_loses_to_the_champion_on_the_who
     html = Path(page).read_text()
     assert "<th>this model, whole test split</th><th>champion, whole test split</th>" in html
     assert f"<td>rmse</td><td>{m['test_rmse']:.6g}</td>" in html
+
+    # Without a test split the validation split decides: its whole split is compared the same.
+    result = train(table, tmp_path, "val", *sets, *fine_tune, "train.epochs=15", "data.test_split=")
+    assert result.registered_version is None
+    assert "is worse than forget@champion (version 1)" in result.not_registered
+    assert "on the whole validation split (100 rows, older rows included)" in result.not_registered
+    m = client.get_run(result.run_id).data.metrics
+    assert m["full_val_rmse"] > 1.5 * m["champion_full_val_rmse"]
+    assert m["champion_val_rmse"] > 0  # the champion on the changed validation rows
