@@ -1,5 +1,8 @@
 """After training: test evaluation, model logging, the registry gate, registration, COMPLETE.
 
+A run on the changed rows (``data.since_version``) is also evaluated on the whole test split at
+the same version (metrics ``full_test_*``, beside ``test_*`` on the changed rows).
+
 The checkpoint directory is marked complete only when all of these are done. Until then the
 checkpoints stay, and each step's result is recorded in ``checkpoints/FINISHING.json`` as it
 succeeds, so rerunning the same command after a failure here trains nothing (the last
@@ -56,10 +59,9 @@ def finish(run, model, data, checkpoint: Checkpoint):
     if metrics is None:
         metrics = {}
         if data.test is not None:
-            scores = model.evaluate(
-                data.test.dataset, steps=data.test.steps, return_dict=True, verbose=0
-            )
-            metrics = {f"test_{k}": float(v) for k, v in scores.items()}
+            metrics = evaluate(model, data.test, "test_")
+            if data.full is not None:  # a run on the changed rows: the whole test split too
+                metrics.update(evaluate(model, data.full, data.full_prefix))
             check_finite(metrics=metrics, learning_rate=exp.train.learning_rate)
         skipped = data.bad_images_skipped()  # data.on_bad_image=skip: rows dropped, every read
         if skipped:
@@ -93,12 +95,20 @@ def finish(run, model, data, checkpoint: Checkpoint):
     return metrics, model_uri, version, None
 
 
+def evaluate(model, split, prefix: str) -> dict[str, float]:
+    """``model``'s metrics on ``split``, each named ``prefix`` + Keras' name."""
+    scores = model.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
+    return {f"{prefix}{k}": float(v) for k, v in scores.items()}
+
+
 def register_earned(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:
     """Register the logged model when the gate passes it: ``(version, None)``, or
     ``(None, reason)`` with the run tagged ``keras_dl.not_registered``."""
     import mlflow
 
     decision = gate.decide(exp, model, data, metrics)
+    if decision.metrics:  # the champion's figures (and the whole validation split's)
+        mlflow.log_metrics(dict(decision.metrics))
     mlflow.set_tag(tracking.GATE_TAG, tracking.failure_text(decision.summary))
     name = exp.tracking.registered_model
     if not decision.passed:

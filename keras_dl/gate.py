@@ -17,7 +17,12 @@ The model must pass, in this order:
 3. ``registry.must_beat``, an alias such as ``champion``, when set: the version holding it is
    loaded, compiled with this model's loss and metrics and evaluated on the same rows, and this
    model must do better on the same metric (accuracy, MSE, or else the loss). When no version
-   holds the alias yet, the model passes.
+   holds the alias yet, the model passes. A run on the changed rows (``data.since_version`` or
+   ``data.since_timestamp``) is evaluated on those rows only, where a model that forgot the
+   older rows can still win; so the model must also be no worse than the champion on the whole
+   evaluation split at the same version (``data.full``, metrics ``full_test_*``), within
+   ``registry.forgetting_tolerance`` of the champion's figure (relative). The champion's
+   figures are logged as the run's ``champion_*`` metrics.
 
 A model with several labels (one output head each, metrics named ``test_<label>_<metric>``) is
 judged head by head: every head must beat its own trivial predictor (on its own label column)
@@ -33,32 +38,22 @@ majority class's accuracy in the table's labels is its accuracy in the model's.
 from __future__ import annotations
 
 import logging
-import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from keras_dl.champion import compare_on_rows, compare_on_whole_split, evaluate_champion
 from keras_dl.config import parse_min_metric
 from keras_dl.data.features import ColumnPlan
 from keras_dl.data.reader import iter_epoch_arrays
 from keras_dl.errors import ConfigError
-from keras_dl.frame_model import packed_input_model
-from keras_dl.registry import load_keras_model
+from keras_dl.score import Score, head_prefix, main_score
+
+__all__ = ["Decision", "Score", "decide", "main_score"]
 
 log = logging.getLogger(__name__)
-TIE_TOLERANCE = 1e-6  # relative: float32 metrics carry about 7 significant digits
-
-ACCURACY = (
-    "accuracy",
-    "acc",
-    "sparse_categorical_accuracy",
-    "categorical_accuracy",
-    "binary_accuracy",
-)
-MSE = ("mse", "mean_squared_error")
-RMSE = ("rmse", "root_mean_squared_error")
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
@@ -70,33 +65,19 @@ class Decision:
         passed: True when every check passed.
         reason: Why it may not (the first failed check); "" when it passed.
         checks: What was checked, one sentence each (the run's ``keras_dl.gate`` tag).
+        metrics: Figures measured here, for the run: the champion's (``champion_test_*``,
+            ``champion_full_test_*``) and, without a test split, the whole validation split's
+            (``full_val_*``). Defaults to none.
     """
 
     passed: bool
     reason: str
     checks: tuple[str, ...]
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
         return "; ".join(self.checks)
-
-
-@dataclass(frozen=True)
-class Score:
-    """The metric the gate compares: its name, value, direction and the task it implies."""
-
-    name: str
-    value: float
-    higher_is_better: bool
-    task: str | None  # "classification", "regression", or None (the loss of another task)
-
-    def beats(self, other: float) -> bool:
-        """Strictly better than ``other``. Keras reports metrics in float32, so a score within
-        float32 rounding of ``other`` ties, and a tie does not beat: a model that collapsed to
-        the majority class scores 37/360 as 0.10277778, above the exact 0.10277777..."""
-        if math.isclose(self.value, other, rel_tol=TIE_TOLERANCE):
-            return False
-        return self.value > other if self.higher_is_better else self.value < other
 
 
 def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
@@ -141,7 +122,7 @@ def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
             check(False, f"no test or validation split to compare with @{reg.must_beat} on")
         return Decision(not refused, refused[0] if refused else "", tuple(checks))
     heads = _heads(data.plan)
-    score_of = {h: main_score(model, scores, _head_prefix(prefix, h), h) for h in heads}
+    score_of = {h: main_score(model, scores, head_prefix(prefix, h), h) for h in heads}
     for head, score in score_of.items():
         where = f"head {head!r}: " if head else ""
         if score is None or score.task is None:
@@ -152,42 +133,20 @@ def decide(exp, model, data, metrics: Mapping[str, float]) -> Decision:
         spec = _label_spec(data.plan, head)
         ok, text = _against_trivial(score, _labels(data.train, spec), _labels(split, spec))
         check(ok, where + text)
+    figures: dict[str, float] = {}
     if reg.must_beat and not refused:
-        for ok, text in _against_champion(exp, model, split, prefix, score_of, data.plan):
+        full = _full_evaluation(model, data, metrics)
+        if data.full is not None and data.test is None:
+            figures.update(full)  # the whole validation split's: finish logged no such figure
+        splits = {prefix: split, **({data.full_prefix: data.full} if data.full else {})}
+        champion = evaluate_champion(exp, model, data.plan, splits)
+        figures.update(champion.metrics())
+        for ok, text in compare_on_rows(champion, prefix, score_of):
             check(ok, text)
-    return Decision(not refused, refused[0] if refused else "", tuple(checks))
-
-
-def main_score(
-    model, scores: Mapping[str, float], prefix: str, head: str | None = None
-) -> Score | None:
-    """The metric the gate compares: accuracy (classification), MSE (regression), else the loss.
-
-    Args:
-        model: The compiled model (its loss tells a mean-squared-error regression apart).
-        scores: One split's metrics, each named ``prefix`` + the compiled name.
-        prefix: "test_" or "val_" (with the head's label for several heads: "test_price_").
-        head: The output head (label) whose loss to look at, for several heads. Defaults to
-            None (one output).
-    """
-    for name in ACCURACY:
-        if prefix + name in scores:
-            return Score(prefix + name, scores[prefix + name], True, "classification")
-    for name in MSE:
-        if prefix + name in scores:
-            return Score(prefix + name, scores[prefix + name], False, "regression")
-    for name in RMSE:
-        if prefix + name in scores:
-            value = scores[prefix + name] ** 2
-            return Score(f"{prefix}{name}^2", value, False, "regression")
-    if prefix + "loss" not in scores:
-        return None
-    loss = getattr(model, "loss", None)
-    if head is not None and isinstance(loss, Mapping):
-        loss = loss.get(head)
-    if loss in MSE or type(loss).__name__ == "MeanSquaredError":
-        return Score(f"{prefix}loss (MSE)", scores[prefix + "loss"], False, "regression")
-    return Score(prefix + "loss", scores[prefix + "loss"], False, None)
+        if data.full is not None and champion.model is not None:
+            for ok, text in compare_on_whole_split(exp, model, data, full, champion, heads):
+                check(ok, text)
+    return Decision(not refused, refused[0] if refused else "", tuple(checks), figures)
 
 
 def _evaluation(model, data, metrics: Mapping[str, float]):
@@ -205,11 +164,6 @@ def _evaluation(model, data, metrics: Mapping[str, float]):
 def _heads(plan: ColumnPlan) -> list[str | None]:
     """The output heads to judge: each label's name for several, else [None] (one output)."""
     return [s.name for s in plan.labels] if plan.heads else [None]
-
-
-def _head_prefix(prefix: str, head: str | None) -> str:
-    """Keras names a head's metrics after its output: ``val_`` + ``price_`` + ``mae``."""
-    return f"{prefix}{head}_" if head else prefix
 
 
 def _label_spec(plan: ColumnPlan, head: str | None):
@@ -245,66 +199,18 @@ def _against_trivial(score: Score, train: np.ndarray, rows: np.ndarray) -> tuple
     return ok, f"{score.name}={score.value:.4g} {verb} {what} on the same {n} rows"
 
 
-def _against_champion(
-    exp, model, split, prefix: str, score_of: dict, plan: ColumnPlan
-) -> list[tuple[bool, str]]:
-    """Evaluate the holder of ``registry.must_beat`` on ``split``; compare the main metric of
-    each head (``score_of``: head, or None for one output, to this model's score)."""
-    import mlflow
-
-    name, alias = exp.tracking.registered_model, exp.registry.must_beat
-    client = mlflow.MlflowClient()
-    try:
-        version = client.get_registered_model(name).aliases.get(alias)
-    except mlflow.exceptions.MlflowException as exc:
-        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
-            raise
-        version = None
-    if version is None:
-        return [(True, f"no version of {name!r} holds @{alias} yet: nothing to beat")]
-    try:
-        # A logged model takes named columns: fed the split's packed features split up.
-        champion = packed_input_model(load_keras_model(f"models:/{name}/{version}"), plan)
-        _compile_like(champion, model)
-        got = champion.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
-    except Exception as exc:
-        return [
-            (
-                False,
-                f"{name}@{alias} (version {version}) could not be evaluated on these rows "
-                f"({type(exc).__name__}: {exc}); promote a version by hand or drop "
-                "registry.must_beat",
-            )
-        ]
-    got = {f"{prefix}{k}": float(v) for k, v in got.items()}
-    out = []
-    for head, score in score_of.items():
-        theirs = main_score(champion, got, _head_prefix(prefix, head), head)
-        if score is None or theirs is None:
-            where = f" on head {head!r}" if head else ""
-            text = f"no common metric{where} to compare with {name}@{alias} (version {version})"
-            out.append((False, text))
-            continue
-        ok = score.beats(theirs.value)
-        verb = "beats" if ok else "does not beat"
-        out.append(
-            (
-                ok,
-                f"{score.name}={score.value:.4g} {verb} {name}@{alias} (version {version}): "
-                f"{theirs.value:.4g} on the same rows",
-            )
-        )
-    return out
-
-
-def _compile_like(champion, model) -> None:
-    """Compile ``champion`` with ``model``'s loss and metrics, so both report the same names."""
-    import keras
-
-    config = model.get_compile_config() or {}
-    keys = ("loss", "loss_weights", "metrics", "weighted_metrics")
-    kept = {k: config[k] for k in keys if config.get(k) is not None}
-    champion.compile(**keras.saving.deserialize_keras_object(kept))
+def _full_evaluation(model, data, metrics: Mapping[str, float]) -> dict[str, float]:
+    """The model's metrics on the whole evaluation split (``data.full``): those ``finish``
+    logged (``full_test_*``), else evaluated here (``full_val_*``); {} without one."""
+    if data.full is None:
+        return {}
+    prefix = data.full_prefix
+    logged = {k: v for k, v in metrics.items() if k.startswith(prefix)}
+    if logged:
+        return logged
+    split = data.full
+    got = model.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
+    return {f"{prefix}{k}": float(v) for k, v in got.items()}
 
 
 def _rows(labels: np.ndarray) -> np.ndarray:

@@ -33,6 +33,9 @@ MAX_POINTS = 500
 FAILED_TAG = "keras_dl.report_failed"  # why the last attempt to build the report failed
 SPEED = ("samples_per_sec", "steps_per_sec")  # Throughput's, per epoch (steps/s: no batch size)
 WAIT = ("input_wait_fraction", "input_wait_ms")
+# Evaluation metrics beside the learning curves' names: the whole split of a run on the
+# changed rows (finish's full_test_*, the gate's full_val_*) and the champion's (the gate's).
+ONE_VALUE = ("test_", "full_test_", "full_val_", "champion_")
 LINEAGE_TAGS = ("data.table", "data.format", "data.version", "data.since_version")
 LINEAGE_PARAMS = (
     "data.version_range",
@@ -104,7 +107,7 @@ def render(client, run_id: str) -> str:
         k: v
         for k, v in history.items()
         if "." not in k  # early_stopping.best, data.bad_images_skipped: one value, no curve
-        and not k.startswith(("system/", "step_", "test_", *SKIP_PREFIXES))
+        and not k.startswith(("system/", "step_", *ONE_VALUE, *SKIP_PREFIXES))
         and not k.startswith(tuple(f"val_{p}" for p in SKIP_PREFIXES))
     }
     sections = [
@@ -234,7 +237,32 @@ def _registry(client, run) -> str:
         decision = "no registry decision (registration off, or the run ended before it)"
     verdict = "refused" if refused and not versions else ("passed" if versions else "none")
     rows = [("decision", decision), ("gate checked", tags.get(tracking.GATE_TAG, ""))]
-    return f'<p class="verdict {verdict}">{escape(verdict)}</p>' + table([r for r in rows if r[1]])
+    out = f'<p class="verdict {verdict}">{escape(verdict)}</p>' + table([r for r in rows if r[1]])
+    return out + _comparison(run.data.metrics)
+
+
+def _comparison(metrics: dict) -> str:
+    """This model beside the champion (``registry.must_beat``), metric by metric: on the
+    evaluation rows (the changed rows of a ``data.since_version`` run) and, for such a run, on
+    the whole split at the same version, where a model that forgot the older rows loses."""
+    for rows, whole in (("test_", "full_test_"), ("val_", "full_val_")):
+        keys = [k for k in metrics if k.startswith((whole, f"champion_{rows}"))]
+        if keys:
+            break
+    else:
+        return ""
+    names = sorted({k.split(rows, 1)[1] for k in keys})
+    changed = any(k.startswith(whole) for k in keys)
+    where = "changed rows" if changed else rows.rstrip("_") + " rows"
+    split = "test" if rows == "test_" else "validation"
+    head = ("metric", f"this model, {where}", f"champion, {where}")
+    if changed:
+        head += (f"this model, whole {split} split", f"champion, whole {split} split")
+    cells = []
+    for name in names:
+        keys = (rows, f"champion_{rows}", whole, f"champion_{whole}")[: len(head) - 1]
+        cells.append((name, *(_figure(metrics.get(k + name)) for k in keys)))
+    return table(cells, head=head)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -272,6 +300,10 @@ def _epochs(points) -> list[tuple[float, float]]:
 def _final_metrics(run) -> dict[str, str]:
     """The test split's scores and the one-value metrics (``early_stopping.best``)."""
     return {k: f"{v:.6g}" for k, v in run.data.metrics.items() if k.startswith("test_") or "." in k}
+
+
+def _figure(value) -> str:
+    return "" if value is None else f"{value:.6g}"
 
 
 def _model_versions(client, run_id: str) -> list:

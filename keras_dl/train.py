@@ -146,6 +146,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     import mlflow
 
     from keras_dl.callbacks.checkpoint import Checkpoint
+    from keras_dl.callbacks.early_stopping import EarlyStopping
     from keras_dl.callbacks.mlflow_logger import MLflowLogger
     from keras_dl.callbacks.system_metrics import SystemMetrics
     from keras_dl.distribute.lr import scale_learning_rate
@@ -153,6 +154,7 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.frame_model import serving_model
     from keras_dl.run import make_callbacks, prepare_fit
     from keras_dl.run.compile_options import compile_weighted
+    from keras_dl.trivial import run_trivial_loss, trivial_params
     from keras_dl.warm_start import init_from_tags, warm_start
 
     exp, world, run_id = run.exp, run.world, run.run_id
@@ -185,12 +187,18 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
             # under Horovod, BroadcastState copies rank 0's weights to the other ranks.
             mlflow.set_tags(init_from_tags(warm_start(model, exp.init_from, exp.tracking.uri)))
     callbacks = [*make_callbacks(run, data), *callbacks]
+    trivial = run_trivial_loss(exp.callbacks.trivial_loss_factor, model, data)
+    for cb in callbacks:  # built before the model, and its loss, existed
+        if isinstance(cb, EarlyStopping):
+            cb.trivial_loss, cb.trivial_loss_factor = trivial, exp.callbacks.trivial_loss_factor
     # Resume: rank 0 restores the last checkpoint, every rank positions its data after it.
     resume = prepare_fit(callbacks, model, data)
     checkpoint = next(c for c in callbacks if isinstance(c, Checkpoint))
     if world.is_chief:
         replicas = strategy.num_replicas_in_sync
         _log_data_params(run, data, resume, checkpoint.restored, replicas)
+        if trivial is not None:  # the same on a resume: the same labels, the same loss
+            mlflow.log_params(trivial_params(trivial))
     if exp.runtime.strategy == "horovod":
         from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
         from keras_dl.callbacks.stall import StallWatchdog
@@ -219,6 +227,8 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
         history.history,
         learning_rate=exp.train.learning_rate,
         factor=exp.callbacks.divergence_factor,
+        trivial=trivial,
+        trivial_factor=exp.callbacks.trivial_loss_factor,
     )
     metrics, model_uri, version, refused = finish(run, model, data, checkpoint)
     return TrainResult(

@@ -136,6 +136,17 @@ def test_a_float32_metric_equal_to_the_majority_baseline_ties_and_does_not_beat_
     assert not loss.beats(0.3) and loss.beats(0.31)
 
 
+def test_no_worse_allows_the_tolerance_relative_to_the_champion_and_float32_ties():
+    from keras_dl.gate import Score
+
+    mse = Score("full_test_mse", 2.02, False, "regression")
+    assert mse.no_worse(2.0, 0.01) and not mse.no_worse(2.0, 0.005)
+    accuracy = Score("full_test_accuracy", 0.891, True, "classification")
+    assert accuracy.no_worse(0.9, 0.01) and not accuracy.no_worse(0.9, 0.005)
+    tie = Score("full_test_accuracy", float(np.float32(0.3)), True, "classification")
+    assert tie.no_worse(0.3, 0.0) and not tie.beats(0.3)
+
+
 def test_a_model_no_better_than_the_majority_class_is_not_registered(small_table, tmp_path):
     sets = ["data.label=cls", "data.features=noise", "train.epochs=5"]
     args = [a for s in [*_sets(small_table, tmp_path), *sets] for a in ("--set", s)]
@@ -286,8 +297,14 @@ def test_a_growing_loss_fails_the_run_early_and_the_factor_can_be_turned_off(sma
     assert "<td>failure</td><td>diverged: DivergenceError: Training diverged" in html
     assert 'data-series="loss"' in html
 
+    # Off: both divergence rules on the loss (by epoch 2 it is also 100 times the mean's).
     off, uri = train_tabular(
-        small_table, tmp_path / "off", *sets, "train.epochs=3", "callbacks.divergence_factor=0"
+        small_table,
+        tmp_path / "off",
+        *sets,
+        "train.epochs=3",
+        "callbacks.divergence_factor=0",
+        "callbacks.trivial_loss_factor=0",
     )
     assert len(off.history["loss"]) == 3
     assert off.history["loss"][-1] > 10 * off.history["loss"][0]
@@ -303,6 +320,9 @@ def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_ta
     sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
     sets += ["train.learning_rate=0.25", "train.epochs=20"]
     sets += ["runtime.strategy=horovod", "runtime.np=-2", "runtime.stall_timeout=60"]
+    # The growth rule alone: on two ranks the first epoch's loss (8.6e3) is already past 100
+    # times the mean's (4.6), where callbacks.trivial_loss_factor would stop it first.
+    sets += ["callbacks.trivial_loss_factor=0"]
     exp = resolve(load_recipe("tabular").defaults, sets=[*_sets(small_table, tmp_path), *sets])
     # Both ranks stop after the same epoch and fail alike; a rank left training alone would
     # wait in the next allreduce until the stall timeout named it instead.
@@ -316,6 +336,33 @@ def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_grew(small_ta
     assert "Training diverged: loss grew" in run.data.tags["keras_dl.failure_reason"]
     epochs = mlflow.MlflowClient(exp.tracking.uri).get_metric_history(run.info.run_id, "loss")
     assert 2 <= len(epochs) < 20
+    assert _versions(exp.tracking.uri) == []
+
+
+@pytest.mark.slow
+@HEAVY
+def test_every_horovod_rank_stops_at_the_epoch_whose_averaged_loss_is_past_the_trivial(
+    small_table, tmp_path
+):
+    from keras_dl.errors import DistributedError
+    from keras_dl.launch import launch
+
+    sets = ["data.label=y", "data.features=x1,x2", "model.hidden=", "train.optimizer=sgd"]
+    sets += ["train.learning_rate=0.25", "train.epochs=20"]
+    sets += ["runtime.strategy=horovod", "runtime.np=-2", "runtime.stall_timeout=60"]
+    exp = resolve(load_recipe("tabular").defaults, sets=[*_sets(small_table, tmp_path), *sets])
+    # Every rank computes the same figure from the whole training split's labels and compares
+    # the ranks' averaged loss with it: all stop after the same epoch.
+    with pytest.raises(
+        (DivergenceError, DistributedError),
+        match=r"DivergenceError: Training diverged: loss .* callbacks.trivial_loss_factor=100",
+    ):
+        launch(exp)
+    (run,) = runs_in(exp.tracking.uri)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["keras_dl.failure"] == "diverged"
+    epochs = mlflow.MlflowClient(exp.tracking.uri).get_metric_history(run.info.run_id, "loss")
+    assert 1 <= len(epochs) < 20
     assert _versions(exp.tracking.uri) == []
 
 
@@ -359,6 +406,8 @@ def test_find_divergence_compares_with_the_first_epoch():
         ("registry.must_beat=latest", r"registry.must_beat='latest' is not a valid alias"),
         ("registry.set_alias=9lives", r"registry.set_alias='9lives' is not a valid alias"),
         ("callbacks.divergence_factor=0.5", r"must be 0 \(off\) or greater than 1"),
+        ("registry.forgetting_tolerance=1", r"registry.forgetting_tolerance=1 must be in \[0, 1\)"),
+        ("registry.forgetting_tolerance=-0.1", r"forgetting_tolerance=-0.1 must be in \[0, 1\)"),
         ("registry.floor=1", r"Unknown config key 'registry.floor'"),
     ],
 )

@@ -12,6 +12,7 @@ import keras
 import mlflow
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from keras_dl.config import resolve
@@ -110,6 +111,13 @@ def test_a_fine_tune_on_the_appended_rows_that_beats_the_champion_is_promoted(ch
     assert (source["delta_table_version"], source["delta_table_since_version"]) == (1, 0)
     # The gate compared it with the champion, and it earned the alias.
     assert f"beats {NAME}@champion (version {before.version})" in tags["keras_dl.gate"]
+    # ... on the changed rows, and on the whole test split (the 60 older rows and 40 new).
+    whole = f"is no worse than {NAME}@champion (version {before.version}): "
+    assert whole in tags["keras_dl.gate"]
+    assert "on the whole test split (100 rows, older rows included)" in tags["keras_dl.gate"]
+    metrics = run.data.metrics
+    assert metrics["full_test_rmse"] <= 1.01 * metrics["champion_full_test_rmse"]
+    assert {"test_loss", "champion_test_loss", "champion_full_test_loss"} <= set(metrics)
     assert result.registered_version is not None
     after = client.get_model_version_by_alias(NAME, "champion")
     assert int(after.version) == result.registered_version > int(before.version)
@@ -208,3 +216,65 @@ def test_a_resumed_fine_tune_continues_from_its_checkpoint_not_from_init_from(ch
     # The rerun resumed from the epoch-1 checkpoint: init_from did not overwrite it.
     for ours, theirs in zip(again.at_start, first.at_stop, strict=True):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def flipped(n_train: int, n_eval: int, seed: int) -> pa.Table:
+    """Rows of the other rule, ``y = -(2 x1 - x2)``, on every split: x alone cannot tell them
+    from the older rows, so one model cannot fit both."""
+    table = rows(n_train, n_eval, seed)
+    return table.set_column(table.schema.get_field_index("y"), "y", pc.negate(table["y"]))
+
+
+@pytest.mark.slow
+def test_a_fine_tune_that_forgot_the_older_rows_loses_to_the_champion_on_the_whole_split(
+    tmp_path,
+):
+    """The champion trained on every row of v1: 400 older rows and 80 of the other rule, a
+    compromise (about 2/3 of the older rule) that still beats the mean. The fine-tune on the
+    changed rows learns the new rule: it beats the champion on the changed test rows, which
+    is all the gate compared before, but on the whole test split, older rows included, it is
+    far worse. The alias stays, and the reason says where it lost."""
+    name = "forget"
+    sets = [f"tracking.registered_model={name}", "train.learning_rate=0.01", *GATE]
+    table = write_delta(str(tmp_path / "table"), rows(400, 80, seed=4), rows_per_group=100)
+    from deltalake import write_deltalake
+
+    write_deltalake(table, flipped(80, 20, seed=5), mode="append")  # version 1
+    champion = train(table, tmp_path, "all", *sets, "train.epochs=10")
+    assert champion.registered_version == 1
+
+    fine_tune = ["data.since_version=0", f"model.init_from=models:/{name}@champion"]
+    result = train(table, tmp_path, "new", *sets, *fine_tune, "train.epochs=15")
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(result.run_id)
+    m, tags = run.data.metrics, run.data.tags
+    assert run.info.status == "FINISHED"
+    assert run.data.params["data.train_rows"] == "80"  # the changed rows only
+    # On the changed test rows (20) it wins; on the whole test split (100) it loses.
+    assert m["test_rmse"] < m["champion_test_rmse"]
+    assert m["full_test_rmse"] > 1.5 * m["champion_full_test_rmse"]
+    assert f"beats {name}@champion (version 1)" in tags["keras_dl.gate"]
+    assert result.registered_version is None
+    reason = result.not_registered
+    assert reason == tags["keras_dl.not_registered"]
+    assert (
+        f"full_test_rmse^2={m['full_test_rmse'] ** 2:.4g} is worse than {name}@champion " in reason
+    )
+    assert "on the whole test split (100 rows, older rows included)" in reason
+    assert "beyond registry.forgetting_tolerance=0.01" in reason
+    assert int(client.get_model_version_by_alias(name, "champion").version) == 1
+    # The report shows both figures for both models.
+    page = client.download_artifacts(result.run_id, "report.html", str(tmp_path))
+    html = Path(page).read_text()
+    assert "<th>this model, whole test split</th><th>champion, whole test split</th>" in html
+    assert f"<td>rmse</td><td>{m['test_rmse']:.6g}</td>" in html
+
+    # Without a test split the validation split decides: its whole split is compared the same.
+    result = train(table, tmp_path, "val", *sets, *fine_tune, "train.epochs=15", "data.test_split=")
+    assert result.registered_version is None
+    assert "is worse than forget@champion (version 1)" in result.not_registered
+    assert "on the whole validation split (100 rows, older rows included)" in result.not_registered
+    m = client.get_run(result.run_id).data.metrics
+    assert m["full_val_rmse"] > 1.5 * m["champion_full_val_rmse"]
+    assert m["champion_val_rmse"] > 0  # the champion on the changed validation rows

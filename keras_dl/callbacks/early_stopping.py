@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from keras_dl.distribute.world import current_world
-from keras_dl.divergence import loss_grew
+from keras_dl.divergence import above_trivial, loss_grew, trivial_message
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ class EarlyStopping(keras.callbacks.Callback):
             0 disables it. Under Horovod the epoch's loss is the ranks' average
             (``MetricAverage`` runs first), so every rank stops at the same epoch.
             Defaults to 10.0.
+        trivial_loss: The trivial predictor's loss on the training rows, a
+            :class:`~keras_dl.trivial.TrivialLoss`: stop (reason "diverged") at the end of the
+            first epoch whose training ``loss`` is more than ``trivial_loss_factor`` times it.
+            Defaults to None (not checked).
+        trivial_loss_factor: See ``trivial_loss``; 0 disables it. Defaults to 100.0.
         restore_best_weights: When stopping, restore the weights of the best epoch.
             Defaults to False.
         run_id: MLflow run to log the reason to. Defaults to the active run, if any.
@@ -64,6 +69,8 @@ class EarlyStopping(keras.callbacks.Callback):
         divergence_threshold: float | None = None,
         check_finite: bool = True,
         divergence_factor: float = 10.0,
+        trivial_loss=None,
+        trivial_loss_factor: float = 100.0,
         restore_best_weights: bool = False,
         run_id: str | None = None,
         verbose: bool = True,
@@ -81,6 +88,8 @@ class EarlyStopping(keras.callbacks.Callback):
         self.divergence_threshold = divergence_threshold
         self.check_finite = check_finite
         self.divergence_factor = divergence_factor
+        self.trivial_loss = trivial_loss
+        self.trivial_loss_factor = trivial_loss_factor
         self.restore_best_weights = restore_best_weights
         self.run_id = run_id
         self.verbose = verbose
@@ -187,11 +196,17 @@ class EarlyStopping(keras.callbacks.Callback):
         return a < b - delta if self.mode == "min" else a > b + delta
 
     def _loss_grew(self, epoch: int, logs) -> bool:
-        """Stop when the epoch's training loss grew past ``divergence_factor`` times the first's."""
+        """Stop when the epoch's training loss grew past ``divergence_factor`` times the first's,
+        or is more than ``trivial_loss_factor`` times the trivial predictor's."""
         try:
             loss = float(logs["loss"])
         except (KeyError, TypeError, ValueError):
             return False
+        trivial = self.trivial_loss
+        if trivial is not None and above_trivial(loss, trivial.value, self.trivial_loss_factor):
+            reason = trivial_message(loss, epoch, trivial, self.trivial_loss_factor)
+            self._stop("diverged", f"{reason}: stopping training (lower the learning rate).")
+            return True
         if self._first_loss is None:
             self._first_loss = loss
             return False

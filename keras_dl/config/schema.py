@@ -250,6 +250,10 @@ class CallbacksConfig:
         check_finite: Stop on a NaN or infinite loss or monitored value. Defaults to True.
         divergence_factor: Stop, and fail the run as diverged, when an epoch's training loss
             is more than this many times the first epoch's; 0 disables it. Defaults to 10.0.
+        trivial_loss_factor: Stop, and fail the run as diverged, when an epoch's training loss
+            is more than this many times the trivial predictor's loss on the training rows
+            (the class frequencies' cross-entropy, or the mean's MSE/MAE; see
+            :mod:`keras_dl.trivial`); 0 disables it. Defaults to 100.0.
         restore_best_weights: Restore the best epoch's weights when stopping early.
             Defaults to False.
         checkpoint_every_n_steps: Also checkpoint every N steps (0: each epoch only).
@@ -269,6 +273,7 @@ class CallbacksConfig:
     divergence_threshold: float | None = None
     check_finite: bool = True
     divergence_factor: float = 10.0
+    trivial_loss_factor: float = 100.0
     restore_best_weights: bool = False
     checkpoint_every_n_steps: int = 0
     keep_checkpoints: int = 3
@@ -291,11 +296,18 @@ class RegistryConfig:
             it yet). Defaults to "" (none).
         set_alias: An alias moved to the new version once it is registered, e.g. "champion".
             Defaults to "" (none).
+        forgetting_tolerance: With ``must_beat`` and ``data.since_version`` (or
+            ``data.since_timestamp``), the new model is evaluated on the changed rows and on
+            the whole test split at the new version; there it may be worse than the champion
+            by at most this share of the champion's figure (0.01: accuracy 0.90 allows 0.891,
+            MSE 2.0 allows 2.02), so a model that forgot the older rows is refused. In [0, 1).
+            Defaults to 0.01.
     """
 
     min_metric: str = ""
     must_beat: str = ""
     set_alias: str = ""
+    forgetting_tolerance: float = 0.01
 
 
 @dataclass(frozen=True)

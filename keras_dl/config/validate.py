@@ -46,11 +46,13 @@ def validate(exp: Experiment) -> Experiment:
             f"data.image_size={list(exp.data.image_size)} must be two positive integers "
             "(height, width), e.g. --set data.image_size=128,128."
         )
-    if exp.callbacks.divergence_factor != 0 and not exp.callbacks.divergence_factor > 1:
-        raise ConfigError(
-            f"callbacks.divergence_factor={exp.callbacks.divergence_factor:g} must be 0 (off) "
-            "or greater than 1, e.g. --set callbacks.divergence_factor=10."
-        )
+    for key, example in (("divergence_factor", 10), ("trivial_loss_factor", 100)):
+        factor = getattr(exp.callbacks, key)
+        if factor != 0 and not factor > 1:
+            raise ConfigError(
+                f"callbacks.{key}={factor:g} must be 0 (off) or greater than 1, e.g. --set "
+                f"callbacks.{key}={example}."
+            )
     seconds = exp.tracking.system_metrics_seconds
     if seconds != 0 and not seconds >= 0.1:
         raise ConfigError(
@@ -251,6 +253,12 @@ def valid_alias(alias: str) -> bool:
 def _check_registry(registry: RegistryConfig) -> None:
     if registry.min_metric:
         parse_min_metric(registry.min_metric)
+    if not 0 <= registry.forgetting_tolerance < 1:
+        raise ConfigError(
+            f"registry.forgetting_tolerance={registry.forgetting_tolerance:g} must be in [0, 1): "
+            "the share of the champion's figure on the whole test split the new model may lose, "
+            "e.g. --set registry.forgetting_tolerance=0.01 (0: no worse at all)."
+        )
     for key in ("must_beat", "set_alias"):
         alias = getattr(registry, key)
         if alias and not valid_alias(alias):

@@ -28,7 +28,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DataSplits:
-    """The datasets of one run, their column plan and the table's lineage."""
+    """The datasets of one run, their column plan and the table's lineage.
+
+    ``full`` is set for a run on the changed rows (``data.since_version`` or
+    ``data.since_timestamp``): the evaluation split the registry gate uses (test, else
+    validation) over the whole table at the same version, so the gate sees what the model
+    forgot of the older rows (:mod:`keras_dl.gate`); None otherwise, and for a split read from
+    its own table (``data.test_table``, ``data.validation_table``), which is whole already.
+    """
 
     train: SplitData
     validation: SplitData | None
@@ -36,6 +43,12 @@ class DataSplits:
     plan: ColumnPlan
     snapshot: TableSnapshot
     hooks: tuple = field(default=(), repr=False)
+    full: SplitData | None = None
+
+    @property
+    def full_prefix(self) -> str:
+        """The metric prefix of ``full``: "full_test_", or "full_val_" without a test split."""
+        return "full_test_" if self.test is not None else "full_val_"
 
     def bad_images_skipped(self) -> int:
         """Undecodable images dropped so far by the image hooks (``data.on_bad_image=skip``)."""
@@ -115,6 +128,9 @@ def make_splits(
         preprocess_train or preprocess,
     )
     evals = {}
+    # Class weights train only (as Keras' class_weight); the weight column weighs all.
+    plan_eval = dataclasses.replace(plan, class_weights=())
+    options = ReadOptions(batch_size, **common)
     for name, table, split in (
         ("validation", data.validation_table, data.validation_split),
         ("test", data.test_table, data.test_split),
@@ -124,9 +140,6 @@ def make_splits(
             evals[name] = None
             continue
         try:
-            # Class weights train only (as Keras' class_weight); the weight column weighs all.
-            plan_eval = dataclasses.replace(plan, class_weights=())
-            options = ReadOptions(batch_size, **common)
             evals[name] = make_dataset(snap, plan_eval, options, preprocess)
         except DataError as exc:
             if table or "has no rows" not in str(exc):
@@ -134,7 +147,12 @@ def make_splits(
             log.warning("No %s rows in %s; skipping %s.", name, snapshot.uri, name)
             evals[name] = None
     hooks = tuple(h for h in (preprocess, preprocess_train) if h is not None)
-    return DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks)
+    full = None
+    if snapshot.since_version is not None:
+        full_snap = _full_eval_snapshot(data, snapshot, evals)
+        if full_snap is not None:
+            full = make_dataset(full_snap, plan_eval, options, preprocess)
+    return DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks, full)
 
 
 def _open(
@@ -151,6 +169,23 @@ def _open(
     if data.cache_dir:
         snapshot = cache_files(snapshot, data.cache_dir)
     return snapshot
+
+
+def _full_eval_snapshot(data: DataConfig, changes: TableSnapshot, evals: dict):
+    """The gate's evaluation split (test, else validation) over the whole table at the
+    version of the change snapshot ``changes``; None when that split has its own table."""
+    for name, table, value in (
+        ("test", data.test_table, data.test_split),
+        ("validation", data.validation_table, data.validation_split),
+    ):
+        if evals[name] is None:
+            continue
+        if table:
+            return None
+        whole = _open(data, data.table, changes.version)
+        snap = _split(whole, data, value, f"data.{name}_split")
+        return snap if snap is not None and snap.files else None
+    return None
 
 
 def _split(snapshot: TableSnapshot, data: DataConfig, value: str, key: str):
