@@ -64,6 +64,7 @@ from recipes._tabular_labels import (
     make_label_table,
     make_target,
 )
+from recipes._tabular_numbers import encode_numbers
 
 log = logging.getLogger(__name__)
 Task = Literal["auto", "classification", "regression"]
@@ -205,15 +206,15 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
             inp = keras.Input(shape=spec.shape, dtype=spec.dtype, name=input_name(spec.name))
             x = layers.Reshape((int(np.prod(spec.shape)),))(keras.ops.cast(inp, "float32"))
             flat = values.reshape(len(values), -1).astype(np.float64)
-            # Constant columns have zero variance; 1 keeps them finite (they carry no signal).
-            var = np.where(flat.var(0) > 0, flat.var(0), 1.0)
             for j, column in enumerate(spec.members):  # imputed by name, before packing
                 if column in m.optional:
                     impute[column] = float(np.nanmean(flat[:, j]))
             if spec.name in m.optional:
                 mean = np.nanmean(flat, 0)
                 impute[spec.name] = mean.tolist() if spec.shape else float(mean[0])
-            x = layers.Normalization(mean=flat.mean(0), variance=var)(x)
+            inputs[spec.name] = inp
+            encoded.extend(encode_numbers(x, flat))  # normalized; NaN filled and flagged
+            continue
         inputs[spec.name] = inp
         encoded.append(x)
     x = layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
