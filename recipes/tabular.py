@@ -232,7 +232,7 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
     for units in m.hidden:
         x = layers.Dense(units, activation="relu")(x)
         x = layers.Dropout(m.dropout)(x)
-    if m.linear:  # the heads also see the encoded columns: a linear model is one of its fits
+    if m.linear and m.hidden:  # the heads also see the encoded columns: a linear fit too
         x = layers.Concatenate()([features, x])
     if isinstance(target, dict):
         outputs = {k: make_head(x, t, input_name(k)) for k, t in target.items()}
