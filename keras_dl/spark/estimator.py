@@ -6,6 +6,7 @@ Example::
     from pyspark.ml.feature import StandardScaler, VectorAssembler
     from keras_dl.spark import KerasEstimator
 
+    est = KerasEstimator(feature_cols=["features"], label_cols=["label"])  # no model: tabular
     est = KerasEstimator(model=model, loss="sparse_categorical_crossentropy",
                          metrics=["accuracy"], feature_cols=["scaled"], label_cols=["label"],
                          validation=0.2, batch_size=16, epochs=20, store="/tmp/keras_dl_store")
@@ -38,10 +39,10 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator
 
 from keras_dl.errors import ConfigError
-from keras_dl.spark import columns, runs
+from keras_dl.spark import columns, default_model, runs
 from keras_dl.spark.model import KerasModel
 from keras_dl.spark.params import EstimatorParams
-from keras_dl.spark.training import NAME, make_compile_spec, train
+from keras_dl.spark.training import NAME, make_compile_spec, train, with_learning_rate
 
 
 class KerasEstimator(Estimator, EstimatorParams):
@@ -49,7 +50,10 @@ class KerasEstimator(Estimator, EstimatorParams):
 
     Args:
         model: A keras.Model, compiled or not. Each fit trains a clone that starts from its
-            weights; the model itself is never changed.
+            weights; the model itself is never changed. Defaults to None: the tabular
+            recipe's network, batch size, epochs and early stopping, chosen from the rows, with
+            20 % of them validating unless ``validation`` is set
+            (:mod:`keras_dl.spark.default_model`).
         optimizer: A Keras optimizer name or instance (copied for each fit). Defaults to the
             compiled model's, else "adam".
         loss: A Keras loss. "sparse_categorical_crossentropy" (class indexes) and
@@ -85,6 +89,10 @@ class KerasEstimator(Estimator, EstimatorParams):
         registered_model: Register the trained model in MLflow under this name. Defaults to
             None (logged with the run, not registered).
         strategy: "auto", "none" or "mirrored" for ``num_proc=1``. Defaults to "auto".
+        learning_rate: The optimizer's learning rate. Defaults to None: the default model's
+            (the tabular recipe's), or the given optimizer's.
+        hidden_units: Widths of the default model's hidden layers. Defaults to None: the
+            tabular recipe's (64, 32).
     """
 
     @keyword_only
@@ -114,8 +122,6 @@ class KerasEstimator(Estimator, EstimatorParams):
 
     def _fit(self, df) -> KerasModel:
         model = self.getModel()
-        if model is None:
-            raise ConfigError("KerasEstimator has no model: pass model=keras.Model(...).")
         features, labels = self.getFeatureCols(), self.getLabelCols()
         if not features or not labels or len(labels) != 1:
             raise ConfigError(
@@ -123,30 +129,56 @@ class KerasEstimator(Estimator, EstimatorParams):
                 f"{features}, label_cols={labels}."
             )
         label = labels[0]
-        spec = make_compile_spec(model, self.getOptimizer(), self.getLoss(), self.getMetrics())
-        task = columns.task_of(spec.loss)
-        outputs = int(model.output_shape[-1])
+        columns.check_label_type(df, label)
+        validation = self.getValidation()
+        if model is None:  # the tabular recipe's model, sizing and early stopping
+            spec = None
+            task = default_model.infer_task(df, label, self.getLoss())
+            outputs = default_model.MAX_CLASSES if task == columns.MULTICLASS else 1
+            if not self.isSet(self.validation):
+                validation = default_model.DEFAULT_VALIDATION
+        else:
+            spec = make_compile_spec(model, self.getOptimizer(), self.getLoss(), self.getMetrics())
+            spec = with_learning_rate(spec, self.getLearningRate())
+            task = columns.task_of(spec.loss)
+            outputs = int(model.output_shape[-1])
         if task == columns.REGRESSION and outputs != 1:
             raise ConfigError(
                 f"loss={spec.loss!r} makes a regressor, whose model needs one output; this one "
                 f"has {outputs}. Use 'sparse_categorical_crossentropy' to classify."
             )
-        columns.check_label_type(df, label)
         if self.getSampleWeightCol():
             columns.check_weight_type(df, self.getSampleWeightCol())
-        if isinstance(self.getValidation(), str):
-            columns.check_present(df, [self.getValidation()], "validation")
+        if isinstance(validation, str):
+            columns.check_present(df, [validation], "validation")
         feature_array = columns.features_column(df, features)
         layout = columns.check_data(df, features, label, task, outputs)
-        _check_width(model, layout)
-        exp = self._experiment(self._materialize(df, feature_array, label, task))
+        if model is not None:
+            _check_width(model, layout)
+        table = self._materialize(df, feature_array, label, task, validation)
+        exp = self._experiment(table, validation)
+        if model is None:
+            exp = default_model.tabular_experiment(
+                exp, task, self._sizes_set(), self.getLearningRate(), self.getHiddenUnits()
+            )
         parent = runs.active_run_id() or runs.running(exp, getattr(self, "_parent_run", None))
         if parent:
             exp = runs.in_parent_experiment(exp, parent)
         run_id = self.getRunId()
         exp = runs.place_run_dir(exp, self._store(), run_id)
         try:
-            run_id, trained = train(exp, model, spec, self.getCallbacks() or (), run_id)
+            if model is None:
+                if exp.runtime.strategy == "horovod":
+                    raise ConfigError(
+                        f"num_proc={self.getNumProc()}: the default model (no model given) "
+                        "trains in this process; pass num_proc=1, or a model."
+                    )
+                run_id, trained = default_model.train_default(
+                    exp, self.getCallbacks() or (), run_id
+                )
+                trained = default_model.single_input(trained, layout.width)
+            else:
+                run_id, trained = train(exp, model, spec, self.getCallbacks() or (), run_id)
         except BaseException as exc:
             failed = runs.recorded_run(exp)
             if failed and parent:
@@ -164,14 +196,22 @@ class KerasEstimator(Estimator, EstimatorParams):
             feature_cols=features,
             label_cols=[label],
             task=task,
-            from_logits=spec.from_logits,
+            from_logits=bool(spec and spec.from_logits),
             run_id=run_id,
             batch_size=self.getValBatchSize() or self.getBatchSize(),
         )._with_model(trained)
 
     # -- what fit is made of -------------------------------------------------------------------
 
-    def _materialize(self, df, feature_array, label: str, task: str) -> str:
+    def _sizes_set(self) -> dict:
+        """The batch size and epochs the user set (the default model chooses the others)."""
+        return {
+            name: getattr(self, f"get{name.title().replace('_', '')}")()
+            for name in ("batch_size", "epochs")
+            if self.isSet(getattr(self, name))
+        }
+
+    def _materialize(self, df, feature_array, label: str, task: str, validation) -> str:
         """Write features, label (and split) as a Delta table under store, once per content.
 
         The table is named by a fingerprint of its rows, so a new process fitting the same
@@ -190,7 +230,6 @@ class KerasEstimator(Estimator, EstimatorParams):
             cols.append(
                 columns._col(self.getSampleWeightCol()).cast("double").alias(columns.WEIGHT)
             )
-        validation = self.getValidation()
         if isinstance(validation, str):
             is_val = F.coalesce(columns._col(validation).cast("boolean"), F.lit(False))
             cols.append(F.when(is_val, "validation").otherwise("train").alias(columns.SPLIT))
@@ -209,7 +248,7 @@ class KerasEstimator(Estimator, EstimatorParams):
         )
         return converter.path
 
-    def _experiment(self, table: str):
+    def _experiment(self, table: str, validation=None):
         """The keras_dl Experiment of this fit: the ``experiment`` Param, then the others."""
         from keras_dl.config import Experiment, TrackingConfig, resolve
 
@@ -229,7 +268,7 @@ class KerasEstimator(Estimator, EstimatorParams):
             label=columns.LABEL,
             weight_column=columns.WEIGHT if self.getSampleWeightCol() else None,
             features=(columns.FEATURES,),
-            split_column=columns.SPLIT if self.getValidation() else None,
+            split_column=columns.SPLIT if validation else None,
             test_split="",
             seed=self.getRandomSeed(),
         )
@@ -241,6 +280,7 @@ class KerasEstimator(Estimator, EstimatorParams):
             seed=self.getRandomSeed(),
             verbose=self.getVerbose(),
             **({"optimizer": optimizer} if isinstance(optimizer, str) else {}),
+            **({"learning_rate": self.getLearningRate()} if self.getLearningRate() else {}),
         )
         runtime = dataclasses.replace(
             base.runtime,

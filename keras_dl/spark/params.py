@@ -36,6 +36,26 @@ def _to_weight_col(value):
     return None if value is None else TypeConverters.toString(value)
 
 
+def _to_rate(value):
+    """None (the default model's, or the optimizer's) or a positive learning rate."""
+    if value is None:
+        return None
+    rate = TypeConverters.toFloat(value)
+    if not rate > 0:
+        raise ConfigError(f"learning_rate={value!r}: use a positive number, or None.")
+    return rate
+
+
+def _to_units(value):
+    """None (the tabular recipe's (64, 32)) or the units of each hidden layer."""
+    if value is None:
+        return None
+    units = TypeConverters.toListInt(value)
+    if not units or min(units) < 1:
+        raise ConfigError(f"hidden_units={value!r}: use positive layer widths, e.g. [64, 32].")
+    return units
+
+
 def _identity(value):
     return value
 
@@ -82,6 +102,18 @@ SPECS = (
     ),
     ("registered_model", "register the model under this name", _identity, None),
     ("strategy", "auto, none, mirrored or horovod", TypeConverters.toString, "auto"),
+    (
+        "learning_rate",
+        "learning rate; None: the default model's, or the optimizer's",
+        _to_rate,
+        None,
+    ),
+    (
+        "hidden_units",
+        "hidden layer widths of the default model (no model given); None: (64, 32)",
+        _to_units,
+        None,
+    ),
 )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from keras_dl import storage
@@ -75,6 +75,14 @@ def make_compile_spec(model, optimizer=None, loss=None, metrics=None) -> Compile
         if isinstance(optimizer, (str, dict))
         else keras.optimizers.serialize(optimizer),
     )
+
+
+def with_learning_rate(spec: CompileSpec, rate: float | None) -> CompileSpec:
+    """``spec`` with the ``learning_rate`` Param in its serialized optimizer, when both exist."""
+    if rate is None or not isinstance(spec.optimizer, dict):
+        return spec  # a name: train.learning_rate carries the rate
+    config = {**spec.optimizer.get("config", {}), "learning_rate": rate}
+    return replace(spec, optimizer={**spec.optimizer, "config": config})
 
 
 def make_recipe(model, spec: CompileSpec, exp):
