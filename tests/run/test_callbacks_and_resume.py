@@ -108,6 +108,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     others = make_callbacks(_run(exp, World(rank=1, size=2), None), data)
     assert [type(c) for c in others] == [
         Checkpoint,
+        RowsTrained,
         EarlyStopping,
         Throughput,
         SystemMetrics,
