@@ -246,28 +246,3 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
     assert ".lease.json" not in keys  # the driver held the lease for the job and released it
     counted = [k for k in keys if re.fullmatch(r"checkpoints/ckpt-\d{9}\.json", k)]
     assert counted and all(k[:-5] + ".npz" in keys for k in counted), keys
-
-
-@pytest.mark.slow
-def test_a_two_task_job_stopped_mid_epoch_resumes_on_one_task_training_every_row_once(
-    spark_cluster, digits_table, tmp_path
-):
-    import mlflow
-
-    from tests.conftest import runs_in
-
-    master, env = spark_cluster
-    out, logs = _run_driver(
-        env, master, digits_table, str(tmp_path), module="tests.distribute.spark_resume_driver"
-    )
-    assert out["first"].startswith("preempted at "), logs[-3000:]
-    assert "on 1 rank(s) (checkpoint written on 2)" in logs
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    (run,) = runs_in(uri)
-    assert run.info.run_id == out["run_id"] and run.info.status == "FINISHED"
-    client = mlflow.MlflowClient(uri)
-    rows = int(run.data.params["data.train_rows"])
-    trained = [
-        (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
-    ]
-    assert trained == [(e, rows) for e in range(3)]  # every epoch once, every row once

@@ -1,8 +1,9 @@
 """A Horovod job stopped mid-epoch and rerun on another number of ranks trains every row once.
 
 Real processes, as a user reruns a command after the cluster lost or gained a node: 2 ranks
-stopped by SIGTERM early in epoch 2, rerun on 3 ranks and stopped again inside that same epoch,
-rerun on 1 process to the end (epoch 2 is then read in three segments). One MLflow run, FINISHED, with every epoch logged once and ``rows_trained`` equal to the
+stopped by SIGTERM early in epoch 2, rerun on 3 ranks (the rest of epoch 2) and stopped as epoch
+3 starts, rerun on 1 process to the end. (Epochs read in three segments are the property test's,
+in tests/data/test_resume_ranks.py.) One MLflow run, FINISHED, with every epoch logged once and ``rows_trained`` equal to the
 split's rows in every epoch (the interrupted ones included)."""
 
 from __future__ import annotations
@@ -81,13 +82,14 @@ def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
     first = read_header(list_checkpoints(ckpts)[-1])
     assert first["world_size"] == 2 and first["rank_batch"] == 6
     assert first["data_position"]["epoch"] == 1 and first["step"] > 0, first  # inside epoch 2
-    three = _stop_at(_command(digits_table, tmp_path, uri, -3), "Epoch 2/", tmp_path / "three.log")
+    # Stopped as epoch 3 starts: the resumed epoch 2 (its first, traced step included) is done,
+    # and a signal during that first step's tracing could outlast Horovod's 5 s grace.
+    three = _stop_at(_command(digits_table, tmp_path, uri, -3), "Epoch 3/", tmp_path / "three.log")
     assert re.search(r"Resuming epoch 2 at \d+% on 3 rank\(s\) \(checkpoint written on 2\)", three)
     assert "The learning rate scales to 3 replica(s)" in three
     second = read_header(list_checkpoints(ckpts)[-1])
-    segments = second["data_position"]["segments"]
-    assert second["data_position"]["epoch"] == 1 and segments[0][:2] == [2, 6], second
-    assert segments[1:] in ([], [[3, 4, segments[-1][2]]])  # none if stopped before a step
+    assert second["world_size"] == 3 and second["rank_batch"] == 4, second
+    stopped_in = second["data_position"]["epoch"] + 1
 
     last = subprocess.run(
         _command(digits_table, tmp_path, uri, 1),
@@ -98,7 +100,8 @@ def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
     )
     text = last.stdout + last.stderr
     assert last.returncode == 0, text[-3000:]
-    assert re.search(r"Resuming epoch 2 at \d+% on 1 rank\(s\) \(checkpoint written on 3\)", text)
+    pattern = rf"Resuming epoch {stopped_in} at \d+% on 1 rank\(s\) \(checkpoint written on 3\)"
+    assert re.search(pattern, text) or second["step"] == 0, text[-3000:]
 
     (run,) = runs_in(uri)
     assert run.info.status == "FINISHED"

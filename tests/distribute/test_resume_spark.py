@@ -1,0 +1,46 @@
+"""A HorovodRunner job on the standalone loopback cluster, stopped mid-epoch on 2 Spark tasks,
+resumes on 1 task with every epoch's rows trained once.
+
+Its own module, so it has its own cluster: after the other module's Spark Connect server stops,
+the master can keep counting that application's cores for a while (0 free slots)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import HEAVY
+from tests.distribute.test_horovod_spark import _run_driver, standalone_cluster
+
+pytestmark = HEAVY  # see tests/conftest.py
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    """``spark://127.0.0.1:PORT``: a standalone master and two 1-core workers, stopped after."""
+    with standalone_cluster(tmp_path_factory.mktemp("spark"), [(1, {}), (1, {})]) as cluster:
+        yield cluster
+
+
+@pytest.mark.slow
+def test_a_two_task_job_stopped_mid_epoch_resumes_on_one_task_training_every_row_once(
+    spark_cluster, digits_table, tmp_path
+):
+    import mlflow
+
+    from tests.conftest import runs_in
+
+    master, env = spark_cluster
+    out, logs = _run_driver(
+        env, master, digits_table, str(tmp_path), module="tests.distribute.spark_resume_driver"
+    )
+    assert out["first"].startswith("preempted at "), logs[-3000:]
+    assert "on 1 rank(s) (checkpoint written on 2)" in logs
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (run,) = runs_in(uri)
+    assert run.info.run_id == out["run_id"] and run.info.status == "FINISHED"
+    client = mlflow.MlflowClient(uri)
+    rows = int(run.data.params["data.train_rows"])
+    trained = [
+        (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
+    ]
+    assert trained == [(e, rows) for e in range(3)]  # every epoch once, every row once
