@@ -169,13 +169,9 @@ class EpochStream:
     def pieces(self, epoch: int):
         """The row groups (and masks) this shard reads in ``epoch``, in order (for a shard
         left without rows by a resume, the one row it copies as padding)."""
+        # One planner for the read and for a resume's replay of it (EpochRows.pieces): the
+        # rows a resume finds trained are the rows this read handed out.
         layout = self._layout(epoch)
-        if layout.rest is None:
-            o = self.options
-            seed = o.seed + epoch if self.shuffle else None
-            return epoch_pieces(
-                self.snapshot, self.stats, o.shard, o.num_shards, self.shuffle, seed, self.groups
-            )
         pieces = self.rows_of.pieces(epoch, layout, self.options.shard)
         return pieces or self.rows_of.pad_pieces(layout)
 
