@@ -72,41 +72,35 @@ def _parser() -> argparse.ArgumentParser:
     d = isub.add_parser("sklearn-digits", help="scikit-learn's bundled 8x8 digits (1,797 images)")
     _add_ingest_args(d, rows_per_group=128)
     d.set_defaults(func=_cmd_ingest_digits)
-    for name in ("tfds", "images"):
-        # Each ingest source owns its arguments: keras_dl.data.ingest_<name>.add_arguments/run.
-        _add_module_command(isub, name, f"keras_dl.data.ingest_{name}", _add_ingest_args)
+    from keras_dl.data.ingest import images, tfds
+
+    for name, module in (("tfds", tfds), ("images", images)):
+        _add_module_command(isub, name, module, _add_ingest_args)  # each owns its arguments
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
-    bsub = b.add_subparsers(dest="bench")
-    for name in ("input", "fit", "distributed", "callbacks", "predict", "plan", "prune"):
-        _add_module_command(bsub, name, f"keras_dl.bench.{name}")
-    # It trains a recipe: the recipe's settings come as in `train` (--config, --set).
-    _add_module_command(
-        bsub, "tabular", "keras_dl.bench.tabular", lambda p, **_: _add_config_args(p)
-    )
+    from benchmarks import cli as bench_cli  # the benchmarks live beside the package
+
+    bench_cli.add_commands(b.add_subparsers(dest="bench"), _add_module_command, _add_config_args)
+
+    from keras_dl import inference as predict
+    from keras_dl.model import registry
+    from keras_dl.report import build as report
+    from keras_dl.tuning import cli as tune
 
     # It searches a recipe's settings: the fixed ones come as in `train` (--config, --set).
-    _add_module_command(sub, "tune", "keras_dl.tuning.cli", lambda p, **_: _add_config_args(p))
-    _add_module_command(sub, "predict", "keras_dl.inference")
-    _add_module_command(sub, "promote", "keras_dl.registry")
-    _add_module_command(sub, "report", "keras_dl.report")
+    _add_module_command(sub, "tune", tune, lambda p, **_: _add_config_args(p))
+    _add_module_command(sub, "predict", predict)
+    _add_module_command(sub, "promote", registry)
+    _add_module_command(sub, "report", report)
     return p
 
 
-def _add_module_command(sub, name: str, module: str, common=None) -> None:
-    """A sub-command implemented by ``module.add_arguments(parser)`` and ``module.run(args)``.
+def _add_module_command(sub, name: str, mod, common=None) -> None:
+    """A sub-command implemented by ``mod.add_arguments(parser)`` and ``mod.run(args)``.
 
     Such modules are imported to build the parser, so they must import TensorFlow, Spark and
     other heavy packages inside their functions, not at module level.
     """
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
-            raise
-        return  # not built yet
     help_text = (mod.__doc__ or name).strip().splitlines()[0]
     p = sub.add_parser(name, help=help_text, description=mod.__doc__)
     if common is not None:
@@ -149,7 +143,7 @@ def _cmd_train(args) -> int:
 
     recipe = load_recipe(args.recipe)
     exp = resolve(recipe.defaults, args.config, args.sets)
-    from keras_dl import tracking
+    from keras_dl.run import tracking
     from keras_dl.train import fit
 
     if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
@@ -204,7 +198,7 @@ def _auto(value) -> str:
 
 
 def _cmd_ingest_digits(args) -> int:
-    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
 
     report = ingest_sklearn_digits(args.to, mode=args.mode, rows_per_group=args.rows_per_group)
     print(report)

@@ -24,7 +24,7 @@ class DivergenceError(KerasDLError):
 
 
 class NotRegistered(KerasDLError):
-    """Training finished, but the model did not earn registration (see :mod:`keras_dl.gate`).
+    """Training finished, but the model did not earn registration (see :mod:`keras_dl.model.gate`).
 
     Raised by the CLI after the run ended FINISHED with the reason as its
     ``keras_dl.not_registered`` tag; everything but the registry entry was logged.

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from keras_dl.data.filters import select
-from keras_dl.data.read import read_table
-from keras_dl.data.rows import scan_table
 from keras_dl.data.tables import open_table
+from keras_dl.data.tables.filters import select
+from keras_dl.data.tables.rows import scan_table
+from keras_dl.data.training_rows import read_table
 from keras_dl.errors import DataError
 
 

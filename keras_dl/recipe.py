@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keras_dl.config import CHOSEN_BY_RECIPE, Experiment
-from keras_dl.data.features import NUMERIC
+from keras_dl.data.stream.features import NUMERIC
 from keras_dl.errors import ConfigError
 
 

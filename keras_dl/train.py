@@ -19,7 +19,7 @@ from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
 from keras_dl.errors import ConfigError, Preempted
 from keras_dl.recipe import Recipe, check_model, configure, load_recipe
-from keras_dl.report import log_run_report
+from keras_dl.report.build import log_run_report
 from keras_dl.run import Run, open_run
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class TrainResult:
     """What a training run produced (on non-chief ranks only ``metrics`` is filled).
 
-    ``not_registered`` is why the model was not registered when :mod:`keras_dl.gate` refused
+    ``not_registered`` is why the model was not registered when :mod:`keras_dl.model.gate` refused
     it (the run still ended FINISHED); None when it was registered or registration was off.
     """
 
@@ -150,12 +150,12 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.callbacks.mlflow_logger import MLflowLogger
     from keras_dl.callbacks.system_metrics import SystemMetrics
     from keras_dl.distribute.lr import scale_learning_rate
-    from keras_dl.finish import finish
-    from keras_dl.frame_model import serving_model
+    from keras_dl.model.log import serving_model
+    from keras_dl.model.warm_start import init_from_tags, warm_start
     from keras_dl.run import make_callbacks, prepare_fit
     from keras_dl.run.compile_options import compile_weighted
+    from keras_dl.run.finish import finish
     from keras_dl.trivial import run_trivial_loss, trivial_params
-    from keras_dl.warm_start import init_from_tags, warm_start
 
     exp, world, run_id = run.exp, run.world, run.run_id
 

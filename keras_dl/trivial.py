@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from keras_dl.data.blocks import WEIGHT
-from keras_dl.data.features import ColumnPlan
-from keras_dl.data.reader import iter_epoch_arrays
+from keras_dl.data.stream.blocks import WEIGHT
+from keras_dl.data.stream.features import ColumnPlan
+from keras_dl.data.stream.shard_epochs import iter_epoch_arrays
 
 log = logging.getLogger(__name__)
 CROSS_ENTROPY = ("sparse_categorical_crossentropy", "categorical_crossentropy")
@@ -90,7 +90,7 @@ def trivial_loss(model, split, plan: ColumnPlan) -> TrivialLoss:
 
     Args:
         model: The compiled Keras model (its ``loss``, ``loss_weights`` and output widths).
-        split: The training :class:`~keras_dl.data.tfdata.SplitData` (its snapshot is read).
+        split: The training :class:`~keras_dl.data.stream.tfdata.SplitData` (its snapshot is read).
         plan: The run's column plan (labels, weight column, class weights).
     """
     heads = [s.name for s in plan.labels] if plan.heads else [None]

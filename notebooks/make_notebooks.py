@@ -27,7 +27,7 @@ TRACKING_URI = f"sqlite:///{WORKDIR}/mlflow.db"
 os.environ["MLFLOW_TRACKING_URI"] = TRACKING_URI"""
 
 INGEST = """\
-from keras_dl.data.ingest import ingest_sklearn_digits
+from keras_dl.data.ingest.datasets import ingest_sklearn_digits
 
 # "ignore" keeps an existing table as it is, so re-running the notebook reads the same version.
 print(ingest_sklearn_digits(TABLE, mode="ignore", rows_per_group=128))"""
@@ -226,7 +226,7 @@ table""",
         """\
 import mlflow
 
-from keras_dl.registry import promote
+from keras_dl.model.registry import promote
 
 runs = mlflow.search_runs(experiment_names=["digits"], order_by=["metrics.val_loss ASC"])
 runs[["run_id", "params.runtime.strategy", "metrics.val_loss", "metrics.test_accuracy"]]""",
@@ -240,7 +240,7 @@ print(lineage)""",
 from pyspark.sql import functions as F
 
 from keras_dl.inference import predict
-from keras_dl.inference_io import read_table_into_spark, spark_session
+from keras_dl.inference.tables import read_table_into_spark, spark_session
 
 spark = spark_session("local[2]")
 try:
@@ -269,7 +269,7 @@ def spark_ml_pipeline() -> nbformat.NotebookNode:
         ),
         PARAMETERS,
         """\
-from keras_dl.inference_io import spark_session
+from keras_dl.inference.tables import spark_session
 
 spark = spark_session("local[2]", app_name="keras-dl-notebook-04")""",
         md("## Iris as a Spark DataFrame"),

@@ -18,7 +18,7 @@ Pretrained weights: ``model.weights=imagenet`` (the default) downloads them when
 ``model.weights=/path/to/backbone.weights.h5`` reads a local file; without either the backbone
 trains from scratch, and the run says so loudly (and in its ``keras_dl.backbone_weights`` tag).
 Images arrive as 0-255 floats (decoded, resized and, for training, augmented in tf.data by
-``keras_dl.data.images``); the model applies its backbone's own input scaling, so the
+``keras_dl.data.tables.images``); the model applies its backbone's own input scaling, so the
 registered model takes 0-255 RGB images. ``--set train.mixed_precision=true`` trains in
 mixed_float16 (the head's softmax stays float32).
 """
@@ -31,8 +31,8 @@ import sys
 from dataclasses import dataclass
 
 from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
-from keras_dl.data.features import BINARY
-from keras_dl.data.images import make_image_preprocess
+from keras_dl.data.stream.features import BINARY
+from keras_dl.data.tables.images import make_image_preprocess
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, check_num_classes
 

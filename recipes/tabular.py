@@ -31,7 +31,7 @@ What it infers from the schema:
   ``data.weight_column`` weighs every head. ``model.task`` other than "auto" applies to every
   head.
 - **Batch size, epochs and early stopping**: from the training rows ``R``, unless you set them
-  (:mod:`keras_dl.sizing`): ``train.batch_size`` = R/16 rounded to a power of two within 8..256;
+  (:mod:`keras_dl.model.sizing`): ``train.batch_size`` = R/16 rounded to a power of two within 8..256;
   ``train.epochs`` = enough for about 3,000 steps, within 10..300; and with a validation split,
   early stopping on ``callbacks.monitor`` (val_loss) with ``callbacks.patience`` = epochs/10
   within 5..20 and ``restore_best_weights``. The chosen values are printed, written to
@@ -53,14 +53,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
-from keras_dl.data.features import NUMERIC, STRING
-from keras_dl.data.packing import input_name
-from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.stream.features import NUMERIC, STRING
+from keras_dl.data.stream.packing import input_name
 from keras_dl.data.tables import open_table
+from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import ConfigError, DataError
-from keras_dl.keras_dl_pyfunc import IMPUTE_ATTRIBUTE
+from keras_dl.model.pyfunc import IMPUTE_ATTRIBUTE
+from keras_dl.model.sizing import fill_in_sizes
 from keras_dl.recipe import Recipe
-from keras_dl.sizing import fill_in_sizes
 from recipes._tabular_labels import (
     Target,
     compile_options,
@@ -120,7 +120,7 @@ DEFAULTS = Experiment(
     recipe="tabular",
     # The numeric columns of one dtype travel as one tensor (the logged model takes them named).
     data=DataConfig(table="", label="label", pack_features=True),
-    # Null: chosen from the training table's row count (keras_dl.sizing) unless set.
+    # Null: chosen from the training table's row count (keras_dl.model.sizing) unless set.
     # 3e-3: 1e-3 reached the epoch ceiling still improving on a 600-row regression.
     train=TrainConfig(epochs=None, batch_size=None, learning_rate=3e-3),
     model=TabularModel(),
@@ -186,7 +186,7 @@ def build_model(data, exp: Experiment, target: Target | dict[str, Target] | None
 
     Packed features (``data.pack_features``, on here by default) are one ``(k,)`` input each,
     normalized with each column's own mean and variance: the same function as k inputs. The
-    logged model takes the named columns (:func:`keras_dl.frame_model.serving_model`)."""
+    logged model takes the named columns (:func:`keras_dl.model.log.serving_model`)."""
     import keras
     from keras import layers
 
@@ -274,8 +274,8 @@ class _Col:
 def _read_features(snapshot: TableSnapshot, specs, rows: int | None) -> dict[str, np.ndarray]:
     """The first ``rows`` rows (all when None) of some columns, as training reads them:
     deleted rows dropped, row filters applied, partition columns typed."""
-    from keras_dl.data.reader import iter_epoch
-    from keras_dl.data.rows import scan_table
+    from keras_dl.data.stream.shard_epochs import iter_epoch
+    from keras_dl.data.tables.rows import scan_table
 
     names = list(dict.fromkeys(s.name for s in specs))
     chunks: dict[str, list] = {n: [] for n in names}

@@ -120,7 +120,7 @@ def seed_store(store: str | os.PathLike) -> str:
 @pytest.fixture(scope="session")
 def digits_table(tmp_path_factory) -> str:
     """scikit-learn's digits as a Delta table partitioned by split (written once per session)."""
-    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
 
     path = str(tmp_path_factory.mktemp("tables") / "digits")
     ingest_sklearn_digits(path)
@@ -296,7 +296,7 @@ def pytest_generate_tests(metafunc):
 class SparkSessions:
     """One JVM per pytest process for both kinds of session.
 
-    The classic local[2] session is keras_dl's own (:func:`keras_dl.inference_io.spark_session`).
+    The classic local[2] session is keras_dl's own (:func:`keras_dl.inference.tables.spark_session`).
     The Spark Connect session talks to a Connect server started, on first use, inside that same
     JVM (what ``SparkSession.builder.remote("local[2]")`` does too, but that one refuses to start
     beside a classic session), on a free loopback port with its own token: so a Connect test
@@ -317,7 +317,7 @@ class SparkSessions:
 
             import pyspark.java_gateway
 
-            from keras_dl.inference_io import spark_session
+            from keras_dl.inference.tables import spark_session
 
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))

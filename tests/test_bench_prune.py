@@ -3,7 +3,7 @@
 import argparse
 import json
 
-from keras_dl.bench import prune
+from benchmarks import prune
 
 
 def test_prune_bench_reports_each_figure_beside_its_baseline(tmp_path, capsys):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from keras_dl.bench.tabular import COLUMNS
+from benchmarks.tabular import COLUMNS
 from tests.conftest import run_cli
 
 

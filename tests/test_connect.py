@@ -62,5 +62,7 @@ def test_petastorms_own_spark_calls_refuse_connect_by_name(spark, tmp_path):
     refused = pytest.raises(SparkConnectError, match="Petastorm's materialize_dataset is not avail")
     with refused, materialize_dataset(spark, f"file://{tmp_path}/ds", schema):
         pass
-    with pytest.raises(SparkConnectError, match="keras_dl.data.spark.make_spark_converter"):
+    with pytest.raises(
+        SparkConnectError, match="keras_dl.data.spark_converter.make_spark_converter"
+    ):
         make_spark_converter(spark.range(3))

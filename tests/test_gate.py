@@ -124,7 +124,7 @@ def test_lr_1e6_on_digits_registers_nothing_and_exits_non_zero(digits_table, tmp
 def test_a_float32_metric_equal_to_the_majority_baseline_ties_and_does_not_beat_it():
     """Found when a digits model at lr=1e6 collapsed to the majority class 3 and was registered:
     Keras' float32 accuracy 37/360 = 0.10277778 was read as above the exact 0.1027777..."""
-    from keras_dl.gate import Score, _against_trivial
+    from keras_dl.model.gate import Score, _against_trivial
 
     score = Score("test_accuracy", float(np.float32(37 / 360)), True, "classification")
     train = np.array([3] * 40 + [1] * 30 + [2] * 30)
@@ -137,7 +137,7 @@ def test_a_float32_metric_equal_to_the_majority_baseline_ties_and_does_not_beat_
 
 
 def test_no_worse_allows_the_tolerance_relative_to_the_champion_and_float32_ties():
-    from keras_dl.gate import Score
+    from keras_dl.model.gate import Score
 
     mse = Score("full_test_mse", 2.02, False, "regression")
     assert mse.no_worse(2.0, 0.01) and not mse.no_worse(2.0, 0.005)

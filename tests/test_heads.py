@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from keras_dl.config import resolve
-from keras_dl.data.features import plan_columns
-from keras_dl.data.read import read_table
+from keras_dl.data.stream.features import plan_columns
 from keras_dl.data.tables import open_table
+from keras_dl.data.training_rows import read_table
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit

@@ -46,15 +46,22 @@ def test_the_check_catches_an_upward_load_by_string():
         "import importlib\n"
         "def f(name):\n"
         "    importlib.import_module('keras_dl.train')\n"
-        "    __import__('keras_dl.data.tfdata')\n"
+        "    __import__('keras_dl.data.stream.tfdata')\n"
         "    importlib.import_module(f'recipes.{name}')\n"
         "    importlib.import_module(name)\n"
     )
-    problems = string_import_problems(source, "keras_dl.data.reader", "keras_dl/data/reader.py")
+    problems = string_import_problems(
+        source, "keras_dl.data.stream.shard_epochs", "keras_dl/data/stream/shard_epochs.py"
+    )
     assert len(problems) == 4, problems
-    assert "keras_dl.train" in problems[0] and "keras_dl.data.tfdata" in problems[1]
+    assert "keras_dl.train" in problems[0] and "keras_dl.data.stream.tfdata" in problems[1]
     downward = "import importlib\nimportlib.import_module('keras_dl.errors')\n"
-    assert string_import_problems(downward, "keras_dl.data.reader", "keras_dl/data/reader.py") == []
+    assert (
+        string_import_problems(
+            downward, "keras_dl.data.stream.shard_epochs", "keras_dl/data/stream/shard_epochs.py"
+        )
+        == []
+    )
 
 
 def test_every_module_is_in_a_layer_of_importlinter():

@@ -12,7 +12,7 @@ from sklearn.datasets import load_digits
 from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
 from keras_dl.inference import predict
-from keras_dl.registry import promote
+from keras_dl.model.registry import promote
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -188,8 +188,8 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
 def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatch):
     """A table on S3 scored by Spark tasks that read it and write the output's files to S3
     themselves; the driver commits one Delta version and counts only what it wrote."""
-    from keras_dl.data.ingest import ingest_sklearn_digits
-    from keras_dl.inference_io import read_table_into_spark, write_predictions
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
+    from keras_dl.inference.tables import read_table_into_spark, write_predictions
 
     uri, _ = champion
     table, out = s3.uri("digits"), s3.uri("scores")

@@ -105,7 +105,7 @@ def test_a_tensor_model_refuses_nan_naming_its_input(tmp_path, mlflow_uri):
     """The digits kind: one tensor input, logged with the Keras flavor and keras_dl's loader."""
     import keras
 
-    from keras_dl.tracking import log_keras_model
+    from keras_dl.model.publish import log_keras_model
 
     inputs = keras.Input(shape=(64,), name="pixels")
     model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(inputs))

@@ -162,8 +162,8 @@ def test_init_from_an_unknown_alias_or_model_is_a_clear_error(champion, tmp_path
 def test_warm_start_copies_every_weight_of_the_registered_version(champion):
     import keras
 
-    from keras_dl.registry import load_keras_model
-    from keras_dl.warm_start import warm_start
+    from keras_dl.model.registry import load_keras_model
+    from keras_dl.model.warm_start import warm_start
 
     tmp, _, client = champion
     registered = load_keras_model(f"models:/{NAME}/1")
@@ -199,7 +199,7 @@ class Weights(keras.callbacks.Callback):
 
 @pytest.mark.slow
 def test_a_resumed_fine_tune_continues_from_its_checkpoint_not_from_init_from(champion, tmp_path):
-    from keras_dl.registry import load_keras_model
+    from keras_dl.model.registry import load_keras_model
 
     tmp, _, client = champion
     table = append(champion, tmp_path, rows(160, 40, seed=3))

@@ -80,7 +80,7 @@ def _flowers_model(tmp: Path):
     import tensorflow_datasets as tfds
 
     from keras_dl.config import resolve
-    from keras_dl.data.ingest_tfds import ingest_tfds
+    from keras_dl.data.ingest.tfds import ingest_tfds
     from keras_dl.recipe import load_recipe
     from keras_dl.train import fit
 

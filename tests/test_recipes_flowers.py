@@ -28,7 +28,7 @@ def flowers_table(tmp_path_factory):
     """tf_flowers through the real ingest code, on TFDS's mock data (no download)."""
     import tensorflow_datasets as tfds
 
-    from keras_dl.data.ingest_tfds import ingest_tfds
+    from keras_dl.data.ingest.tfds import ingest_tfds
 
     path = str(tmp_path_factory.mktemp("flowers") / "flowers")
     with tfds.testing.mock_data(num_examples=40):

@@ -211,7 +211,7 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
     """Spaces (as Databricks' column-mapped tables have), "/", "." and non-ASCII: as features
     of the tabular recipe, Keras inputs, the model signature, pyfunc serving and Spark scoring,
     on a column-mapped Delta table with a deletion vector."""
-    from tests.data.delta_writer import write_delta
+    from keras_dl.data.ingest.delta_protocol import write_delta
 
     frame = _frame(600).rename(
         columns={"size": "size/m2", "rooms": "rooms.count", "city": "city name", "tier": "niveau é"}
@@ -249,7 +249,7 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
     assert probs.shape == (40, 3)
 
     from keras_dl.inference import predict
-    from keras_dl.inference_io import read_table_into_spark, spark_session
+    from keras_dl.inference.tables import read_table_into_spark, spark_session
 
     spark = spark_session("local[2]", "names")
     try:

@@ -7,7 +7,7 @@ import yaml
 from sklearn.datasets import load_digits
 
 from keras_dl.errors import KerasDLError
-from keras_dl.registry import promote, read_lineage, resolve_model_uri
+from keras_dl.model.registry import promote, read_lineage, resolve_model_uri
 from tests.conftest import run_cli, seed_store
 
 

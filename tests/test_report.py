@@ -1,4 +1,4 @@
-"""The run report (keras_dl.report): built from a real finished run through MLflow, rendered by a
+"""The run report (keras_dl.report.build): built from a real finished run through MLflow, rendered by a
 real headless Chromium (Debian's; `make setup` installs it), the charts checked in the browser's
 DOM and in its screenshot, which is kept as the test run's artifact (test-artifacts/report.png,
 or $KERAS_DL_TEST_ARTIFACTS; also docs/report.png when KERAS_DL_UPDATE_DOCS=1)."""
@@ -114,7 +114,7 @@ def test_a_trained_run_gets_a_report_whose_charts_draw_in_chromium(digits_table,
     assert 'class="verdict refused"' in dom and "fails test_accuracy&gt;1" in dom
     assert "<td>status</td><td>FINISHED</td>" in dom  # written once the run has ended
     # The lines were drawn: the screenshot has the series' colours, not only their markup.
-    from keras_dl.report_page import COLOURS
+    from keras_dl.report.page import COLOURS
 
     assert coloured_pixels(shot, COLOURS[0]) > 500 and coloured_pixels(shot, COLOURS[1]) > 200
     # Kept as the test run's artifact (test-artifacts/, git-ignored; CI can upload the folder).
@@ -142,7 +142,7 @@ def test_values_from_the_run_are_escaped_and_never_run(mlflow_uri, tmp_path):
     """A table name, a param and a tag value that are HTML or script come out as text."""
     import mlflow
 
-    from keras_dl.report import write_report
+    from keras_dl.report.build import write_report
 
     evil = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
     client = mlflow.MlflowClient(mlflow_uri)
@@ -166,7 +166,7 @@ def test_values_from_the_run_are_escaped_and_never_run(mlflow_uri, tmp_path):
 def test_a_report_that_cannot_be_built_is_tagged_and_does_not_raise(mlflow_uri, tmp_path):
     import mlflow
 
-    from keras_dl.report import log_report
+    from keras_dl.report.build import log_report
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")  # artifacts cannot go under a file
@@ -188,7 +188,7 @@ def test_keras_dl_report_rewrites_the_page_of_a_registered_model(digits_model, t
 
 
 def test_a_chart_keeps_finite_points_and_says_when_it_has_none():
-    from keras_dl.report_page import line_chart
+    from keras_dl.report.page import line_chart
 
     svg = line_chart("loss", {"loss": [(1, 0.5)], "val_loss": [(1, float("nan"))]})
     assert [s[2:4] for s in series_in(svg)] == [("loss", 1)]  # one epoch still draws a point

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from sklearn.datasets import load_digits
 
-from keras_dl.registry import promote
+from keras_dl.model.registry import promote
 
 BIN = Path(sys.executable).parent
 

@@ -1,4 +1,4 @@
-"""Batch size, epochs and early stopping from the training rows (keras_dl.sizing), as the tabular
+"""Batch size, epochs and early stopping from the training rows (keras_dl.model.sizing), as the tabular
 recipe uses them: the rule on tiny and larger tables, what the user set kept, and the chosen
 values in the run's params and config.yaml."""
 
@@ -12,11 +12,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_dl import sizing
 from keras_dl.config import resolve
 from keras_dl.errors import ConfigError
+from keras_dl.model import sizing
+from keras_dl.model.sizing import Sizing, choose_sizes
 from keras_dl.recipe import configure, load_recipe
-from keras_dl.sizing import Sizing, choose_sizes
 from tests.conftest import write_delta
 
 

@@ -15,7 +15,7 @@ from tests.conftest import REPO, runs_in
 SCRIPT = """
 import sys
 import mlflow
-from keras_dl.tracking import setup_mlflow
+from keras_dl.run.tracking import setup_mlflow
 setup_mlflow(sys.argv[1], "shared")
 with mlflow.start_run():
     mlflow.log_param("p", 1)

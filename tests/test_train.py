@@ -113,7 +113,7 @@ def test_resolved_config_is_saved_with_the_run(trained):
 def test_a_read_error_inside_fit_fails_the_run_as_the_reader_s_data_error(
     digits_table, tmp_path, monkeypatch
 ):
-    from keras_dl.data import epoch_stream
+    from keras_dl.data.stream import epoch_stream
     from keras_dl.errors import DataError
 
     def broken(snapshot, columns, pieces, *args, **kwargs):

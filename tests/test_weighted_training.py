@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 import pytest
 
 from keras_dl.data import read_table
-from keras_dl.data.ingest import write_table
+from keras_dl.data.ingest.datasets import write_table
 from tests.conftest import train_digits
 
 

@@ -10,7 +10,7 @@ are skipped with a warning and the newest one that does is used.
 
 The training position is an epoch and the steps of it already run. With keras_dl's data
 (:meth:`attach_data`), a header also holds the data position (``data_position``: which ranks ran
-which steps, :mod:`keras_dl.data.resume`), the world size and the batch per rank, so a rerun on
+which steps, :mod:`keras_dl.data.stream.epoch_position`), the world size and the batch per rank, so a rerun on
 another number of ranks trains the rest of the interrupted epoch, each row once. Without it, the
 position is the optimizer's step counter. Either way a resumed mid-epoch checkpoint finishes
 that epoch with only the steps it still lacked.

@@ -249,7 +249,7 @@ class MLflowLogger(keras.callbacks.Callback):
     def _log_model(self) -> None:
         import mlflow
 
-        from keras_dl.tracking import log_keras_model
+        from keras_dl.model.publish import log_keras_model
 
         sample = (
             self.sample_input if self.sample_input is not None else _zeros_like_inputs(self.model)

@@ -20,7 +20,7 @@ The same protocol on a local disk and on an object store (which has no rename):
   :meth:`Checkpoints.adopt_legacy` writes its manifest. A file without a manifest that this
   version wrote (``format`` 2) never counts: its manifest was never written.
 - **COMPLETE** marks the training over, with its last step. ``FINISHING.json`` (see
-  :mod:`keras_dl.finish`) goes with the checkpoints it belongs to.
+  :mod:`keras_dl.run.finish`) goes with the checkpoints it belongs to.
 
 One writer per folder is the run lock's or lease's job (:mod:`keras_dl.runlock`).
 """
@@ -37,7 +37,7 @@ from keras_dl.checkpoints.state import read_state, restore_state, write_state
 from keras_dl.storage import Store, open_store
 
 COMPLETE = "COMPLETE"  # marker: the training is over, nothing to resume
-FINISHING = "FINISHING.json"  # the post-training steps done so far (see keras_dl.finish)
+FINISHING = "FINISHING.json"  # the post-training steps done so far (see keras_dl.run.finish)
 PREVIOUS = "previous"  # where checkpoints that cannot be resumed are set aside
 
 _DATA = re.compile(r"^ckpt-(\d{9})\.npz$")

@@ -283,7 +283,7 @@ class CallbacksConfig:
 
 @dataclass(frozen=True)
 class RegistryConfig:
-    """What a trained model must show before it is registered (see :mod:`keras_dl.gate`).
+    """What a trained model must show before it is registered (see :mod:`keras_dl.model.gate`).
 
     Whatever is set here, a model is registered only when its evaluation metric beats the
     trivial predictor on the same rows (the training majority class, or the training mean).

@@ -1,14 +1,14 @@
 """The data path: table -> snapshot -> Petastorm reader -> tf.data (and ``read_table``)."""
 
-from keras_dl.data.features import ColumnPlan, FeatureSpec, plan_columns
-from keras_dl.data.filters import select
-from keras_dl.data.images import ImagePreprocess, make_image_preprocess
-from keras_dl.data.read import read_table
-from keras_dl.data.snapshot import TableSnapshot
-from keras_dl.data.spark import SparkConverter, make_spark_converter
+from keras_dl.data.spark_converter import SparkConverter, make_spark_converter
 from keras_dl.data.splits import DataSplits, make_splits
+from keras_dl.data.stream.features import ColumnPlan, FeatureSpec, plan_columns
+from keras_dl.data.stream.tfdata import ReadOptions, SplitData, make_dataset, original_errors
 from keras_dl.data.tables import open_table
-from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset, original_errors
+from keras_dl.data.tables.filters import select
+from keras_dl.data.tables.images import ImagePreprocess, make_image_preprocess
+from keras_dl.data.tables.snapshot import TableSnapshot
+from keras_dl.data.training_rows import read_table
 
 __all__ = [
     "ColumnPlan",

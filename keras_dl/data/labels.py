@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 
 from keras_dl.config import DataConfig
 from keras_dl.config.validate import parse_class_weight
-from keras_dl.data.read import read_snapshot, read_table
-from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables import open_table
+from keras_dl.data.tables.snapshot import TableSnapshot
+from keras_dl.data.training_rows import read_snapshot, read_table
 from keras_dl.errors import ConfigError
 
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from keras_dl.config import DataConfig
-from keras_dl.data.cache import cache_files
-from keras_dl.data.features import NUMERIC, ColumnPlan, plan_columns
-from keras_dl.data.filters import parse_filters, select
-from keras_dl.data.images import configure
 from keras_dl.data.labels import class_weights
-from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.stream.features import NUMERIC, ColumnPlan, plan_columns
+from keras_dl.data.stream.tfdata import ReadOptions, SplitData, make_dataset, original_errors
 from keras_dl.data.tables import open_table
-from keras_dl.data.tfdata import ReadOptions, SplitData, make_dataset, original_errors
+from keras_dl.data.tables.disk_copy import cache_files
+from keras_dl.data.tables.filters import parse_filters, select
+from keras_dl.data.tables.images import configure
+from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class DataSplits:
     ``full`` is set for a run on the changed rows (``data.since_version`` or
     ``data.since_timestamp``): the evaluation split the registry gate uses (test, else
     validation) over the whole table at the same version, so the gate sees what the model
-    forgot of the older rows (:mod:`keras_dl.gate`); None otherwise, and for a split read from
+    forgot of the older rows (:mod:`keras_dl.model.gate`); None otherwise, and for a split read from
     its own table (``data.test_table``, ``data.validation_table``), which is whole already.
     """
 

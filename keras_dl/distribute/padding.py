@@ -1,7 +1,7 @@
 """Losses under which a padded batch trains as its real rows alone.
 
 With several ranks every rank runs the same steps, and a rank with fewer rows pads its last batch
-with copies of its rows at sample weight 0 (:func:`keras_dl.data.blocks.weigh_and_pad`). Keras
+with copies of its rows at sample weight 0 (:func:`keras_dl.data.stream.blocks.weigh_and_pad`). Keras
 3's default loss reduction, ``sum_over_batch_size``, divides ``sum(weight * loss)`` by every
 slot of the batch, so those copies still count in the denominator: the real rows of a padded
 batch of ``B`` slots with ``V`` real rows get ``V / B`` of the update one process gives them.

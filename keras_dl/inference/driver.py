@@ -54,7 +54,7 @@ def predict(
     import mlflow
     from mlflow.models import Model
 
-    from keras_dl.registry import resolve_model_uri
+    from keras_dl.model.registry import resolve_model_uri
 
     if batch_size < 1:  # Spark reads 0 as "no limit": one batch of the whole partition
         raise ConfigError(f"predict batch_size must be >= 1 rows per batch, got {batch_size}.")
@@ -69,7 +69,7 @@ def predict(
     if signature is None:
         raise DataError(
             f"Model {pinned} was logged without a signature, so its input columns are unknown. "
-            "Log it with one (keras_dl.tracking.log_keras_model does)."
+            "Log it with one (keras_dl.model.publish.log_keras_model does)."
         )
     run = mlflow.MlflowClient().get_run(lineage.run_id) if lineage.run_id else None
     trained_on = (run.data.params.get("data.features", "") if run else "").split(",")

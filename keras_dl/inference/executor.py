@@ -13,7 +13,7 @@ from typing import Any
 from keras_dl.distribute.gpus import use_task_gpus
 from keras_dl.errors import DataError
 from keras_dl.inference.plan import ScoringPlan, head_columns, probability_columns
-from keras_dl.keras_dl_pyfunc import LOADER, KerasDLModel
+from keras_dl.model.pyfunc import LOADER, KerasDLModel
 
 _MODELS: dict[str, Any] = {}  # per Python worker process: model path -> loaded pyfunc model
 
@@ -87,7 +87,7 @@ def _model_input(pdf, plan: ScoringPlan):
 def load_scorer(model_file: str, keras_flavor: bool):
     """``fn(inputs) -> numpy scores`` for the shipped model, loaded once per worker process.
 
-    A model keras_dl logged (its pyfunc loader is :mod:`keras_dl.keras_dl_pyfunc`), or one with
+    A model keras_dl logged (its pyfunc loader is :mod:`keras_dl.model.pyfunc`), or one with
     MLflow's Keras flavor, is called directly inside a ``tf.function`` after the loader's own
     ``prepare`` (which refuses null and NaN features, or imputes optional columns): pyfunc's
     ``model.predict`` runs 32-row steps and builds a pipeline per call, about 5x slower per

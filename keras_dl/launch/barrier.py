@@ -29,7 +29,7 @@ _ABORT_SCOPE = "keras_dl_failed"  # set by a failed rank's task, polled by the o
 
 
 def run_barrier(spark, payload: bytes, np: int, env: dict, logs: str) -> list:
-    """Run ``_rank_main(payload)`` on ``np`` barrier tasks; return the ranks' results.
+    """Run ``rank_main(payload)`` on ``np`` barrier tasks; return the ranks' results.
 
     Each rank's output comes back prefixed ``[rank]<stdout>:`` / ``[rank]<stderr>:``; it is
     printed here and kept in ``logs`` (for :func:`~keras_dl.distribute.failures.explain_failure`).
@@ -246,12 +246,12 @@ def _someone_failed(server: tuple[str, int]) -> bool:
 
 
 def _child_main(folder: str) -> None:
-    """The rank's process: run ``_rank_main`` on the payload, write rank 0's result."""
+    """The rank's process: run ``rank_main`` on the payload, write rank 0's result."""
     import cloudpickle
 
-    from keras_dl.launch.runner import _rank_main
+    from keras_dl.launch.rank import rank_main
 
-    result = _rank_main(Path(folder, "payload").read_bytes())
+    result = rank_main(Path(folder, "payload").read_bytes())
     if os.environ.get("HOROVOD_RANK") == "0":
         Path(folder, "result").write_bytes(cloudpickle.dumps(result))
 

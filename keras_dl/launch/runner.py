@@ -33,12 +33,12 @@ from typing import Any
 
 from keras_dl import storage
 from keras_dl.connect import is_connect
-from keras_dl.distribute.failures import explain_failure, report_failure
-from keras_dl.distribute.gpus import use_task_gpus
+from keras_dl.distribute.failures import explain_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
-from keras_dl.errors import PREEMPTED_EXIT, DistributedError, Preempted
+from keras_dl.errors import DistributedError, Preempted
+from keras_dl.launch.rank import rank_main
 
 
 class HorovodRunner:
@@ -127,7 +127,7 @@ class HorovodRunner:
         # horovod.runner.run passes the driver's environment to the ranks.
         with _environ(env), bound_to(self.bind_address):
             return horovod_run(
-                _rank_main,
+                rank_main,
                 args=(payload,),
                 num_proc=n,
                 hosts=f"localhost:{n}",
@@ -158,7 +158,7 @@ class HorovodRunner:
         try:
             with scope:
                 return horovod.spark.run(
-                    _rank_main,
+                    rank_main,
                     args=(payload,),
                     num_proc=self.np,
                     start_timeout=self.start_timeout,
@@ -174,22 +174,6 @@ class HorovodRunner:
 
 
 # -- private helpers ---------------------------------------------------------------------------
-
-
-def _rank_main(payload: bytes):
-    """Entry point on each rank: unpickle ``(main, kwargs)`` and run it; report failures."""
-    import cloudpickle
-
-    use_task_gpus()  # a rank of a Spark task sees only that task's GPUs (before TF starts)
-    main, kwargs = cloudpickle.loads(payload)
-    try:
-        return main(**kwargs)
-    except BaseException as exc:
-        report_failure(exc)
-        # Exit now: the other ranks may be blocked in a collective with this one, and Horovod's
-        # background thread could keep this interpreter alive. The launcher sees the non-zero
-        # exit and terminates the rest of the job.
-        os._exit(PREEMPTED_EXIT if isinstance(exc, Preempted) else 1)
 
 
 def _check_pickles(main: Callable, kwargs: dict) -> bytes:

@@ -14,7 +14,7 @@ from keras_dl.callbacks.rows_trained import RowsTrained
 from keras_dl.callbacks.system_metrics import SystemMetrics
 from keras_dl.callbacks.tensorboard import RunTensorBoard
 from keras_dl.callbacks.throughput import Throughput
-from keras_dl.data.resume import EpochPosition, Resume
+from keras_dl.data.stream.epoch_position import EpochPosition, Resume
 from keras_dl.distribute.broadcast import broadcast_record
 from keras_dl.distribute.world import current_world
 from keras_dl.run.position import data_position
@@ -52,7 +52,7 @@ def make_callbacks(run, data) -> list:
         keep=c.keep_checkpoints,
         resume=exp.runtime.resume,
         metadata={"run_id": run_id, "config": config_fingerprint(exp)},
-        mark_complete=False,  # keras_dl.finish marks it after evaluation and logging
+        mark_complete=False,  # keras_dl.run.finish marks it after evaluation and logging
     )
     callbacks = [
         checkpoint,
@@ -95,7 +95,7 @@ def prepare_fit(callbacks: list, model, data) -> Resume | None:
     Call after ``compile`` and before ``fit``, on every rank (under Horovod it is collective).
     Rank 0 reads the checkpoint and its data position is broadcast here, so every rank reads
     the rest of the interrupted epoch: on the same ranks and batch, the batches after the ones
-    consumed; on others, the rows not yet trained, planned anew (:mod:`keras_dl.data.resume`).
+    consumed; on others, the rows not yet trained, planned anew (:mod:`keras_dl.data.stream.epoch_position`).
     The ``BroadcastState`` callback copies the restored state to the other ranks when ``fit``
     starts. Also wraps the training data so :class:`Throughput` can measure the time steps wait
     for input (single-replica only: a mirrored strategy distributes the dataset itself).

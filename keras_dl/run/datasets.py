@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.tables.snapshot import TableSnapshot
 
 CONTEXTS = {"train": "training", "validation": "validation", "test": "test"}
 

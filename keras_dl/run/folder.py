@@ -5,7 +5,7 @@ It holds:
 - ``config.yaml``: the resolved config of the latest attempt;
 - ``run.json``: the MLflow run id and tracking URI, so a rerun continues the same run;
 - ``checkpoints/``: the checkpoints and their manifests, ``COMPLETE`` once the training is over,
-  and ``FINISHING.json``, the post-training steps done so far (see :mod:`keras_dl.finish`).
+  and ``FINISHING.json``, the post-training steps done so far (see :mod:`keras_dl.run.finish`).
 
 Every file is written whole (:meth:`keras_dl.storage.Store.write`): after a kill a reader sees
 the old file or the new one. A full disk is a :class:`~keras_dl.errors.RunError` (exit 2), and

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from keras_dl.config import Experiment, to_dict, to_flat_dict
-from keras_dl.tracking import (
+from keras_dl.run.tracking import (
     FAILURE_REASON_TAG,
     FAILURE_TAG,
     PREEMPTED_TAG,

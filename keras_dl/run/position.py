@@ -1,14 +1,14 @@
 """A checkpoint's data position, and the line a resume on another number of ranks prints.
 
 The header of a checkpoint written by keras_dl's training holds ``data_position`` (see
-:mod:`keras_dl.data.resume`), ``world_size`` and ``rank_batch``. A header from before positions
+:mod:`keras_dl.data.stream.epoch_position`), ``world_size`` and ``rank_batch``. A header from before positions
 were recorded resumes at an epoch's start; one written mid-epoch is refused by name, since which
 rows it had trained cannot be known.
 """
 
 from __future__ import annotations
 
-from keras_dl.data.resume import EpochPosition, Resume
+from keras_dl.data.stream.epoch_position import EpochPosition, Resume
 from keras_dl.errors import ConfigError
 
 RESUME_TAG = "keras_dl.resumed_on_other_ranks"

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from keras_dl import tracking
 from keras_dl.distribute.world import World, current_world
 from keras_dl.errors import Preempted
-from keras_dl.run import mlflow_run
+from keras_dl.run import mlflow_run, tracking
 from keras_dl.run.folder import RunFolder
 from keras_dl.run.resume import resume_run_id
 from keras_dl.runlock import held_by_launcher, open_run_lock

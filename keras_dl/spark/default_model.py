@@ -4,7 +4,7 @@
 ``python -m recipes.tabular`` trains on the materialized table: each feature value normalized
 inside the model with its training mean and variance (NaN filled and flagged), hidden layers
 with a linear path beside them, one softmax over the classes or one rescaled value, batch size
-and epochs chosen from the training rows (:mod:`keras_dl.sizing`), and early stopping with the
+and epochs chosen from the training rows (:mod:`keras_dl.model.sizing`), and early stopping with the
 best weights restored on a validation split (20 % of the rows, unless ``validation`` says
 otherwise). Params that are set (``batch_size``, ``epochs``, ``learning_rate``,
 ``hidden_units``) are kept, as a ``--set`` is by the recipe.

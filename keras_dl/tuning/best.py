@@ -4,7 +4,7 @@ The parent run gets ``study/trials.csv`` and ``study/trials.html`` (one row per 
 state, value, params, child run), ``study/history.png`` (each trial's value and the best so
 far), the metric ``best_value`` and the tags ``keras_dl.tune.best_trial`` and
 ``keras_dl.tune.best_run_id``. The best complete trial's logged model then goes through the
-registry gate (:func:`keras_dl.finish.register_earned`) on its own child run, exactly as a
+registry gate (:func:`keras_dl.run.finish.register_earned`) on its own child run, exactly as a
 ``train`` run's model would: it is registered only when it earns it.
 """
 
@@ -135,8 +135,8 @@ def _register_best(spec: TrialSpec, best, run_id: str, model_uri: str):
     import mlflow
 
     from keras_dl.data.splits import make_splits
-    from keras_dl.finish import register_earned
     from keras_dl.recipe import configure, load_recipe
+    from keras_dl.run.finish import register_earned
     from keras_dl.tuning.space import apply_values
 
     values = {k: _text(v) for k, v in best.params.items()}

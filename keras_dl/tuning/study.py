@@ -100,7 +100,7 @@ def _parent_run(exp: Experiment, study, space, path: str) -> str:
     import mlflow
 
     from keras_dl.run.mlflow_run import create_run
-    from keras_dl.tracking import setup_mlflow
+    from keras_dl.run.tracking import setup_mlflow
 
     setup_mlflow(exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location)
     client = mlflow.MlflowClient(exp.tracking.uri)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from keras_dl.bench.timing import measure_rounds, summarize
+from benchmarks.timing import measure_rounds, summarize
 from tests.conftest import run_cli
 
 TABULAR = {
@@ -49,7 +49,7 @@ def test_summary_has_medians_spreads_and_per_round_ratios():
 
 
 def test_cpu_per_unit_comes_from_the_timed_window():
-    from keras_dl.bench import timing
+    from benchmarks import timing
 
     def busy():
         end = timing.time.perf_counter() + 0.001
@@ -193,7 +193,7 @@ def test_cpu_of_child_processes_counts_only_within_counting_descendants():
     import sys
     import time
 
-    from keras_dl.bench import timing
+    from benchmarks import timing
 
     burn = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
     child = subprocess.Popen([sys.executable, "-c", burn])
@@ -221,7 +221,7 @@ def test_a_child_that_exits_keeps_its_cpu_counted():
     import sys
     import time
 
-    from keras_dl.bench import timing
+    from benchmarks import timing
 
     burn = "import time\nend = time.time() + 0.5\nwhile time.time() < end: pass"
     with timing.counting_descendants():

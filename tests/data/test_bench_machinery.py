@@ -1,11 +1,11 @@
-"""The bench's reader-machinery comparison and per-thread CPU split (keras_dl.bench.input_machinery)."""
+"""The bench's reader-machinery comparison and per-thread CPU split (benchmarks.input_machinery)."""
 
 import numpy as np
 import pytest
 
-from keras_dl.bench import input_machinery as machinery
-from keras_dl.bench import timing
-from keras_dl.bench.input_tables import write_wide
+from benchmarks import input_machinery as machinery
+from benchmarks import timing
+from benchmarks.input_tables import write_wide
 
 
 @pytest.fixture(scope="module")
@@ -15,8 +15,8 @@ def wide(tmp_path_factory):
 
 def _pieces_and_convert(path, shard, num_shards):
     from keras_dl.data import ReadOptions, open_table, plan_columns
-    from keras_dl.data.arrays import to_arrays
-    from keras_dl.data.epoch_stream import EpochStream
+    from keras_dl.data.stream.arrays import to_arrays
+    from keras_dl.data.stream.epoch_stream import EpochStream
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), "label", pack=True)
@@ -31,7 +31,7 @@ def _pieces_and_convert(path, shard, num_shards):
 
 @pytest.mark.parametrize("shard", [0, 1])
 def test_the_plain_pool_hands_on_what_petastorm_s_reader_does_in_the_same_order(wide, shard):
-    from keras_dl.data.reader import read_pieces
+    from keras_dl.data.stream.shard_epochs import read_pieces
 
     snapshot, plan, pieces, convert = _pieces_and_convert(wide, shard, 2)
     assert any(p.keep is not None for p in pieces)  # boundary row groups, masked to the shard
@@ -67,10 +67,10 @@ def test_a_plain_pool_error_is_raised_in_the_order_of_the_reads(wide):
 
 
 def test_the_thread_split_adds_up_to_the_process_cpu_and_restores_what_it_timed(wide, monkeypatch):
-    from keras_dl.data import epoch_stream, reader_worker
-    from keras_dl.data.epoch_stream import EpochStream
+    from keras_dl.data.stream import epoch_stream, row_group_worker
+    from keras_dl.data.stream.epoch_stream import EpochStream
 
-    originals = (reader_worker.load_and_convert, EpochStream.generate, epoch_stream.read_pieces)
+    originals = (row_group_worker.load_and_convert, EpochStream.generate, epoch_stream.read_pieces)
     monkeypatch.setattr(timing, "MIN_SECONDS", 0.3)
     threads = machinery.thread_cpu(wide, 32, pack=True)
     parts = threads["cpu_us_per_row"]
@@ -81,7 +81,7 @@ def test_the_thread_split_adds_up_to_the_process_cpu_and_restores_what_it_timed(
     both = machinery.reader_machinery(wide, 32, rounds=1, pack=True)
     assert set(both["rows_per_s"]) == {"petastorm_reader", "plain_thread_pool"}
     assert (
-        reader_worker.load_and_convert,
+        row_group_worker.load_and_convert,
         EpochStream.generate,
         epoch_stream.read_pieces,
     ) == originals

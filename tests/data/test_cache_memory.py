@@ -3,9 +3,10 @@
 import numpy as np
 import pyarrow as pa
 
-from keras_dl.data import ReadOptions, epoch_stream, make_dataset, open_table, plan_columns
-from keras_dl.data.cache_memory import EpochCache, chunk_bytes
-from keras_dl.data.shards import Piece
+from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
+from keras_dl.data.stream import epoch_stream
+from keras_dl.data.stream.memory_cache import EpochCache, chunk_bytes
+from keras_dl.data.stream.shards import Piece
 from tests.conftest import write_delta
 
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from keras_dl.data import open_table, read_table
+from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.errors import DataError
-from tests.data.delta_writer import write_delta
 
 _ROWS = 2000  # per row group: each column chunk is 16 KB of float64
 

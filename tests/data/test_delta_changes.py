@@ -160,9 +160,9 @@ def test_since_version_reads_the_rows_inserted_or_updated_in_the_range_and_still
 
 def test_a_change_snapshot_shards_row_exactly_and_reaches_the_config(copy):
     from keras_dl.config.schema import DataConfig
-    from keras_dl.data.reader import iter_epoch
-    from keras_dl.data.rows import count_rows
-    from keras_dl.sizing import count_split_rows
+    from keras_dl.data.stream.shard_epochs import iter_epoch
+    from keras_dl.data.tables.rows import count_rows
+    from keras_dl.model.sizing import count_split_rows
 
     path = copy("cdf-table")
     (case,) = [e for e in EXPECTED if (e["table"], e["since"], e["version"]) == ("cdf-table", 0, 3)]
@@ -197,7 +197,7 @@ def test_since_timestamp_starts_after_the_version_committed_by_then(copy):
 
 def test_tf_data_trains_on_the_changed_rows_only(copy):
     from keras_dl.data import ReadOptions, make_dataset, plan_columns
-    from keras_dl.data.features import NUMERIC
+    from keras_dl.data.stream.features import NUMERIC
 
     path = copy("cdf-table-non-partitioned")
     (case,) = [
@@ -214,7 +214,7 @@ def test_tf_data_trains_on_the_changed_rows_only(copy):
 
 
 def _dv(rows: list[int]) -> dict:
-    from tests.data.delta_writer import bitmap_bytes, z85_encode
+    from keras_dl.data.ingest.delta_protocol import bitmap_bytes, z85_encode
 
     data = bitmap_bytes(rows)
     inline = {"storageType": "i", "pathOrInlineDv": z85_encode(data)}
@@ -229,7 +229,7 @@ def test_deletion_vectors_in_the_range_apply(tmp_path, cdf):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tests.data.delta_writer import write_delta
+    from keras_dl.data.ingest.delta_protocol import write_delta
 
     path = tmp_path / "t"
     write_delta(path, [[pa.table({"id": pa.array(range(5), pa.int64())})]])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, read_table
-from keras_dl.data.features import NUMERIC, STRING
+from keras_dl.data.stream.features import NUMERIC, STRING
 from keras_dl.errors import DataError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "delta"

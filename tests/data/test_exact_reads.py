@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, read_table
-from keras_dl.data.filters import parse_filters, select
-from keras_dl.data.reader import iter_epoch
-from keras_dl.data.rows import count_rows, scan_table
+from keras_dl.data.ingest.delta_protocol import write_delta
+from keras_dl.data.stream.shard_epochs import iter_epoch
+from keras_dl.data.tables.filters import parse_filters, select
+from keras_dl.data.tables.rows import count_rows, scan_table
 from keras_dl.errors import DataError
-from tests.data.delta_writer import write_delta
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -271,7 +271,7 @@ def test_resume_position_continues_the_same_epoch(tmp_path):
 @pytest.mark.parametrize("mapping", [False, True])
 @pytest.mark.parametrize("inline", [False, True])
 def test_deleted_rows_are_gone_with_special_partition_values(tmp_path, inline, mapping):
-    from tests.data.delta_writer import write_delta
+    from keras_dl.data.ingest.delta_protocol import write_delta
 
     groups = [
         [

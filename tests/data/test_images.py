@@ -6,7 +6,7 @@ import pytest
 
 from keras_dl.config import DataConfig, Experiment, TrackingConfig, TrainConfig, resolve
 from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, plan_columns
-from keras_dl.data.images import ImagePreprocess, make_image_preprocess
+from keras_dl.data.tables.images import ImagePreprocess, make_image_preprocess
 from keras_dl.errors import DataError
 from keras_dl.recipe import Recipe
 from tests.conftest import write_delta

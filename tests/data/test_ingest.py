@@ -9,10 +9,10 @@ import pytest
 from keras_dl.cli import main
 from keras_dl.config import DataConfig
 from keras_dl.data import make_splits, open_table
-from keras_dl.data.images import make_image_preprocess
-from keras_dl.data.ingest import assign_splits, rows_per_group_for
-from keras_dl.data.ingest_images import ingest_images
-from keras_dl.data.ingest_tfds import ingest_tfds
+from keras_dl.data.ingest.datasets import assign_splits, rows_per_group_for
+from keras_dl.data.ingest.images import ingest_images
+from keras_dl.data.ingest.tfds import ingest_tfds
+from keras_dl.data.tables.images import make_image_preprocess
 from keras_dl.errors import DataError
 
 

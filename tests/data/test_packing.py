@@ -14,14 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
-from keras_dl.data.arrays import to_arrays
-from keras_dl.data.blocks import WEIGHT
-from keras_dl.data.features import FeatureSpec, pack_features
-from keras_dl.data.packing import pack, unpack
-from keras_dl.data.signature import input_signature
+from keras_dl.data.ingest.delta_protocol import write_delta
+from keras_dl.data.stream.arrays import to_arrays
+from keras_dl.data.stream.blocks import WEIGHT
+from keras_dl.data.stream.features import FeatureSpec, pack_features
+from keras_dl.data.stream.packing import pack, unpack
+from keras_dl.data.stream.signature import input_signature
 from keras_dl.errors import DataError
 from tests.conftest import write_delta as write_table
-from tests.data.delta_writer import write_delta
 from tests.data.test_exact_reads import SETTINGS, tables
 
 # Features by dtype: int64 id, e, g; float32 x, a; float64 c, f; int32 h alone (not packed).
@@ -212,7 +212,7 @@ def test_a_null_in_a_packed_column_is_refused_naming_the_column(tmp_path):
 
 
 def test_arrow_packs_members_of_the_packed_dtype_and_numpy_casts_the_others(tmp_path):
-    from keras_dl.data import arrays
+    from keras_dl.data.stream import arrays
 
     snap = open_table(_table(tmp_path, {"a": np.arange(3, dtype=np.int32), "label": [0.0] * 3}))
     spec = FeatureSpec("__packed_int64", "int64", (3,), "numeric", ("b", "a", "c"))

@@ -111,7 +111,7 @@ def test_unischema_scalar_fields_of_one_dtype_pack(petastorm_dataset):
 
 def test_unischema_dataset_refuses_a_mid_epoch_resume_on_other_ranks_by_name(petastorm_dataset):
     from keras_dl.data import ReadOptions, make_dataset
-    from keras_dl.data.resume import EpochPosition, Segment
+    from keras_dl.data.stream.epoch_position import EpochPosition, Segment
     from keras_dl.errors import ConfigError
 
     snap = open_table(petastorm_dataset)

@@ -111,7 +111,7 @@ def parquet_folder(tmp_path):
 
 @pytest.fixture
 def delta_folder(tmp_path):
-    from keras_dl.data.ingest import write_table
+    from keras_dl.data.ingest.datasets import write_table
 
     folder = tmp_path / "delta"
     write_table(pa.table({"x": pa.array([1, 2, 3], pa.int32())}), str(folder))
@@ -282,8 +282,8 @@ def test_a_copy_of_a_real_dataset_with_a_planted_unischema_never_runs_it(
 @pytest.mark.slow
 def test_keras_dls_row_reader_reuses_the_vetted_unischema(genuine, tmp_path, marker):
     from keras_dl.data import plan_columns
-    from keras_dl.data.reader import iter_epoch_arrays
-    from keras_dl.data.rows import scan_table
+    from keras_dl.data.stream.shard_epochs import iter_epoch_arrays
+    from keras_dl.data.tables.rows import scan_table
 
     folder = tmp_path / "swapped"
     shutil.copytree(genuine, folder)

@@ -1,7 +1,7 @@
 """A script that leaves a dataset behind still exits, and a dropped iterator stops its readers.
 
 Each case runs a script in a fresh interpreter over a tiny Delta table. Before
-:mod:`keras_dl.data.reader_lifecycle`, a script that ended mid-epoch hung at exit (TensorFlow's
+:mod:`keras_dl.data.stream.shutdown`, a script that ended mid-epoch hung at exit (TensorFlow's
 prefetch thread, ended by the interpreter's finalization inside the generator's ``py_func``,
 was waited for forever) or aborted. The timeout below is a hang detector, not a timing.
 """

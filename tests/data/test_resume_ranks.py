@@ -1,6 +1,6 @@
 """A training epoch stopped on R ranks and resumed on R' ranks trains every live row once.
 
-The position a checkpoint keeps (:mod:`keras_dl.data.resume`) is a list of segments
+The position a checkpoint keeps (:mod:`keras_dl.data.stream.epoch_position`) is a list of segments
 ``(ranks, batch per rank, steps)``; these tests stop reads as a checkpoint would, resume them
 on another number of ranks (and again on a third), and count the rows every rank trained."""
 
@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
-from keras_dl.data import row_ranges as rr
-from keras_dl.data.epoch_stream import EpochStream
-from keras_dl.data.resume import EpochPosition, EpochRows, Segment
-from tests.data.delta_writer import write_delta
+from keras_dl.data.ingest.delta_protocol import write_delta
+from keras_dl.data.stream import row_ranges as rr
+from keras_dl.data.stream.epoch_position import EpochPosition, EpochRows, Segment
+from keras_dl.data.stream.epoch_stream import EpochStream
 from tests.data.test_exact_reads import SETTINGS, materialize, open_spec, tables
 
 

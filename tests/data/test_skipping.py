@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import open_table, read_table
-from keras_dl.data.filters import parse_filters, select
-from keras_dl.data.reader import iter_epoch
-from keras_dl.data.rows import scan_table
+from keras_dl.data.ingest.delta_protocol import write_delta
+from keras_dl.data.stream.shard_epochs import iter_epoch
+from keras_dl.data.tables.filters import parse_filters, select
+from keras_dl.data.tables.rows import scan_table
 from keras_dl.errors import DataError
-from tests.data.delta_writer import write_delta
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 LONG = "p" * 32  # as long as Delta's string prefix: a maximum this long may have been cut
@@ -237,7 +237,7 @@ def test_float32_and_decimal_bounds_compare_as_the_reader_does(tmp_path):
     assert ids(str(tmp_path / "t"), ["x >= 0.5"]) == [1]
     from decimal import Decimal
 
-    from keras_dl.data.skipping import Bounds, may_match
+    from keras_dl.data.tables.skipping import Bounds, may_match
 
     big = pa.decimal128(20, 2)
     exact = Bounds(

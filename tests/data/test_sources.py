@@ -131,7 +131,7 @@ def test_typed_partition_filters_and_row_filters_from_config(tmp_path):
 
 
 def test_bad_filter_text_names_the_problem(tmp_path):
-    from keras_dl.data.filters import parse_filter
+    from keras_dl.data.tables.filters import parse_filter
 
     schema = pa.schema([("year", pa.int32()), ("c", pa.string())])
     assert parse_filter("c not in a|b", schema) == ("c", "not in", ["a", "b"])

@@ -8,7 +8,7 @@ import pytest
 
 from keras_dl.config import DataConfig
 from keras_dl.data import make_splits
-from keras_dl.data.spark import make_spark_converter
+from keras_dl.data.spark_converter import make_spark_converter
 from keras_dl.errors import DataError
 
 pytestmark = pytest.mark.slow
@@ -142,7 +142,7 @@ def test_write_delta_reports_the_version_it_committed_after_another_writers_comm
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from keras_dl.delta_writer import write_delta
+    from keras_dl.data.ingest.spark_delta import write_delta
 
     to = str(tmp_path / "t")
     df = spark.createDataFrame([(i,) for i in range(4)], "id long")

@@ -227,8 +227,8 @@ def test_filters_that_empty_whole_row_groups_still_split_the_rows_evenly(tmp_pat
 
 @pytest.mark.parametrize("batch", [1, 7, 32, 300])
 def test_blocks_cut_any_chunk_sizes_into_whole_batches_in_order(batch):
-    from keras_dl.data.blocks import as_block as _as_block
-    from keras_dl.data.blocks import cut_blocks as _blocks
+    from keras_dl.data.stream.blocks import as_block as _as_block
+    from keras_dl.data.stream.blocks import cut_blocks as _blocks
 
     rng = np.random.default_rng(batch)
     sizes = rng.integers(1, 700, size=12)

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from keras_dl.config import DataConfig, Experiment, resolve
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
+from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.splits import make_splits
 from keras_dl.errors import ConfigError, DataError
-from tests.data.delta_writer import write_delta
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -167,7 +167,7 @@ def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
 
 @pytest.mark.slow
 def test_init_from_reaches_every_rank_through_rank_0s_broadcast(digits_exp, tmp_path):
-    from keras_dl.registry import load_keras_model
+    from keras_dl.model.registry import load_keras_model
     from tests.distribute.workers import digest
 
     champion = fit(digits_exp("runtime.strategy=none", "train.epochs=1"))

@@ -225,7 +225,7 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
 ):
     import boto3
 
-    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
     from keras_dl.storage import environment
 
     master, env = driver_target

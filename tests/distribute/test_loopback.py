@@ -68,7 +68,7 @@ def test_a_local_horovod_job_listens_only_on_loopback():
 SPARK_SCRIPT = """
 import json, os
 from tests.distribute.test_loopback import listening
-from keras_dl.inference_io import spark_session
+from keras_dl.inference.tables import spark_session
 
 spark = spark_session("local[1]", app_name="keras_dl-loopback-test")
 try:

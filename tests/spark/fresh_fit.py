@@ -34,7 +34,7 @@ def main() -> None:
     from pyspark.ml.feature import VectorAssembler
     from sklearn.datasets import load_iris
 
-    from keras_dl.inference_io import spark_session
+    from keras_dl.inference.tables import spark_session
     from keras_dl.spark import KerasEstimator
     from tests.spark.conftest import make_model
 

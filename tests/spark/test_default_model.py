@@ -12,7 +12,7 @@ from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 from pyspark.ml.feature import VectorAssembler
 from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
-from keras_dl.bench.tabular_tables import baseline
+from benchmarks.tabular_tables import baseline
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.spark import KerasEstimator
 

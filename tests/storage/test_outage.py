@@ -221,7 +221,7 @@ def _epochs_logged_once(uri: str) -> mlflow.entities.Run:
 @pytest.mark.slow
 @HEAVY_IO
 def test_training_rides_out_a_store_outage_of_half_the_lease(store, tmp_path):
-    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
 
     table = store.uri("digits")
     ingest_sklearn_digits(table, rows_per_group=256)
@@ -241,7 +241,7 @@ def test_training_rides_out_a_store_outage_of_half_the_lease(store, tmp_path):
 @pytest.mark.slow
 @HEAVY_IO
 def test_an_outage_of_twice_the_lease_exits_75_killed_and_a_rerun_resumes(store, tmp_path):
-    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
 
     table = store.uri("digits")
     ingest_sklearn_digits(table, rows_per_group=256)
@@ -275,7 +275,7 @@ def test_an_outage_of_twice_the_lease_exits_75_killed_and_a_rerun_resumes(store,
 @HEAVY
 def test_on_two_horovod_ranks_an_outage_past_the_lease_still_exits_75_killed(store, tmp_path):
     """Each rank gives up at the lease's expiry; the driver reports that, not a failed rank."""
-    from keras_dl.data.ingest import ingest_sklearn_digits
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
 
     table = store.uri("digits")
     ingest_sklearn_digits(table, rows_per_group=256)

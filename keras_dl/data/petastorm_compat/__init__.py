@@ -32,7 +32,7 @@ top-level module ``keras_dl_petastorm_hook`` does that: it is registered at inte
 and :func:`patch_module` on the module once loaded. So every patch applies wherever Petastorm
 is used (a user's own ``make_reader``/``make_batch_reader`` included), not only under
 keras_dl's reader. The arrows go one way: the hook imports this package; this package never
-imports the hook. :func:`install` is for callers about to make a reader (``keras_dl.data.reader``).
+imports the hook. :func:`install` is for callers about to make a reader (``keras_dl.data.stream.shard_epochs``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ _TARGETS = {
     "petastorm.spark.spark_dataset_converter": (
         "make_spark_converter",
         "Petastorm's make_spark_converter",
-        "Use keras_dl.data.spark.make_spark_converter instead: the same converter API, and it "
+        "Use keras_dl.data.spark_converter.make_spark_converter instead: the same converter API, and it "
         "works on Spark Connect.",
     ),
 }

@@ -10,7 +10,7 @@ keras_dl's reader already knows which row groups it reads (its plan, from the De
 footers it read once). Within :func:`planned`, ``load_row_groups`` lists, for each file of the
 dataset, row groups 0 to the highest one planned; the reader then ventilates exactly the
 planned ones, by file and index. A planned row group a file lacks is an error when it is read
-(:mod:`keras_dl.data.reader`). Outside :func:`planned` (any other Petastorm reader), Petastorm's
+(:mod:`keras_dl.data.stream.shard_epochs`). Outside :func:`planned` (any other Petastorm reader), Petastorm's
 own listing runs.
 """
 

@@ -1,4 +1,4 @@
-"""Table formats, each turned into a :class:`~keras_dl.data.snapshot.TableSnapshot`.
+"""Table formats, each turned into a :class:`~keras_dl.data.tables.snapshot.TableSnapshot`.
 
 Only the modules here know a table format: ``delta`` (the Delta log), ``parquet`` (files,
 folders, globs) and ``petastorm_meta`` (a Petastorm dataset's Unischema, read without running
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 

@@ -33,10 +33,10 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables.deletion_vectors import read_deletion_vector
 from keras_dl.data.tables.delta import open_delta, parse_partition_value
 from keras_dl.data.tables.delta_log import commit_actions, replay, version_at
+from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import Storage
 

@@ -1,4 +1,4 @@
-"""A Delta table at one version -> :class:`~keras_dl.data.snapshot.TableSnapshot`.
+"""A Delta table at one version -> :class:`~keras_dl.data.tables.snapshot.TableSnapshot`.
 
 The log is replayed by :mod:`.delta_log`; this module reads what the replay found, as the Delta
 protocol requires of a reader:
@@ -22,10 +22,10 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from keras_dl.data.snapshot import TableSnapshot
 from keras_dl.data.tables.deletion_vectors import read_deletion_vector
 from keras_dl.data.tables.delta_log import LOG, replay
 from keras_dl.data.tables.partition_values import BadValue, parse_partition_text
+from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import Storage
 

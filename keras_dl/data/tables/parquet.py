@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from keras_dl.data.filters import to_type
-from keras_dl.data.snapshot import TableSnapshot
+from keras_dl.data.tables.filters import to_type
+from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import filesystem, local_path, open_storage
 

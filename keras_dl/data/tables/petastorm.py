@@ -6,7 +6,7 @@ column's dtype and shape, and Petastorm's row reader (``make_reader``) decodes t
 (images, ndarrays). Rows are then stacked into dense chunks, so the rest of the data path
 (batching, preprocess, prefetch) is the same as for Delta and Parquet. ``make_reader`` is
 row-based, so this path is slower than a plain table: for speed, re-ingest the images as
-encoded bytes and decode them in tf.data (``keras_dl.data.images``).
+encoded bytes and decode them in tf.data (``keras_dl.data.tables.images``).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def open_petastorm(table: str, *, trust: bool | None = None):
     """
     import pyarrow.dataset as ds
 
-    from keras_dl.data.snapshot import TableSnapshot
     from keras_dl.data.tables.petastorm_meta import read_unischema
+    from keras_dl.data.tables.snapshot import TableSnapshot
 
     root = os.path.abspath(table.removeprefix("file://"))
     unischema = read_unischema(root, trust=trust)

@@ -24,7 +24,6 @@ import _compat_pickle
 import contextlib
 import contextvars
 import functools
-import importlib
 import io
 import logging
 import os
@@ -263,12 +262,17 @@ def _restore_unischema_field(source: str, name: str, fields, values):
 def _data_class(module: str, name: str):
     """The class ``module.name`` if it is one of the allowed data classes, else None."""
     if module in _PETASTORM_CLASS_MODULES:
-        obj = vars(importlib.import_module(module)).get(name)
+        import petastorm.codecs
+        import petastorm.unischema
+
+        found = {"petastorm.unischema": petastorm.unischema, "petastorm.codecs": petastorm.codecs}
+        obj = vars(found[module]).get(name)
         return obj if isinstance(obj, type) and obj.__module__ == module else None
     if module == "numpy" or module == "numpy.dtypes":
         import numpy as np
+        import numpy.dtypes
 
-        obj = vars(importlib.import_module(module)).get(name)
+        obj = vars(np if module == "numpy" else numpy.dtypes).get(name)
         ok = isinstance(obj, type) and issubclass(obj, (np.generic, np.dtype))
         return obj if ok else None
     if module == "pyspark.sql.types":

@@ -1,0 +1,1 @@
+"""A run's report.html: ``build`` gathers the run's figures, ``page`` draws them."""
