@@ -52,6 +52,10 @@ class Recipe:
             ``model`` fields are checked earlier, when the config is resolved). Defaults to None.
         heads: The model can have several labels (``data.label`` a list), one output head
             each. Defaults to False: a second label is refused before any run starts.
+        example: ``fn(folder) -> (table, sets)``: writes a small table the recipe trains on
+            under ``folder``, offline, and returns it with the ``--set`` items of a quick run
+            (``recipes/_examples.py``). The suite trains every listed recipe on its example.
+            Defaults to None (a recipe without one fails that test).
     """
 
     name: str
@@ -68,6 +72,7 @@ class Recipe:
     configure: Callable | None = None
     check: Callable | None = None
     heads: bool = False
+    example: Callable[[str], tuple[str, tuple[str, ...]]] | None = None
 
 
 def configure(exp: Experiment, recipe: Recipe) -> Experiment:

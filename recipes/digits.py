@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from keras_dl.config import DataConfig, Experiment, TrainConfig, bounded
 from keras_dl.recipe import Recipe, check_num_classes
+from recipes import _examples
 
 # ## Defaults
 
@@ -89,6 +90,7 @@ RECIPE = Recipe(
     defaults=DEFAULTS,
     build_model=build_model,
     check=check_num_classes,  # model.num_classes against the labels, before any run
+    example=_examples.digits,  # a small table it trains on, made offline
 )
 
 # ## Run it

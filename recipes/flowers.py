@@ -35,6 +35,7 @@ from keras_dl.data.stream.features import BINARY
 from keras_dl.data.tables.images import make_image_preprocess
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import Recipe, check_num_classes
+from recipes import _examples
 
 log = logging.getLogger(__name__)
 IMAGE_SIZE = (224, 224)
@@ -121,6 +122,7 @@ RECIPE = Recipe(
     preprocess=make_image_preprocess("image", IMAGE_SIZE, normalize="none"),
     preprocess_train=make_image_preprocess("image", IMAGE_SIZE, normalize="none", augment=True),
     check=check_num_classes,  # model.num_classes against the labels, before any run
+    example=_examples.flowers,  # a small table it trains on, made offline
 )
 
 # ## Helpers

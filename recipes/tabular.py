@@ -61,6 +61,7 @@ from keras_dl.errors import ConfigError, DataError
 from keras_dl.model.pyfunc import IMPUTE_ATTRIBUTE
 from keras_dl.model.sizing import fill_in_sizes
 from keras_dl.recipe import Recipe
+from recipes import _examples
 from recipes._tabular_labels import (
     Target,
     compile_options,
@@ -256,6 +257,7 @@ RECIPE = Recipe(
     prepare=prepare,
     configure=fill_in_sizes,
     heads=True,
+    example=_examples.tabular,  # a small table it trains on, made offline
 )
 
 

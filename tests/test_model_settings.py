@@ -12,7 +12,7 @@ from deltalake import write_deltalake
 
 from keras_dl.config import Bounds, resolve
 from keras_dl.errors import ConfigError
-from keras_dl.recipe import check_num_classes, load_recipe
+from keras_dl.recipe import check_num_classes, list_recipes, load_recipe
 from tests.conftest import runs_in, train_digits
 
 
@@ -46,7 +46,7 @@ def test_model_values_out_of_range_are_refused_when_the_config_is_resolved(recip
     assert f"--set {key}=" in str(err.value)  # and how to fix it
 
 
-@pytest.mark.parametrize("recipe", ["digits", "flowers", "tabular"])
+@pytest.mark.parametrize("recipe", list_recipes())
 def test_every_recipes_defaults_and_edge_values_are_accepted(recipe):
     sets = ["data.table=/tmp/t", "model.dropout=0"]
     if recipe == "tabular":

@@ -3,7 +3,7 @@
 Real processes, as a user reruns a command after the cluster lost or gained a node: 2 ranks
 stopped by SIGTERM early in epoch 2, rerun on 3 ranks (the rest of epoch 2) and stopped as epoch
 3 starts, rerun on 1 process to the end. (Epochs read in three segments are the property test's,
-in tests/data/test_resume_ranks.py.) One MLflow run, FINISHED, with every epoch logged once and ``rows_trained`` equal to the
+in tests/data/stream/test_epoch_position.py.) One MLflow run, FINISHED, with every epoch logged once and ``rows_trained`` equal to the
 split's rows in every epoch (the interrupted ones included)."""
 
 from __future__ import annotations

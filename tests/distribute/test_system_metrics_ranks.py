@@ -10,7 +10,7 @@ import pytest
 from keras_dl.launch import launch
 from tests.conftest import HEAVY, runs_in
 from tests.distribute.workers import train_and_report
-from tests.test_report import series_in
+from tests.report.test_report import series_in
 
 pytestmark = HEAVY  # see tests/conftest.py
 

@@ -51,7 +51,7 @@ LEFT_OUT = {
     "tests/test_weighted_sampling_reader.py": "need torch, which keras_dl does not install",
     "hdfs/tests/": "need an HDFS namenode",
     "tests/test_reading_legacy_datasets.py": "its datasets (tests/data/legacy) are not in the "
-    "wheel; tests/data/test_petastorm_meta.py reads the Petastorm 0.4-0.7 format instead",
+    "wheel; tests/data/tables/test_petastorm_meta.py reads the Petastorm 0.4-0.7 format instead",
     "tests/test_fs_utils.py": "needs gcsfs and s3fs",
     "the rest (ngram, disk cache, copy, metadata tools, benchmark...)": "outside the curated "
     "areas, to keep the run under 10 minutes on 2 cores",

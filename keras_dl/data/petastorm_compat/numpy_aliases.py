@@ -1,7 +1,7 @@
 """Put back the numpy names that Petastorm 0.13.1 uses and numpy removed.
 
 Every ``np.<name>`` in the installed Petastorm (its tests included) that the installed numpy
-lacks is here; ``tests/test_petastorm_hook.py`` checks that by scanning its source. Each
+lacks is here; ``tests/data/petastorm_compat/test_hook.py`` checks that by scanning its source. Each
 one is a synonym of something Python or numpy still has, so adding it back changes the meaning of
 no existing name; only code probing ``hasattr(np, "unicode_")`` to tell numpy 1 from 2 could
 notice (none in keras_dl's environment does). They are set on the numpy module itself because

@@ -3,7 +3,7 @@
 The Delta protocol ("Partition Value Serialization") stores every partition value as a string.
 delta-kernel-rs (``PrimitiveType::parse_scalar``, which deltalake 1.x
 uses) reads them, and :func:`parse_partition_text` reads the same strings to the same values
-and refuses the same strings. Measured against deltalake 1.6 (``tests/data/test_partition_values.py``):
+and refuses the same strings. Measured against deltalake 1.6 (``tests/data/tables/test_partition_values.py``):
 
 - **null**: a JSON null or a missing key. An empty text is a null too, except in a string or
   binary column, where it is the empty value (kernel's scan and Spark; the protocol's text says

@@ -19,7 +19,7 @@ from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream import row_ranges as rr
 from keras_dl.data.stream.epoch_position import EpochPosition, EpochRows, Segment
 from keras_dl.data.stream.epoch_stream import EpochStream
-from tests.data.test_exact_reads import SETTINGS, materialize, open_spec, tables
+from tests.data.stream.test_exact_reads import SETTINGS, materialize, open_spec, tables
 
 
 def _stream_batches(stream: EpochStream):

@@ -1,7 +1,7 @@
 """A logged model refuses a null or NaN feature, naming the column, unless the model declares
 the column optional: then the value is filled as at training time (the train split's mean, or
 its most frequent string). The refusal is in the model's own pyfunc, so ``mlflow models serve``
-(HTTP 400, tests/test_serving.py) and Spark scoring (tests/test_inference.py) share it."""
+(HTTP 400, tests/model/test_serving.py) and Spark scoring (tests/inference/test_inference.py) share it."""
 
 import json
 import os

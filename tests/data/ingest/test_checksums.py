@@ -20,7 +20,7 @@ from keras_dl.data import open_table, read_table
 from keras_dl.data.ingest.datasets import ingest_sklearn_digits, write_table
 from keras_dl.errors import DataError
 from keras_dl.storage import delta_row_group_options, delta_storage_options
-from tests.data.test_partition_values import WRITTEN, _kernel, _same
+from tests.data.tables.test_partition_values import WRITTEN, _kernel, _same
 
 
 def _files(path: str) -> list[str]:

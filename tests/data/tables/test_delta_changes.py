@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
-from tests.data.test_delta_fixtures import as_json
+from tests.data.tables.test_delta_fixtures import as_json
 
-FIXTURES = Path(__file__).parent / "fixtures" / "delta"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "delta"
 EXPECTED = json.loads((FIXTURES / "cdf_expected.json").read_text())
 CASES = [pytest.param(e, id=f"{e['table']}({e['since']},{e['version']}]") for e in EXPECTED]
 

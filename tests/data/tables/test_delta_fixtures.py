@@ -15,7 +15,7 @@ from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, r
 from keras_dl.data.stream.features import NUMERIC, STRING
 from keras_dl.errors import DataError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "delta"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "delta"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 CASES = [pytest.param(e, id=f"{e['table']}@v{e['version']}") for e in EXPECTED]
 

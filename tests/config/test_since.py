@@ -4,7 +4,7 @@ import pytest
 
 from keras_dl.config import resolve
 from keras_dl.errors import ConfigError
-from tests.test_config import defaults
+from tests.config.test_config import defaults
 
 
 def test_since_version_is_set_from_the_command_line():

@@ -22,7 +22,7 @@ from keras_dl.data.stream.packing import pack, unpack
 from keras_dl.data.stream.signature import input_signature
 from keras_dl.errors import DataError
 from tests.conftest import write_delta as write_table
-from tests.data.test_exact_reads import SETTINGS, tables
+from tests.data.stream.test_exact_reads import SETTINGS, tables
 
 # Features by dtype: int64 id, e, g; float32 x, a; float64 c, f; int32 h alone (not packed).
 COLUMNS = ("id", "e", "x", "a", "c", "h", "g", "f")
@@ -50,7 +50,7 @@ def _columns(ids: np.ndarray) -> dict:
 
 
 def _write(spec, root) -> tuple[str, Counter]:
-    """``spec`` (tests.data.test_exact_reads.tables, its filter unused) as a Delta table."""
+    """``spec`` (tests.data.stream.test_exact_reads.tables, its filter unused) as a Delta table."""
     path = str(root / f"t-{uuid.uuid4().hex[:8]}")
     files, live = [], Counter()
     for file_id, (groups, deleted) in enumerate(zip(spec["files"], spec["deleted"])):

@@ -1,0 +1,1 @@
+"""tests.data.petastorm_compat."""
