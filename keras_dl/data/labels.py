@@ -44,7 +44,7 @@ def integer_label_range(
     snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata)
     label = data.labels[0]
     if (
-        snapshot.format == "petastorm"
+        snapshot.read_by_rows
         or label not in snapshot.schema.names
         or not pa.types.is_integer(snapshot.schema.field(label).type)
     ):

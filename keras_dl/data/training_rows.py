@@ -56,7 +56,7 @@ def read_table(
         1797
     """
     snapshot = open_table(table, version, timestamp, since_version=since_version)
-    if snapshot.format == "petastorm":
+    if snapshot.read_by_rows:
         raise DataError(
             f"{snapshot.uri!r} is a Petastorm dataset (codec-encoded columns): read_table reads "
             "Delta and Parquet tables. Train on it with make_dataset, or decode it with "

@@ -4,6 +4,9 @@ these read the run: its config, world, MLflow run and folder)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
 from keras_dl.callbacks.checkpoint import Checkpoint
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
@@ -21,7 +24,37 @@ from keras_dl.run.position import data_position
 from keras_dl.run.resume import config_fingerprint
 
 
-def make_callbacks(run, data) -> list:
+@dataclass
+class RunCallbacks:
+    """A run's own callbacks, held by name: nothing finds them by type. Iterating gives them in
+    the order ``fit`` runs them (see :func:`make_callbacks`)."""
+
+    checkpoint: Checkpoint
+    rows_trained: RowsTrained
+    early_stopping: EarlyStopping
+    throughput: Throughput
+    logger: MLflowLogger
+    system_metrics: SystemMetrics | None = None
+    after_logger: tuple = ()  # plots, TensorBoard, the progress bar, and Preemption last
+
+    def ordered(self, extra: Sequence = ()) -> list:
+        """The callbacks for ``model.fit``, with ``extra`` (the caller's own) after them."""
+        system = [self.system_metrics] if self.system_metrics is not None else []
+        first = [self.checkpoint, self.rows_trained, self.early_stopping, self.throughput]
+        return [*first, *system, self.logger, *self.after_logger, *extra]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.ordered())
+
+    def after_failure(self) -> None:
+        """Keras skips ``on_train_end`` when ``fit`` raises: stop the sampler's thread, and send
+        the steps and epochs logged before the error to the run."""
+        if self.system_metrics is not None:
+            self.system_metrics.close()
+        self.logger.flush()
+
+
+def make_callbacks(run, data) -> RunCallbacks:
     """The default callbacks for ``exp``, in the order they must run.
 
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
@@ -38,7 +71,7 @@ def make_callbacks(run, data) -> list:
         data: The :class:`~keras_dl.data.splits.DataSplits` being trained on.
 
     Returns:
-        The callbacks, ready for ``model.fit``.
+        The run's callbacks by name; ``.ordered()`` is the list for ``model.fit``.
     """
     exp, world, run_id = run.exp, run.world, run.run_id
     c = exp.callbacks
@@ -54,10 +87,24 @@ def make_callbacks(run, data) -> list:
         metadata={"run_id": run_id, "config": config_fingerprint(exp)},
         mark_complete=False,  # keras_dl.run.finish marks it after evaluation and logging
     )
-    callbacks = [
-        checkpoint,
-        RowsTrained(data.train),
-        EarlyStopping(
+    logger = MLflowLogger(run_id=run_id, end_run=False, log_every_n_steps=c.log_every_n_steps)
+    # Before the logger: its last samples are queued before the logger's final flush.
+    seconds = exp.tracking.system_metrics_seconds
+    after_logger = []
+    if c.plots:
+        confusion = (checks.dataset, checks.steps) if checks is not None else None
+        after_logger.append(Plots(run_id=run_id, confusion_data=confusion))
+    if world.is_chief and (exp.tracking.tensorboard or exp.runtime.profile_steps):
+        # Rank 0 only: one writer per run (several ranks would interleave their events).
+        after_logger.append(RunTensorBoard(run_id=run_id, profile_steps=exp.runtime.profile_steps))
+    if world.is_chief and exp.train.verbose:
+        after_logger.append(ProgressBar(batch_size=exp.train.batch_size))
+    # Last among the batch-end hooks, so the step it stops after is logged like any other.
+    after_logger.append(Preemption(checkpoint))
+    return RunCallbacks(
+        checkpoint=checkpoint,
+        rows_trained=RowsTrained(data.train),
+        early_stopping=EarlyStopping(
             monitor=monitor,
             mode=c.mode,
             min_delta=c.min_delta,
@@ -69,27 +116,16 @@ def make_callbacks(run, data) -> list:
             restore_best_weights=c.restore_best_weights,
             run_id=run_id,
         ),
-        Throughput(batch_size=exp.train.batch_size, log_every_n_steps=c.log_every_n_steps),
-    ]
-    logger = MLflowLogger(run_id=run_id, end_run=False, log_every_n_steps=c.log_every_n_steps)
-    if exp.tracking.system_metrics_seconds > 0:
-        # Before the logger: its last samples are queued before the logger's final flush.
-        callbacks.append(SystemMetrics(logger, exp.tracking.system_metrics_seconds))
-    callbacks.append(logger)
-    if c.plots:
-        confusion = (checks.dataset, checks.steps) if checks is not None else None
-        callbacks.append(Plots(run_id=run_id, confusion_data=confusion))
-    if world.is_chief and (exp.tracking.tensorboard or exp.runtime.profile_steps):
-        # Rank 0 only: one writer per run (several ranks would interleave their events).
-        callbacks.append(RunTensorBoard(run_id=run_id, profile_steps=exp.runtime.profile_steps))
-    if world.is_chief and exp.train.verbose:
-        callbacks.append(ProgressBar(batch_size=exp.train.batch_size))
-    # Last among the batch-end hooks, so the step it stops after is logged like any other.
-    callbacks.append(Preemption(checkpoint))
-    return callbacks
+        throughput=Throughput(
+            batch_size=exp.train.batch_size, log_every_n_steps=c.log_every_n_steps
+        ),
+        logger=logger,
+        system_metrics=SystemMetrics(logger, seconds) if seconds > 0 else None,
+        after_logger=tuple(after_logger),
+    )
 
 
-def prepare_fit(callbacks: list, model, data) -> Resume | None:
+def prepare_fit(callbacks: RunCallbacks, model, data) -> Resume | None:
     """Restore the last checkpoint into ``model`` and position the training data after it.
 
     Call after ``compile`` and before ``fit``, on every rank (under Horovod it is collective).
@@ -108,26 +144,25 @@ def prepare_fit(callbacks: list, model, data) -> Resume | None:
             which settings to change).
     """
     world = current_world()
-    resume = restored = None
-    for cb in callbacks:
-        if isinstance(cb, Checkpoint):
-            cb.set_model(model)
-            cb.restore()
-            restored = cb.restored
-            position = data_position(restored, cb.directory) if restored else None
-            if world.size > 1 and cb.resume:
-                # Only rank 0 reads the checkpoint: every rank must resume at its position.
-                ints = broadcast_record(position.to_ints() if position else [], prefix="position")
-                position = EpochPosition.from_ints(ints) if ints else None
-            if position is not None and (position.epoch or position.segments):
-                resume = data.train.resume_from(position)
-                cb.attach_data(data.train, resume.epoch, resume.steps)
-            else:
-                cb.attach_data(data.train)
-        if isinstance(cb, MLflowLogger) and restored:
-            cb.backfill = restored.get("last_epoch")
-        if isinstance(cb, RowsTrained) and resume is not None:
-            cb.before = {resume.epoch: resume.trained_before}
-        if isinstance(cb, Throughput) and model.distribute_strategy.num_replicas_in_sync == 1:
-            data.train.dataset = cb.instrument(data.train.dataset)
+    resume = None
+    checkpoint = callbacks.checkpoint
+    checkpoint.set_model(model)
+    checkpoint.restore()
+    restored = checkpoint.restored
+    position = data_position(restored, checkpoint.directory) if restored else None
+    if world.size > 1 and checkpoint.resume:
+        # Only rank 0 reads the checkpoint: every rank must resume at its position.
+        ints = broadcast_record(position.to_ints() if position else [], prefix="position")
+        position = EpochPosition.from_ints(ints) if ints else None
+    if position is not None and (position.epoch or position.segments):
+        resume = data.train.resume_from(position)
+        checkpoint.attach_data(data.train, resume.epoch, resume.steps)
+    else:
+        checkpoint.attach_data(data.train)
+    if restored:
+        callbacks.logger.backfill = restored.get("last_epoch")
+    if resume is not None:
+        callbacks.rows_trained.before = {resume.epoch: resume.trained_before}
+    if model.distribute_strategy.num_replicas_in_sync == 1:
+        data.train.dataset = callbacks.throughput.instrument(data.train.dataset)
     return resume

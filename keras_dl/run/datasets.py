@@ -89,7 +89,7 @@ def range_params(snapshot: TableSnapshot) -> dict[str, str]:
 
 
 def _source(snapshot: TableSnapshot):
-    if snapshot.format == "delta":
+    if snapshot.versioned:
         _, versioned = _classes()
         source = versioned(path=snapshot.uri, delta_table_version=snapshot.version)
         source.since_version = snapshot.since_version

@@ -86,6 +86,18 @@ class Run:
             self._lock.update(self.run_id)  # a second run's error names it
         return self.run_id
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Tag the active MLflow run (the chief's)."""
+        import mlflow
+
+        mlflow.set_tags(dict(tags))
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        """Log params to the active MLflow run (the chief's)."""
+        import mlflow
+
+        mlflow.log_params(dict(params))
+
     def end(self, error: BaseException | None = None) -> None:
         """End the MLflow run: FINISHED, KILLED for :class:`Preempted`, else FAILED.
 

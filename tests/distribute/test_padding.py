@@ -1,5 +1,5 @@
 """A padded batch (real rows, then copies of them at sample weight 0) trains as its real rows
-alone under the losses keras_dl compiles (:func:`keras_dl.run.compile_options.weigh_rows`)."""
+alone under the losses keras_dl compiles (:func:`keras_dl.model.compile_options.weigh_rows`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from keras_dl.distribute.padding import RealRowsMean, exclude_padding
-from keras_dl.run.compile_options import compile_weighted
+from keras_dl.model.compile_options import compile_weighted
 
 REAL, PAD = 5, 3  # a last batch of 8 slots: 5 real rows, 3 padding copies
 

@@ -139,7 +139,7 @@ class EpochStream:
         )
         self.seen: dict[int, int] = {}
         self.errors: deque = deque(maxlen=ERRORS_KEPT)
-        table = snapshot.format != "petastorm"  # a Unischema dataset is read row by row
+        table = not snapshot.read_by_rows  # a Unischema dataset is read row by row
         if not table and plan.weighs_rows:
             raise DataError(
                 f"Petastorm dataset {snapshot.uri!r}: data.weight_column and train.class_weight "
@@ -189,7 +189,7 @@ class EpochStream:
         if not o.training:
             raise ValueError("only a training split resumes")
         resume = self.rows_of.resume(position, o.num_shards, o.batch_size)
-        if resume.moved and self.snapshot.format == "petastorm":
+        if resume.moved and self.snapshot.read_by_rows:
             last = position.segments[-1]
             raise ConfigError(
                 f"Petastorm dataset {self.snapshot.uri!r}: its checkpoint stopped in epoch "
@@ -297,7 +297,7 @@ class EpochStream:
         """``(piece, arrays)`` of one epoch, streamed (and kept when it is the whole split);
         ``near_end``: see :func:`~keras_dl.data.stream.shard_epochs.read_pieces`."""
         o = self.options
-        if self.snapshot.format == "petastorm":
+        if self.snapshot.read_by_rows:
             seed = o.seed + epoch if self.shuffle else None
             args = (self.snapshot, self.plan, self.stats, o.shard, o.num_shards, self.shuffle)
             return ((None, a) for a in iter_unischema_rows(*args, seed, o.workers))

@@ -199,7 +199,7 @@ def iter_epoch_arrays(
     Unischema with codecs) is read by Petastorm's row reader, ``make_reader``, which decodes the
     codecs (:mod:`keras_dl.data.stream.unischema_epochs`); its rows are stacked into chunks.
     """
-    if snapshot.format != "petastorm":
+    if not snapshot.read_by_rows:
         for table in iter_epoch(
             snapshot,
             plan.columns,

@@ -77,6 +77,18 @@ class TableSnapshot:
     data_skipping: bool = True
 
     @property
+    def read_by_rows(self) -> bool:
+        """Rows encoded by codecs (a Petastorm dataset's Unischema): the stream reads them row by
+        row with Petastorm's ``make_reader``, not as Arrow row groups. The readers ask this, not
+        the format, so a new format is added here in ``tables/`` alone."""
+        return self.unischema is not None
+
+    @property
+    def versioned(self) -> bool:
+        """The table has versions (Delta): ``version`` names the one read."""
+        return self.version is not None
+
+    @property
     def lineage(self) -> dict[str, str]:
         """Tags recording what was read: ``data.table``, ``data.version``, ``data.format``, and
         ``data.since_version`` for a change snapshot (the range is since_version to version]."""
