@@ -19,16 +19,12 @@ import sys
 
 from tests.conftest import REPO
 
-# (file, function): why it loads a module by a name built at run time, or from above keras_dl.
+# (file, function): why it loads a module by a name built at run time, or from above keras_dl:
+# the one documented lookup. The CLI imports its commands and the restricted unpickler its few
+# classes' modules as plain imports.
 ALLOWED = {
     ("keras_dl/recipe.py", "load_recipe"): "the recipe registry: recipes/NAME.py is found by its "
     "name; recipes sit above keras_dl and this is the one place that loads them",
-    ("keras_dl/cli.py", "_add_module_command"): "the CLI, the top layer, loads its sub-command "
-    "modules by name so `keras-dl --help` imports no TensorFlow; the keras_dl names in cli.py "
-    "are checked against the layers like constants",
-    ("keras_dl/data/tables/petastorm_meta.py", "_data_class"): "the restricted unpickler looks "
-    "classes up in the modules a pickle names, only petastorm.unischema, petastorm.codecs and "
-    "numpy (checked before the call), never a keras_dl module",
 }
 ABOVE_KERAS_DL = ("recipes", "tests", "notebooks")
 
