@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from keras_dl.data.tables import open_table
 from keras_dl.data.tables.filters import select
-from keras_dl.data.tables.rows import scan_table
+from keras_dl.data.tables.stats import scan_table
 from keras_dl.data.training_rows import read_table
 from keras_dl.errors import DataError
 

@@ -277,7 +277,7 @@ def _read_features(snapshot: TableSnapshot, specs, rows: int | None) -> dict[str
     """The first ``rows`` rows (all when None) of some columns, as training reads them:
     deleted rows dropped, row filters applied, partition columns typed."""
     from keras_dl.data.stream.shard_epochs import iter_epoch
-    from keras_dl.data.tables.rows import scan_table
+    from keras_dl.data.tables.stats import scan_table
 
     names = list(dict.fromkeys(s.name for s in specs))
     chunks: dict[str, list] = {n: [] for n in names}

@@ -15,8 +15,8 @@ import pyarrow as pa
 from keras_dl.data.stream.shard_epochs import iter_epoch
 from keras_dl.data.tables import open_table
 from keras_dl.data.tables.filters import parse_filters, select
-from keras_dl.data.tables.rows import scan_table
 from keras_dl.data.tables.snapshot import Filter, TableSnapshot
+from keras_dl.data.tables.stats import scan_table
 from keras_dl.errors import DataError
 
 

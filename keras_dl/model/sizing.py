@@ -115,7 +115,7 @@ def count_split_rows(data: DataConfig) -> tuple[int, int]:
     ``data.filters`` applied, counted as training reads them (deleted rows left out)."""
     from keras_dl.data.tables import open_table
     from keras_dl.data.tables.filters import parse_filters, select
-    from keras_dl.data.tables.rows import scan_table
+    from keras_dl.data.tables.stats import scan_table
 
     def opened(table, version=None, timestamp=None, **since):
         snapshot = open_table(table, version, timestamp, data.trust_petastorm_metadata, **since)

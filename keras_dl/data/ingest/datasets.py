@@ -56,7 +56,7 @@ def write_table(
     from keras_dl.data.ingest.parquet_files import write_files
     from keras_dl.data.ingest.spark_delta import commit
     from keras_dl.data.tables import open_table
-    from keras_dl.data.tables.rows import scan_table
+    from keras_dl.data.tables.stats import scan_table
     from keras_dl.storage import check_safe_delta_writes, delta_storage_options, open_storage
 
     if mode not in MODES:

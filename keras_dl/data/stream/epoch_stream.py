@@ -39,8 +39,8 @@ from keras_dl.data.stream.shuffle import shuffle_rows
 from keras_dl.data.stream.shutdown import ReadersClosed
 from keras_dl.data.stream.signature import input_signature, to_structure
 from keras_dl.data.stream.unischema_epochs import iter_unischema_rows
-from keras_dl.data.tables.rows import TableStats, count_rows
 from keras_dl.data.tables.snapshot import TableSnapshot
+from keras_dl.data.tables.stats import TableStats, count_rows
 from keras_dl.errors import ConfigError, DataError
 
 PREPROCESS_ROWS = 128

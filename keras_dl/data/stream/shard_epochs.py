@@ -38,8 +38,9 @@ from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.data.stream.row_group_worker import Convert, Converted, worker_class
 from keras_dl.data.stream.shards import Piece, plan_epoch, plan_pieces, rng_seed
 from keras_dl.data.stream.unischema_epochs import iter_unischema_rows
-from keras_dl.data.tables.rows import TableStats, check_file, group_live_rows, open_file
+from keras_dl.data.tables.rows import check_file, group_live_rows, open_file
 from keras_dl.data.tables.snapshot import TableSnapshot
+from keras_dl.data.tables.stats import TableStats
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
 

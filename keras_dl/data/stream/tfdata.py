@@ -23,8 +23,8 @@ from keras_dl.data.stream import shutdown
 from keras_dl.data.stream.epoch_position import EpochPosition, Resume
 from keras_dl.data.stream.epoch_stream import EpochStream, ReadOptions
 from keras_dl.data.stream.features import BINARY, ColumnPlan
-from keras_dl.data.tables.rows import TableStats
 from keras_dl.data.tables.snapshot import TableSnapshot
+from keras_dl.data.tables.stats import TableStats
 from keras_dl.errors import KerasDLError
 
 

@@ -20,7 +20,7 @@ from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, r
 from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream.shard_epochs import iter_epoch
 from keras_dl.data.tables.filters import parse_filters, select
-from keras_dl.data.tables.rows import count_rows, scan_table
+from keras_dl.data.tables.stats import count_rows, scan_table
 from keras_dl.errors import DataError
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

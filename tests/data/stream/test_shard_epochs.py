@@ -11,7 +11,7 @@ from deltalake import write_deltalake
 from keras_dl.config import DataConfig
 from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, plan_columns
 from keras_dl.data.stream.shard_epochs import iter_epoch_arrays
-from keras_dl.data.tables.rows import scan_table
+from keras_dl.data.tables.stats import scan_table
 from keras_dl.errors import DataError
 from tests.conftest import write_delta
 

@@ -161,7 +161,7 @@ def test_since_version_reads_the_rows_inserted_or_updated_in_the_range_and_still
 def test_a_change_snapshot_shards_row_exactly_and_reaches_the_config(copy):
     from keras_dl.config.schema import DataConfig
     from keras_dl.data.stream.shard_epochs import iter_epoch
-    from keras_dl.data.tables.rows import count_rows
+    from keras_dl.data.tables.stats import count_rows
     from keras_dl.model.sizing import count_split_rows
 
     path = copy("cdf-table")

@@ -283,7 +283,7 @@ def test_a_copy_of_a_real_dataset_with_a_planted_unischema_never_runs_it(
 def test_keras_dls_row_reader_reuses_the_vetted_unischema(genuine, tmp_path, marker):
     from keras_dl.data import plan_columns
     from keras_dl.data.stream.shard_epochs import iter_epoch_arrays
-    from keras_dl.data.tables.rows import scan_table
+    from keras_dl.data.tables.stats import scan_table
 
     folder = tmp_path / "swapped"
     shutil.copytree(genuine, folder)

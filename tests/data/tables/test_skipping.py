@@ -22,7 +22,7 @@ from keras_dl.data import open_table, read_table
 from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream.shard_epochs import iter_epoch
 from keras_dl.data.tables.filters import parse_filters, select
-from keras_dl.data.tables.rows import scan_table
+from keras_dl.data.tables.stats import scan_table
 from keras_dl.errors import DataError
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
