@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 
 from keras_dl.data.stream.arrays import to_arrays
 from keras_dl.data.stream.blocks import (
@@ -34,63 +33,17 @@ from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.data.stream.memory_cache import EpochCache
 from keras_dl.data.stream.next_epoch import ReadAhead
 from keras_dl.data.stream.preprocess_hook import cacheable_hook
+from keras_dl.data.stream.read_options import ReadOptions, steps_per_epoch
 from keras_dl.data.stream.shard_epochs import RowGroupCounts, epoch_pieces, read_pieces
 from keras_dl.data.stream.shuffle import shuffle_rows
 from keras_dl.data.stream.shutdown import ReadersClosed
 from keras_dl.data.stream.signature import input_signature, to_structure
 from keras_dl.data.stream.unischema_epochs import iter_unischema_rows
-from keras_dl.data.tables.snapshot import TableSnapshot
-from keras_dl.data.tables.stats import TableStats, count_rows
+from keras_dl.data.tables.stats import count_rows
 from keras_dl.errors import ConfigError, DataError
 
 PREPROCESS_ROWS = 128
 ERRORS_KEPT = 4  # the newest errors a stream's generators raised
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """How one split is read.
-
-    Args:
-        batch_size: Rows per batch yielded by the dataset (per replica / per rank).
-        training: Repeat forever and shuffle. Defaults to False.
-        shard: This reader's shard (the rank). Defaults to 0.
-        num_shards: Number of shards (the world size). Defaults to 1.
-        shuffle: Shuffle the rows, when training. Defaults to True.
-        shuffle_buffer: Rows mixed in memory. Defaults to 4096.
-        seed: Shuffle seed. Defaults to 42.
-        workers: Petastorm reader threads. Defaults to 2.
-        cache_max_bytes: Keep the split's decoded rows in memory after its first read when
-            they fit in this many bytes (:mod:`keras_dl.data.stream.memory_cache`). Defaults to 0
-            (every epoch is read from the table).
-        pad: Training: yield sample weights and pad each epoch to whole batches with
-            zero-weight rows, even with one shard (several shards always do). Defaults to False.
-    """
-
-    batch_size: int
-    training: bool = False
-    shard: int = 0
-    num_shards: int = 1
-    shuffle: bool = True
-    shuffle_buffer: int = 4096
-    seed: int = 42
-    workers: int = 2
-    cache_max_bytes: int = 0
-    pad: bool = False
-
-
-def steps_per_epoch(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:
-    """Batches per epoch: the largest shard's rows in batches, so every shard runs as many."""
-    where = f"Table {snapshot.uri!r} (version {snapshot.version})"
-    if stats.rows == 0:
-        raise DataError(
-            f"{where} has no rows"
-            f"{' matching ' + str(list(snapshot.row_filters)) if snapshot.row_filters else ''}. "
-            "Write data to it, or check data.split_column, data.filters and the split names."
-        )
-    stats.check_shards(options.num_shards, snapshot.uri)
-    largest = stats.shard_rows(0, options.num_shards)
-    return math.ceil(largest / options.batch_size)
 
 
 class EpochStream:
