@@ -15,6 +15,7 @@ Prints JSON: each figure beside its baseline, as a ratio, plus the cost of one c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -52,7 +53,7 @@ def measure(args, tmp: str) -> dict:
     """Alternate baseline and default-callback fits; return the report."""
     import keras
 
-    from keras_dl.callbacks import MLflowLogger, SystemMetrics
+    from keras_dl.callbacks import SystemMetrics
     from keras_dl.checkpoints import Checkpoints
     from keras_dl.config import resolve
     from keras_dl.data.splits import make_splits
@@ -91,13 +92,13 @@ def measure(args, tmp: str) -> dict:
 
     with open_run(exp) as run:  # the run_dir lock, the MLflow run; ends FINISHED
         run.start(tags={"bench": "callbacks"})
-        callbacks = make_callbacks(run, data)
-        prepare_fit(callbacks, model, data)  # instruments data.train.dataset for Throughput
+        run_callbacks = make_callbacks(run, data)
+        prepare_fit(run_callbacks, model, data)  # instruments data.train.dataset for Throughput
         cb_ds = data.train.dataset
-        logger = next(c for c in callbacks if isinstance(c, MLflowLogger))
-        system = SystemMetrics(logger, args.system_metrics_seconds)
-        at = callbacks.index(logger)  # before the logger, as make_callbacks puts it
-        with_system = [*callbacks[:at], system, *callbacks[at:]]
+        callbacks = run_callbacks.ordered()
+        system = SystemMetrics(run_callbacks.logger, args.system_metrics_seconds)
+        # Before the logger, where make_callbacks puts it when tracking.system_metrics_seconds > 0.
+        with_system = dataclasses.replace(run_callbacks, system_metrics=system).ordered()
         model.fit(
             cb_ds, epochs=1, steps_per_epoch=50, verbose=0, shuffle=False, callbacks=callbacks
         )  # warm-up
