@@ -89,6 +89,10 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         Preemption,
     ]
     ckpt, rows, stop, tp, system, logger, plots, tensorboard, bar, preemption = cbs
+    # The run holds them by name, the ones train.py and prepare_fit reach for.
+    assert (cbs.checkpoint, cbs.rows_trained, cbs.early_stopping) == (ckpt, rows, stop)
+    assert (cbs.throughput, cbs.system_metrics, cbs.logger) == (tp, system, logger)
+    assert cbs.ordered(["mine"])[-1] == "mine"  # the caller's own callbacks come last
     assert rows.data is data.train  # rows_trained counts what the training split hands out
     assert system.logger is logger and system.every_seconds == 10.0
     assert tensorboard.run_id == "run-1"
