@@ -107,11 +107,19 @@ def _file_writer(to: str, schema, rows_per_file: int):
             out.append((os.path.basename(path), int(size), rows))
             writer = sink = None
 
+        # Named by the task's partition first, so the snapshot (files in path order) reads the
+        # DataFrame's rows in its partitions' order, the same on every write of the same rows:
+        # a random name alone would shuffle the files differently each time.
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        partition, files = (task.partitionId() if task is not None else 0), 0
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             if writer is None:
-                path = f"{root}/part-{uuid.uuid4()}.parquet"
+                path = f"{root}/part-{partition:05d}-{files:04d}-{uuid.uuid4()}.parquet"
+                files += 1
                 sink = fs.open_output_stream(path)
                 # Page checksums: readers verify them (keras_dl.data.tables.rows.open_file).
                 writer, rows = pq.ParquetWriter(sink, schema, write_page_checksum=True), 0
