@@ -145,10 +145,10 @@ def fresh_venv(recipe_models):
     took minutes of the suite, and the venv it makes from the same pinned file is the same.
     Nothing is ever installed into it but that file; it counts only once pip finished (a
     ``.complete`` file), and the test still checks that keras_dl is not importable there.
+    Venvs of other requirements that no test process holds are deleted when one is built.
     """
     import fcntl
     import hashlib
-    import shutil
 
     requirements = {
         Path(folder, "requirements.txt").read_text() for _, folder, _, _ in recipe_models
@@ -162,23 +162,52 @@ def fresh_venv(recipe_models):
     python = venv / "bin" / "python"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / f"portable-venv-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be building it
-        if (venv / ".complete").is_file() and python.exists():
-            return python
-        shutil.rmtree(venv, ignore_errors=True)  # an unfinished build
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        (venv / "requirements.txt").write_text(text)
-        pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "-r", str(venv / "requirements.txt")],
-            capture_output=True, text=True, env=_clean_env(),
-        )  # fmt: skip
-        if pip.returncode != 0:
-            shutil.rmtree(venv, ignore_errors=True)
-            if any(s in pip.stderr for s in UNREACHABLE):
-                pytest.skip(f"pip cannot reach a package index: {pip.stderr.strip()[-500:]}")
-            raise AssertionError(f"pip install -r requirements.txt failed:\n{pip.stderr[-3000:]}")
-        (venv / ".complete").write_text(text)
-    return python
+        # Held shared while in use (no other test process deletes it meanwhile), exclusive
+        # while it is built (another test process may be building it).
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        if not ((venv / ".complete").is_file() and python.exists()):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not ((venv / ".complete").is_file() and python.exists()):
+                _build_venv(venv, text, cache)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        yield python
+
+
+def _build_venv(venv: Path, requirements: str, cache: Path) -> None:
+    import shutil
+
+    shutil.rmtree(venv, ignore_errors=True)  # an unfinished build
+    _remove_other_venvs(cache, keep=venv.name)  # 2.3 GB each: only the one in use is kept
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (venv / "requirements.txt").write_text(requirements)
+    pip = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r",
+         str(venv / "requirements.txt")],
+        capture_output=True, text=True, env=_clean_env(),
+    )  # fmt: skip
+    if pip.returncode != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        if any(s in pip.stderr for s in UNREACHABLE):
+            pytest.skip(f"pip cannot reach a package index: {pip.stderr.strip()[-500:]}")
+        raise AssertionError(f"pip install -r requirements.txt failed:\n{pip.stderr[-3000:]}")
+    (venv / ".complete").write_text(requirements)
+
+
+def _remove_other_venvs(cache: Path, keep: str) -> None:
+    """Delete the cached venvs of other requirements that no test process is using now."""
+    import fcntl
+    import shutil
+
+    for lock_path in cache.glob("portable-venv-*.lock"):
+        if lock_path.stem == keep:
+            continue
+        with open(lock_path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built or used
+            shutil.rmtree(cache / lock_path.stem, ignore_errors=True)
+            lock_path.unlink()
 
 
 def _clean_env() -> dict:
