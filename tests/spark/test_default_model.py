@@ -16,7 +16,8 @@ from keras_dl.bench.tabular_tables import baseline
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.spark import KerasEstimator
 
-pytestmark = pytest.mark.slow
+# One worker under --dist loadgroup: its tests share the fit of default_fit (once per kind).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_model")]
 MARGIN = 0.04  # issue 36: within 0.04 of the best simple baseline
 
 
