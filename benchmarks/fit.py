@@ -43,9 +43,9 @@ PEER_TARGET = 1.0  # keras_dl's samples/s over each peer's (hand-written, Ray Da
 SETUPS = {
     # name: (table, rows full, rows quick, rows per group full, quick, batch); "_packed": the
     # model takes the columns packed (data.pack_features), and every feed hands them so
-    "mlp_wide": ("wide", 50_000, 1_024, 8_192, 256, 256),
-    "mlp_wide_packed": ("wide", 50_000, 1_024, 8_192, 256, 256),
-    "cnn_images": ("images", 3_000, 256, 256, 64, 64),
+    "mlp_wide": ("wide", 50_000, 512, 8_192, 256, 256),
+    "mlp_wide_packed": ("wide", 50_000, 512, 8_192, 256, 256),
+    "cnn_images": ("images", 3_000, 128, 256, 64, 64),
 }
 
 

@@ -28,10 +28,10 @@ import time
 
 SIZES = {
     "full": {"narrow": 1_000_000, "wide": 100_000, "images": 3_000},
-    "quick": {"narrow": 20_000, "wide": 2_000, "images": 256},
+    "quick": {"narrow": 10_000, "wide": 1_000, "images": 256},
 }
 ROWS_PER_GROUP = {"narrow": 65_536, "wide": 8_192, "images": 256}
-QUICK_ROWS_PER_GROUP = {"narrow": 4_096, "wide": 512, "images": 64}
+QUICK_ROWS_PER_GROUP = {"narrow": 2_048, "wide": 256, "images": 64}
 # Ratio name: minimum, of the medians, at every batch size; the worst batch size counts
 # (issue 25). "limit" is, per round, the slower of raw pyarrow decoding the table and the
 # tf.data floor (one batch handed over again and again): no streaming path can beat both;

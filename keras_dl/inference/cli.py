@@ -33,10 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``keras-dl predict``: read the table into Spark, score it, write a Delta table."""
+    from keras_dl.data.ingest.spark_delta import check_writable
     from keras_dl.inference.tables import read_table_into_spark, spark_session, write_predictions
-    from keras_dl.storage import check_safe_delta_writes
 
-    check_safe_delta_writes(args.out)  # before any scoring
+    check_writable(args.out, args.mode)  # before Spark starts and anything is scored
     spark = spark_session(args.master)
     try:
         df, snapshot = read_table_into_spark(spark, args.table, args.version)

@@ -1,8 +1,9 @@
 """Every recipe's logged model loads and predicts in a fresh virtualenv built only from the
 model's own ``requirements.txt``: no keras_dl there, the same outputs as in keras_dl's process.
 
-The venv is built once per module (pip reaches the package index, or its local cache); the test
-skips, saying so, when pip cannot reach an index.
+The venv is built once per requirements on a machine and kept under ~/.cache/keras-dl (pip
+reaches the package index, or its local cache); the test skips, saying so, when pip cannot reach
+an index.
 """
 
 import os
@@ -136,26 +137,77 @@ def recipe_models(digits_table, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(recipe_models, tmp_path_factory):
-    """A virtualenv holding only the models' ``requirements.txt`` (they are the same file)."""
+def fresh_venv(recipe_models):
+    """A virtualenv holding only the models' ``requirements.txt`` (they are the same file).
+
+    Built once per requirements (and interpreter) on a machine, under ``~/.cache/keras-dl`` as
+    the Horovod wheel is (scripts/build_horovod.sh): pip installing TensorFlow into a new venv
+    took minutes of the suite, and the venv it makes from the same pinned file is the same.
+    Nothing is ever installed into it but that file; it counts only once pip finished (a
+    ``.complete`` file), and the test still checks that keras_dl is not importable there.
+    Venvs of other requirements that no test process holds are deleted when one is built.
+    """
+    import fcntl
+    import hashlib
+
     requirements = {
         Path(folder, "requirements.txt").read_text() for _, folder, _, _ in recipe_models
     }
     assert len(requirements) == 1, requirements
-    assert "keras_dl" not in requirements.pop()
-    venv = tmp_path_factory.mktemp("fresh") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    text = requirements.pop()
+    assert "keras_dl" not in text
+    key = hashlib.sha256(f"{sys.version}\n{sys.executable}\n{text}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "keras-dl")
+    venv = cache / f"portable-venv-{key}"
     python = venv / "bin" / "python"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"portable-venv-{key}.lock", "w") as lock:
+        # Held shared while in use (no other test process deletes it meanwhile), exclusive
+        # while it is built (another test process may be building it).
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        if not ((venv / ".complete").is_file() and python.exists()):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not ((venv / ".complete").is_file() and python.exists()):
+                _build_venv(venv, text, cache)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        yield python
+
+
+def _build_venv(venv: Path, requirements: str, cache: Path) -> None:
+    import shutil
+
+    shutil.rmtree(venv, ignore_errors=True)  # an unfinished build
+    _remove_other_venvs(cache, keep=venv.name)  # 2.3 GB each: only the one in use is kept
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (venv / "requirements.txt").write_text(requirements)
     pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "-r",
-         str(Path(recipe_models[0][1], "requirements.txt"))],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r",
+         str(venv / "requirements.txt")],
         capture_output=True, text=True, env=_clean_env(),
     )  # fmt: skip
     if pip.returncode != 0:
+        shutil.rmtree(venv, ignore_errors=True)
         if any(s in pip.stderr for s in UNREACHABLE):
             pytest.skip(f"pip cannot reach a package index: {pip.stderr.strip()[-500:]}")
         raise AssertionError(f"pip install -r requirements.txt failed:\n{pip.stderr[-3000:]}")
-    return python
+    (venv / ".complete").write_text(requirements)
+
+
+def _remove_other_venvs(cache: Path, keep: str) -> None:
+    """Delete the cached venvs of other requirements that no test process is using now."""
+    import fcntl
+    import shutil
+
+    for lock_path in cache.glob("portable-venv-*.lock"):
+        if lock_path.stem == keep:
+            continue
+        with open(lock_path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built or used
+            shutil.rmtree(cache / lock_path.stem, ignore_errors=True)
+            lock_path.unlink()
 
 
 def _clean_env() -> dict:

@@ -16,7 +16,8 @@ from benchmarks.tabular_tables import baseline
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.spark import KerasEstimator
 
-pytestmark = pytest.mark.slow
+# One worker under --dist loadgroup: its tests share the fit of default_fit (once per kind).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_model")]
 MARGIN = 0.04  # issue 36: within 0.04 of the best simple baseline
 
 
@@ -53,26 +54,58 @@ def _pipeline(names, store, **params):
     return est, Pipeline(stages=[VectorAssembler(inputCols=names, outputCol="features"), est])
 
 
-def test_no_model_reaches_the_best_baseline_and_tuning_keeps_the_default(
-    wine, tmp_path, mlflow_uri
-):
+@pytest.fixture(scope="module")
+def default_fit(wine, tmp_path_factory):
+    """The no-model pipeline fitted once per kind of session on wine's 70 %, tracked in its own
+    SQLite store: ``(estimator, pipeline, fitted, test accuracy, tracking uri, store)``."""
+    import os
+
     import mlflow
 
-    train_df, test_df, train, test, names = wine
+    train_df, test_df, _, _, names = wine
+    tmp = tmp_path_factory.mktemp("wine")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        est, pipeline = _pipeline(names, tmp / "store")
+        fitted = pipeline.fit(train_df)
+    finally:
+        if old is None:
+            os.environ.pop("MLFLOW_TRACKING_URI")
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = old
+    assert mlflow.active_run() is None
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy")
-    est, pipeline = _pipeline(names, tmp_path / "store")
-    fitted = pipeline.fit(train_df)
-    default = accuracy.evaluate(fitted.transform(test_df))
+    return est, pipeline, fitted, accuracy.evaluate(fitted.transform(test_df)), uri
+
+
+def test_no_model_reaches_the_best_baseline(wine, default_fit):
+    import mlflow
+
+    _, _, train, test, names = wine
+    _, _, fitted, default, uri = default_fit
     assert default >= _best_baseline(train, test, names) - MARGIN, default
     keras_model = fitted.stages[-1]
     assert keras_model.getTask() == "multiclass" and keras_model.getModel().input_shape == (
         None,
         len(names),
     )
-    run = mlflow.MlflowClient(mlflow_uri).get_run(keras_model.getRunId()).data
+    run = mlflow.MlflowClient(uri).get_run(keras_model.getRunId()).data
     # The tabular recipe's sizing chose the batch and epochs from the training rows.
     assert run.params["train.batch_size"] == "8" and run.params["callbacks.patience"] != "None"
 
+
+# Five more fits (2 learning rates x 2 folds, and the refit): on the classic session only. The
+# default model's fit runs on both kinds above, and CrossValidator over the estimator's Params
+# tunes on Connect in tests/spark/test_tuning_and_resume.py::test_tuning_trials_are_child_runs.
+@pytest.mark.classic_only
+def test_tuning_keeps_the_default(wine, default_fit, mlflow_uri):
+    import mlflow
+
+    train_df, test_df, *_ = wine
+    est, pipeline, _, default, _ = default_fit
+    accuracy = MulticlassClassificationEvaluator(metricName="accuracy")
     # The default (None) among the candidates: the tuner keeps it unless a rate does better.
     grid = ParamGridBuilder().addGrid(est.learning_rate, [None, 0.03]).build()
     tuner = CrossValidator(

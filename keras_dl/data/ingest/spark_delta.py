@@ -60,16 +60,8 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if mode not in MODES:
-        raise DataError(f"Write mode {mode!r} is not one of {', '.join(MODES)}.")
-    check_safe_delta_writes(to)
+    exists = check_writable(to, mode)
     options = delta_storage_options(to)
-    exists = any(name.endswith(".json") for name, _ in open_storage(to).list("_delta_log"))
-    if exists and mode == "error":
-        raise DataError(
-            f"Delta table {to!r} already exists. Pass --mode overwrite (a new version) or "
-            "--mode append, or choose another --out."
-        )
     schema = to_arrow_schema(df.schema)
     manifest = df.mapInArrow(
         _file_writer(to, schema, rows_per_file), "path string, size long, rows long, mtime long"
@@ -81,6 +73,28 @@ def write_delta(df, to: str, mode: str = "error", rows_per_file: int = 1 << 20) 
     return CommitReport(
         table=to, version=version, rows=sum(r["rows"] for r in manifest), files=len(manifest)
     )
+
+
+def check_writable(to: str, mode: str = "error") -> bool:
+    """Whether the Delta table ``to`` exists, once it is known that ``mode`` may write it.
+
+    :func:`write_delta` calls it first; a command calls it before it starts Spark too, so that a
+    table that exists fails at once, not after the scoring.
+
+    Raises:
+        DataError: For a table that exists with mode "error", an unknown mode, or an S3 table
+            without a commit lock.
+    """
+    if mode not in MODES:
+        raise DataError(f"Write mode {mode!r} is not one of {', '.join(MODES)}.")
+    check_safe_delta_writes(to)
+    exists = any(name.endswith(".json") for name, _ in open_storage(to).list("_delta_log"))
+    if exists and mode == "error":
+        raise DataError(
+            f"Delta table {to!r} already exists. Pass --mode overwrite (a new version) or "
+            "--mode append, or choose another --out."
+        )
+    return exists
 
 
 def _file_writer(to: str, schema, rows_per_file: int):

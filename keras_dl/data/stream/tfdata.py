@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from keras_dl.data.stream import shutdown
 from keras_dl.data.stream.epoch_position import EpochPosition, Resume
 from keras_dl.data.stream.epoch_stream import EpochStream
-from keras_dl.data.stream.read_options import ReadOptions
 from keras_dl.data.stream.features import BINARY, ColumnPlan
+from keras_dl.data.stream.read_options import ReadOptions
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.data.tables.stats import TableStats
 from keras_dl.errors import KerasDLError
