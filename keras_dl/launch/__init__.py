@@ -1,8 +1,31 @@
 """Launching training on Horovod ranks, the way Databricks' HorovodRunner does:
 :class:`HorovodRunner` runs a function on N ranks (local processes or Spark tasks), and
-:func:`launch` runs an experiment's ``fit`` on them, owning the run from the driver."""
+:func:`launch` runs an experiment's ``fit`` on them, owning the run from the driver.
 
-from keras_dl.launch.job import launch, train_rank
-from keras_dl.launch.runner import HorovodRunner
+The names load on first use: a Spark task unpickles :mod:`keras_dl.launch.barrier`'s task
+function, which imports this package, and the task only starts its rank's process. Importing
+``launch`` eagerly would load TensorFlow (through the run's callbacks) into every such task, about
+5 CPU-seconds and 700 MB each, before the rank loads it again.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from keras_dl.launch.job import launch, train_rank
+    from keras_dl.launch.runner import HorovodRunner
 
 __all__ = ["HorovodRunner", "launch", "train_rank"]
+_HOMES = {
+    "HorovodRunner": "keras_dl.launch.runner",
+    "launch": "keras_dl.launch.job",
+    "train_rank": "keras_dl.launch.job",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
