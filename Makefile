@@ -4,10 +4,11 @@
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_TABLE ?= data/digits
-# The suite on 3 xdist workers (2 cores: tests wait on JVMs and subprocesses much of the time);
-# the tests marked HEAVY (tests/conftest.py) run on one of them, one at a time. A plain
-# `pytest tests/x.py` runs in one process; add -n 3 --dist loadgroup to it to run in parallel.
-PYTEST_ARGS ?= -n 3 --dist loadgroup
+# The suite on 4 xdist workers (2 cores: tests wait on JVMs, subprocesses and paused stores much
+# of the time); each xdist group of tests/conftest.py (HEAVY, HEAVY_IO, SPARK_CLUSTER and
+# default_model) runs on one of them, one test at a time, beside the rest. A plain
+# `pytest tests/x.py` runs in one process; add -n 4 --dist loadgroup to it to run in parallel.
+PYTEST_ARGS ?= -n 4 --dist loadgroup
 
 # The venv (scripts/setup_env.sh), and Debian's Chromium for the report test when it is missing.
 setup:

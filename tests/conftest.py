@@ -20,11 +20,20 @@ HEAVY = pytest.mark.xdist_group("heavy")
 # Single-process kill -9 / signal / store-outage recovery runs: one at a time too, but on their own
 # worker beside the Horovod jobs, so the two serial queues do not add up into one critical path.
 HEAVY_IO = pytest.mark.xdist_group("heavy_io")
+# Horovod jobs on the standalone loopback Spark cluster (a master and two 1-core workers): one at a
+# time, on a worker of their own beside the local Horovod jobs. Their cluster's two task slots are
+# theirs alone, and most of their time is spent waiting on JVMs and barrier stages.
+SPARK_CLUSTER = pytest.mark.xdist_group("spark_cluster")
+# The longest single tests (minutes each, on 2 cores): sent to the workers first, so none of them
+# starts last and ends the suite alone.
+STARTS_FIRST = pytest.mark.starts_first
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Give each xdist_group test the ``@group`` suffix --dist loadgroup schedules by.
+    """Put the ``starts_first`` tests first; give each xdist_group test the ``@group`` suffix
+    --dist loadgroup schedules by (it sends the groups first, the largest first, then the rest in
+    this order).
 
     pytest-xdist 3.8.0 appends it by setting ``item._nodeid``, which pytest 9 no longer reads
     (a node's id is ``item._id``): without this the groups are silently ignored and HEAVY tests
@@ -33,6 +42,8 @@ def pytest_collection_modifyitems(config, items):
     """
     from _pytest.nodeid import coerce_node_id
 
+    # Stable: the marked tests keep their order, and so do the others (module fixtures).
+    items.sort(key=lambda item: item.get_closest_marker("starts_first") is None)
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:

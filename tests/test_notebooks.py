@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import REPO, seed_store
+from tests.conftest import REPO, STARTS_FIRST, seed_store
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -81,6 +81,7 @@ def test_02_build_modules(tmp_path, monkeypatch):
     assert "test: {" in text
 
 
+@STARTS_FIRST
 @pytest.mark.slow
 def test_03_train_and_scale(tmp_path, monkeypatch):
     nb = _execute("03_train_and_scale", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2")
@@ -101,6 +102,7 @@ def test_03_train_and_scale(tmp_path, monkeypatch):
     assert "validation" in text and "accuracy" in text and "1257" in text  # the scored splits
 
 
+@STARTS_FIRST
 @pytest.mark.slow
 def test_04_spark_ml_pipeline(tmp_path, monkeypatch):
     # 3: 12 epochs for each of the 4 fits (the pipeline, 2 trials, the refit)

@@ -5,11 +5,12 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import STARTS_FIRST, run_cli
 
 pytestmark = pytest.mark.slow
 
 
+@STARTS_FIRST
 def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
     out = tmp_path / "fit.json"
     done = run_cli("bench", "fit", "--quick", "--out", str(out), timeout=600)

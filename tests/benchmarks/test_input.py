@@ -6,7 +6,7 @@ import re
 import pytest
 
 from benchmarks.timing import measure_rounds, summarize
-from tests.conftest import run_cli
+from tests.conftest import STARTS_FIRST, run_cli
 
 TABULAR = {
     "raw_pyarrow",
@@ -68,6 +68,7 @@ def test_cpu_per_unit_comes_from_the_timed_window():
     assert s["cores_per_10k_per_s"]["base"] == 20.0  # 2 ms of CPU a row: 20 cores for 10k rows/s
 
 
+@STARTS_FIRST
 @pytest.mark.slow
 def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
     out = tmp_path / "bench.json"

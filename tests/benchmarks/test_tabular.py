@@ -9,7 +9,7 @@ import json
 import pytest
 
 from benchmarks.tabular import COLUMNS
-from tests.conftest import run_cli
+from tests.conftest import STARTS_FIRST, run_cli
 
 
 @pytest.mark.slow
@@ -51,6 +51,7 @@ def test_bench_tabular_prints_one_row_per_dataset_with_real_scores(tmp_path):
     assert iris["runs"][0]["keras_dl"] - best in (iris["gap"]["min"], iris["gap"]["max"])
 
 
+@STARTS_FIRST
 @pytest.mark.slow
 def test_bench_tabular_defaults_meet_every_target_on_small_tables(tmp_path):
     """The recipe with no settings, beside LogisticRegression/Ridge and HistGradientBoosting on

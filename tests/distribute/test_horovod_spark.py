@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from keras_dl.train import TrainResult
-from tests.conftest import HEAVY, REPO
+from tests.conftest import REPO, SPARK_CLUSTER
 from tests.distribute.checks import check_horovod_run
 from tests.distribute.conftest import digits_experiment
 
-pytestmark = HEAVY  # see tests/conftest.py
+pytestmark = SPARK_CLUSTER  # see tests/conftest.py
 
 
 def _free_port() -> int:

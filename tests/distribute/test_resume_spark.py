@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import HEAVY
+from tests.conftest import SPARK_CLUSTER
 from tests.distribute.test_horovod_spark import _run_driver, standalone_cluster
 
-pytestmark = HEAVY  # see tests/conftest.py
+pytestmark = SPARK_CLUSTER  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

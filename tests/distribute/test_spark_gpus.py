@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HEAVY
+from tests.conftest import SPARK_CLUSTER
 from tests.distribute.test_horovod_spark import _run_driver, standalone_cluster
 
 DISCOVERY = '#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n'
@@ -38,7 +38,7 @@ def gpu_cluster(tmp_path_factory):
 
 
 @pytest.mark.slow
-@HEAVY
+@SPARK_CLUSTER
 def test_each_rank_and_scoring_task_sees_only_its_tasks_gpu(gpu_cluster, tmp_path):
     master, env = gpu_cluster
     out, _ = _run_driver(env, master, str(tmp_path), module="tests.distribute.test_spark_gpus")

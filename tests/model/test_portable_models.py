@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from tests.conftest import train_digits, write_delta
+from tests.conftest import STARTS_FIRST, train_digits, write_delta
 
 pytestmark = pytest.mark.slow
 
@@ -215,6 +215,7 @@ def _clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
 
 
+@STARTS_FIRST
 def test_each_recipe_model_predicts_the_same_in_a_fresh_venv(recipe_models, fresh_venv, tmp_path):
     for _, folder, _, _ in recipe_models:
         text = Path(folder, "MLmodel").read_text()

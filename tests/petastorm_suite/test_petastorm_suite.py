@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, STARTS_FIRST
 from tests.petastorm_suite.plugin import REPORT_ENV, read_duplicates
 
 # Paths inside the petastorm package, and why the others are left out. The run uses 2 xdist
@@ -58,6 +58,7 @@ LEFT_OUT = {
 }
 
 
+@STARTS_FIRST
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # 12 min at load 12-15 on the 2 shared cores here; 7.7 CPU-minutes
 def test_petastorm_suite_passes_on_the_layer(tmp_path):
