@@ -10,7 +10,6 @@ function, which imports this package, and the task only starts its rank's proces
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,14 +17,15 @@ if TYPE_CHECKING:
     from keras_dl.launch.runner import HorovodRunner
 
 __all__ = ["HorovodRunner", "launch", "train_rank"]
-_HOMES = {
-    "HorovodRunner": "keras_dl.launch.runner",
-    "launch": "keras_dl.launch.job",
-    "train_rank": "keras_dl.launch.job",
-}
 
 
 def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
+    if name == "HorovodRunner":
+        from keras_dl.launch.runner import HorovodRunner
+
+        return HorovodRunner
+    if name in ("launch", "train_rank"):
+        from keras_dl.launch import job
+
+        return getattr(job, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
