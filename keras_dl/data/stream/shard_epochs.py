@@ -35,6 +35,8 @@ from keras_dl.data.petastorm_compat.row_groups import planned
 from keras_dl.data.stream import shutdown
 from keras_dl.data.stream.arrays import read_error, to_arrays
 from keras_dl.data.stream.features import ColumnPlan
+from keras_dl.data.stream.prefetch import RowGroupPrefetch, open_prefetch
+from keras_dl.data.stream.read_options import IoOptions
 from keras_dl.data.stream.row_group_worker import Convert, Converted, worker_class
 from keras_dl.data.stream.shards import Piece, plan_epoch, plan_pieces, rng_seed
 from keras_dl.data.stream.unischema_epochs import iter_unischema_rows
@@ -44,6 +46,7 @@ from keras_dl.data.tables.stats import TableStats
 from keras_dl.errors import DataError
 from keras_dl.storage import file_url
 
+DEFAULT_IO = IoOptions()  # data.io_concurrency and data.io_max_bytes' defaults
 _RESULTS_QUEUE = 4  # row groups Petastorm's pool holds decoded ahead of the reader
 
 
@@ -58,20 +61,23 @@ def iter_epoch(
     seed: int | None = 42,
     workers: int = 2,
     groups: RowGroupCounts | None = None,
+    io: IoOptions = DEFAULT_IO,
 ) -> Iterator[pa.Table]:
     """Yield this shard's rows of one epoch, a row group at a time, as ``pyarrow.Table``.
 
     The shard's rows are planned by :mod:`keras_dl.data.stream.shards` (``seed`` is the epoch's seed:
     pass a different one per epoch): ``stats.shard_rows(shard, num_shards)`` rows, exactly,
     which the shards together cover once. Results come back in the planned order, so a seeded
-    read is reproducible whatever the number of workers.
+    read is reproducible whatever the number of workers. ``io``: how row groups on an object
+    store are fetched ahead of the workers.
 
     Raises:
         DataError: When a file cannot be read, or the epoch did not return exactly this
             shard's rows.
     """
     pieces = epoch_pieces(snapshot, stats, shard, num_shards, shuffle, seed, groups, columns)
-    for _, table in read_pieces(snapshot, columns, pieces, workers, what=(shard, num_shards)):
+    reads = read_pieces(snapshot, columns, pieces, workers, what=(shard, num_shards), io=io)
+    for _, table in reads:
         yield table
 
 
@@ -105,6 +111,7 @@ def read_pieces(
     what: tuple[int, int] = (0, 1),
     convert: Convert | None = None,
     near_end: Callable[[], None] | None = None,
+    io: IoOptions = DEFAULT_IO,
 ) -> Iterator[tuple[Piece, Any]]:
     """Read ``pieces`` with Petastorm, in order, each masked to the rows it keeps.
 
@@ -115,6 +122,8 @@ def read_pieces(
         near_end: Called once, when the read has handed out all but the last ``workers``
             pieces (those the reader's workers are decoding): the caller may start the next
             read then (:class:`~keras_dl.data.stream.next_epoch.ReadAhead`).
+        io: How pieces on an object store are fetched ahead of the workers, in their order
+            (:mod:`~keras_dl.data.stream.prefetch`). Defaults to :data:`DEFAULT_IO`.
 
     Raises:
         DataError: When a file cannot be read, or the rows read are not the rows planned.
@@ -123,7 +132,13 @@ def read_pieces(
         return
     expected = sum(p.rows for p in pieces)
     shutdown.check_open()  # lifecycle: no reader opens once the interpreter is exiting
-    reader = open_reader(snapshot, columns, pieces, workers, convert)
+    prefetch = open_prefetch(snapshot, columns, pieces, io.concurrency, io.max_bytes)
+    try:
+        reader = open_reader(snapshot, columns, pieces, workers, convert, prefetch)
+    except BaseException:
+        if prefetch is not None:
+            prefetch.close()
+        raise
     shutdown.track(reader)  # lifecycle: stopped and joined at exit
     read = 0
     last = max(len(pieces) - max(workers, 1), 0)  # the first piece still in the workers' hands
@@ -153,6 +168,8 @@ def read_pieces(
     finally:
         reader.stop()
         reader.join()
+        if prefetch is not None:
+            prefetch.close()
     if read != expected:
         shard, num_shards = what
         raise DataError(
@@ -222,9 +239,11 @@ def open_reader(
     pieces: Sequence[Piece],
     workers: int,
     convert: Convert | None = None,
+    prefetch: RowGroupPrefetch | None = None,
 ):
     """A Petastorm ``Reader`` of ``pieces`` (in that order) with keras_dl's row-group worker
-    (which publishes :class:`~keras_dl.data.stream.row_group_worker.Converted` results when given ``convert``)."""
+    (which publishes :class:`~keras_dl.data.stream.row_group_worker.Converted` results when
+    given ``convert``, and decodes the bytes ``prefetch`` fetched, when given)."""
     from petastorm.fs_utils import get_filesystem_and_path_or_paths
     from petastorm.reader import normalize_dataset_url_or_urls
     from petastorm.workers_pool.thread_pool import ThreadPool
@@ -249,7 +268,9 @@ def open_reader(
                 return _planned_reader(order)(
                     fs,
                     paths,
-                    worker_class=worker_class(snapshot, tuple(columns), index_of, keep, convert),
+                    worker_class=worker_class(
+                        snapshot, tuple(columns), index_of, keep, convert, prefetch
+                    ),
                     # Thread workers: blocking, strict round-robin results (a seeded read is
                     # reproducible), and Petastorm buffers at most _RESULTS_QUEUE row groups each.
                     reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False),
