@@ -10,6 +10,7 @@ them goes to the file itself, so a wrong guess costs a request, never a wrong by
 
 from __future__ import annotations
 
+import bisect
 import io
 from collections.abc import Iterable, Sequence
 
@@ -102,12 +103,22 @@ class RangeFile(io.RawIOBase):
         return len(data)
 
     def _view(self, offset: int, n: int):
-        import bisect
-
+        """The bytes from the fetched parts: a view of one part, or a copy of the adjacent
+        parts a read spans (a range cut at the limit); None when some byte was not fetched."""
         i = bisect.bisect_right(self._starts, offset) - 1
         if i < 0:
             return None
         start, data = self._parts[i]
-        if offset + n > start + len(data):
-            return None
-        return memoryview(data)[offset - start : offset - start + n]
+        if offset + n <= start + len(data):
+            return memoryview(data)[offset - start : offset - start + n]
+        pieces, at = [], offset
+        while at < offset + n:
+            if i >= len(self._parts):
+                return None
+            start, data = self._parts[i]
+            if not start <= at < start + len(data):
+                return None
+            pieces.append(memoryview(data)[at - start : min(offset + n, start + len(data)) - start])
+            at = start + len(data)
+            i += 1
+        return b"".join(pieces)

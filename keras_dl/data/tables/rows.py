@@ -69,8 +69,10 @@ def open_file(snapshot: TableSnapshot, index: int, metadata=None, source=None) -
     """
     path = snapshot.files[index]
     try:
-        if source is not None:
-            return pq.ParquetFile(source, metadata=metadata, page_checksum_verification=True)
+        if source is not None:  # in memory: each chunk is a view of it, not pre-buffered
+            return pq.ParquetFile(
+                source, metadata=metadata, page_checksum_verification=True, pre_buffer=False
+            )
         if "://" not in path:
             return pq.ParquetFile(path, metadata=metadata, page_checksum_verification=True)
         return retrying(

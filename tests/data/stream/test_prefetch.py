@@ -44,6 +44,9 @@ def test_a_range_file_serves_fetched_bytes_and_reads_the_rest_from_the_file():
     f.seek(190)
     assert bytes(f.read(20)) == data[190:210] and reads == [(190, 20)]  # past the range
     assert f.missed_bytes == 20 and f.seek(0, 2) == len(data) and f.read(5) == b""
+    # A range cut in parts (at the request limit) serves a read across the cut.
+    cut = RangeFile(len(data), [(0, data[:10]), (10, data[10:30])], read_at)
+    assert bytes(cut.read(25)) == data[:25] and cut.missed_bytes == 0
 
 
 @pytest.fixture
