@@ -112,6 +112,11 @@ class RowGroupPrefetch:
                     self.held -= entry.nbytes
                     self.cond.notify_all()
 
+    @property
+    def requested_all(self) -> bool:
+        """Every planned row group is requested (or being read the ordinary way)."""
+        return self.next >= len(self.order)
+
     def close(self) -> None:
         """Stop fetching; fetches under way finish on their own, their bytes dropped."""
         with self.cond:
