@@ -140,7 +140,17 @@ class RowGroupPrefetch:
         return RangeFile(file.size, parts, lambda o, n: self._read(file, o, n)), file.meta
 
     def _schedule(self) -> None:
-        """Walk the planned order; fetch each row group once the bytes budget has room."""
+        """Walk the planned order, then, ended or failed, let every worker still waiting read
+        its row group the ordinary way (none waits on a scheduler that is gone)."""
+        try:
+            self._walk()
+        finally:
+            with self.cond:
+                self.next = len(self.order)
+                self.cond.notify_all()
+
+    def _walk(self) -> None:
+        """Fetch each planned row group, in order, once the bytes budget has room."""
         opened = 0  # files (in order of first use) whose opening was submitted
         firsts = list(dict.fromkeys(index for index, _ in self.order))
         rank = {index: i for i, index in enumerate(firsts)}

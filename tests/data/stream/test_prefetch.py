@@ -149,3 +149,19 @@ def test_the_bytes_fetched_ahead_stay_within_the_bound(s3, fetches, tmp_path):
     assert 0 < prefetch.peak_bytes <= bound
     assert prefetch.requests == 2 * 8 + 1
     assert prefetch.fetched_bytes <= sum(planned) + (64 << 10)
+
+
+def test_a_file_gone_from_the_store_is_named_as_without_fetching_ahead(s3, fetches):
+    from keras_dl.data import open_table
+    from keras_dl.data.ingest import write_table
+    from keras_dl.errors import DataError
+
+    uri = s3.uri("gone")
+    write_table(pa.table({"x": np.arange(100)}), uri, rows_per_group=30)
+    snap = open_table(uri)
+    stats = count_rows(snap, ["x"])
+    s3_filesystem().delete_file(snap.files[0][len("s3://") :])
+    name = snap.files[0].rsplit("/", 1)[1]
+    for io in (IoOptions(4), IoOptions(0)):
+        with pytest.raises(DataError, match=name):
+            list(iter_epoch(snap, ["x"], stats, io=io))
