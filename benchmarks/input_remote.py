@@ -9,7 +9,7 @@ interleaved rounds:
 - ``keras_dl``: one training stream at batch 256, ``data.cache=never`` (every epoch read from
   the store), rows/s consumed inside a ``tf.function``, and CPU per row;
 - ``keras_dl_io_off``: the same with ``data.io_concurrency=0`` (no fetching ahead: each worker
-  reads its row group's column chunks one request after another, the reader before it);
+  opens the file and reads its row group itself, two round trips a row group: the reader before);
 - ``pyarrow_scan``: a parallel ``pyarrow.dataset`` scan of the same files through the same
   proxy (pre-buffered, with its default read-ahead), the limit.
 

@@ -56,8 +56,8 @@ class DataConfig:
         io_concurrency: Range requests in flight at once when the table is on an object store
             (S3): each reader fetches its row groups' planned column chunks ahead of its
             workers, in the planned order, in coalesced requests, on I/O threads that wait on
-            the network without holding the interpreter. 0 turns that off (each worker reads
-            its row group's columns one request after another). Defaults to 16.
+            the network without holding the interpreter. 0 turns that off (each worker opens
+            the file and reads its row group itself, one request after another). Defaults to 16.
         io_max_bytes: Bytes a reader has requested and not yet decoded, at most (one larger
             row group is still fetched, alone). Defaults to 67108864 (64 MiB).
         shuffle: Shuffle row groups and rows (seeded). Defaults to True.

@@ -1,9 +1,10 @@
 """Fetch a remote shard's row groups ahead of the decoders, in the order they are planned.
 
-On an object store every request waits a round trip before its first byte. Petastorm's workers
-read a row group's column chunks one after another, one request each, so a read is as slow as
-its requests are many. :class:`RowGroupPrefetch` hides that latency without more decoding
-threads:
+On an object store every request waits a round trip before its first byte. Without this, each
+of Petastorm's workers reads one row group at a time: it opens the file (a HEAD request for its
+size), then reads the row group's chunks (one request, pyarrow pre-buffering them), so a reader
+keeps at most ``data.workers`` requests in flight and waits two round trips per row group.
+:class:`RowGroupPrefetch` hides that latency without more decoding threads:
 
 - it walks the shard's pieces in their planned order (the order Petastorm ventilates them) and
   fetches each row group's planned column chunks (:class:`~keras_dl.data.tables.chunks.FileChunks`)

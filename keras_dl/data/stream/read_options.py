@@ -21,8 +21,7 @@ class IoOptions:
 
     Args:
         concurrency: Range requests in flight at once; 0 turns fetching ahead off (each
-            worker reads its row group's column chunks itself, one request each). Defaults
-            to 16.
+            worker opens the file and reads its row group itself). Defaults to 16.
         max_bytes: Bytes requested and not yet decoded, at most (a larger row group is
             fetched alone). Defaults to 67108864 (64 MiB).
     """
