@@ -7,7 +7,7 @@ flowing (a chunk is due ``delay_ms`` after it arrived, not after the previous on
 server's replies pass at once. The proxy counts the bytes each way and the HTTP requests, so a
 benchmark can say how many bytes a reader fetched.
 
-It runs in a process of its own (``python -m benchmarks.latency_proxy PORT DELAY_MS``, told the
+It runs in a process of its own (``python -I latency_proxy.py PORT DELAY_MS``, told the
 delay and asked the counts on its stdin), so its threads never compete with the measured reader
 for the interpreter lock. It listens on 127.0.0.1 only, and ends when its parent does.
 
@@ -42,17 +42,13 @@ class LatencyProxy:
     """
 
     def __init__(self, target_port: int, delay_ms: float = 0.0):
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-        }
+        # The file itself, isolated (-I: no environment, no script folder on the path): it
+        # needs only the standard library, whatever package ``benchmarks`` names here.
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.latency_proxy", str(target_port), str(delay_ms)],
+            [sys.executable, "-I", os.path.abspath(__file__), str(target_port), str(delay_ms)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env=env,
         )
         self._lock = threading.Lock()
         self._delay = float(delay_ms)
