@@ -12,6 +12,7 @@ printed to stderr as a table.
 
     keras-dl bench input            # ~1M-row narrow table: a few minutes on 2 cores
     keras-dl bench input --quick    # small sizes, a smoke test
+    keras-dl bench input --store s3 --latency-ms 40   # from S3 at latency (benchmarks.input_remote)
 """
 
 from __future__ import annotations
@@ -80,12 +81,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     p.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
+    from benchmarks import input_remote
+
+    input_remote.add_arguments(p)  # --store, --latency-ms
 
 
 def run(args) -> int:
     """Generate the tables, measure every path, print the JSON report."""
     if args.rss_child:
         return _rss_child(args.rss_child)
+    if getattr(args, "store", "local") == "s3":
+        from benchmarks import input_remote
+
+        return input_remote.run(args)
     from benchmarks import input_images as images
     from benchmarks import input_machinery as machinery
     from benchmarks import input_paths as paths

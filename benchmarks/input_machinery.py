@@ -123,11 +123,14 @@ def _plain_reads():
         yield
 
 
-def plain_reads(snapshot, columns, pieces, workers=2, what=(0, 1), convert=None, near_end=None):
+def plain_reads(
+    snapshot, columns, pieces, workers=2, what=(0, 1), convert=None, near_end=None, io=None
+):
     """``read_pieces`` without Petastorm: ``(piece, converted value)`` in order, each row group
     loaded and converted on a ``ThreadPoolExecutor`` of ``workers`` threads, at most
     ``AHEAD_PER_WORKER`` per worker in flight; ``near_end`` called as ``read_pieces`` calls it.
-    For the comparison only: it skips the row count checks ``read_pieces`` makes."""
+    For the comparison only: it skips the row count checks ``read_pieces`` makes, and reads
+    local tables only (``io``, how a remote one is fetched ahead, does not apply)."""
     from keras_dl.data.hooks import Converted, load_and_convert, row_group_loader
 
     load = row_group_loader(

@@ -52,7 +52,14 @@ class DataConfig:
         validation_split: Value of ``split_column`` for validation rows; empty for none.
         test_table: Separate test table. Defaults to None (use ``test_split``).
         test_split: Value of ``split_column`` for test rows; empty for none.
-        workers: Petastorm reader worker threads. Defaults to 2.
+        workers: Petastorm reader worker threads (they decode). Defaults to 2.
+        io_concurrency: Range requests in flight at once when the table is on an object store
+            (S3): each reader fetches its row groups' planned column chunks ahead of its
+            workers, in the planned order, in coalesced requests, on I/O threads that wait on
+            the network without holding the interpreter. 0 turns that off (each worker opens
+            the file and reads its row group itself, one request after another). Defaults to 16.
+        io_max_bytes: Bytes a reader has requested and not yet decoded, at most (one larger
+            row group is still fetched, alone). Defaults to 67108864 (64 MiB).
         shuffle: Shuffle row groups and rows (seeded). Defaults to True.
         shuffle_buffer: Rows mixed in memory when shuffling. Defaults to 4096.
         seed: Seed for row-group order and the shuffle buffer. Defaults to 42.
@@ -93,6 +100,8 @@ class DataConfig:
     test_table: str | None = None
     test_split: str = "test"
     workers: int = 2
+    io_concurrency: int = 16
+    io_max_bytes: int = 64 << 20
     shuffle: bool = True
     shuffle_buffer: int = 4096
     seed: int = 42

@@ -138,6 +138,7 @@ _AT_LEAST_ONE = (
     "train.epochs",
     "train.batch_size",
     "data.workers",
+    "data.io_max_bytes",
     "data.shuffle_buffer",
     "runtime.start_timeout",
     "runtime.stall_timeout",
@@ -148,6 +149,7 @@ _AT_LEAST_ONE = (
 )
 _AT_LEAST_ZERO = (
     "data.cache_max_bytes",
+    "data.io_concurrency",
     "runtime.warmup_epochs",
     "runtime.max_restarts",
     "callbacks.min_delta",

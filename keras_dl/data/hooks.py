@@ -25,12 +25,14 @@ from keras_dl.data.stream.row_ranges import to_bytes as row_ids_to_bytes
 from keras_dl.data.stream.shard_epochs import epoch_pieces, read_pieces
 from keras_dl.data.stream.shards import plan_epoch, plan_pieces, shard_sizes
 from keras_dl.data.stream.shutdown import guard_generator
+from keras_dl.data.tables.chunks import FileChunks
 from keras_dl.data.tables.filters import parse_filters
 from keras_dl.data.tables.stats import count_rows, scan_table
 
 __all__ = [
     "PACKED",
     "Converted",
+    "FileChunks",
     "EpochPosition",
     "EpochRows",
     "EpochStream",

@@ -120,6 +120,8 @@ def make_splits(
         # One reader thread makes the seeded order reproducible (threads finish in any order).
         workers=1 if data.deterministic else data.workers,
         cache_max_bytes=data.cache_max_bytes if data.cache == "auto" else 0,
+        io_concurrency=data.io_concurrency,
+        io_max_bytes=data.io_max_bytes,
     )
     train = make_dataset(
         train_snap,

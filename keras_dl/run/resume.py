@@ -50,11 +50,12 @@ def config_fingerprint(exp) -> str:
     Left out, so they may change on resume: the number of epochs (to train longer), verbosity,
     the runtime, tracking, callbacks and registry sections (a rerun with other registry
     settings decides again on the model already trained), and how the data is read (workers,
-    cache).
+    cache, I/O concurrency).
     """
     flat = to_flat_dict(exp)
     free = ("runtime.", "tracking.", "callbacks.", "registry.")
     free_keys = {"train.epochs", "train.verbose", "data.workers", "data.cache_dir"}
+    free_keys |= {"data.io_concurrency", "data.io_max_bytes"}  # added later: old runs resume
     kept = {k: str(v) for k, v in flat.items() if not k.startswith(free) and k not in free_keys}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 

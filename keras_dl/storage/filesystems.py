@@ -60,7 +60,9 @@ class Storage:
         return retrying(read, self.uri)
 
     def read_bytes(self, path: str, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset`` of the file at ``path`` (a path on ``fs``)."""
+        """``length`` bytes at ``offset`` of the file at ``path`` (a path on ``fs``, or a URI
+        on it, as a deletion vector's file is named)."""
+        path = self.strip(path)
 
         def read():
             with self.fs.open_input_file(path) as f:

@@ -271,7 +271,7 @@ class EpochStream:
 
         o = self.options
         chunks = read_pieces(
-            snapshot, plan.columns, pieces, o.workers, convert=convert, near_end=near_end
+            snapshot, plan.columns, pieces, o.workers, convert=convert, near_end=near_end, io=o.io
         )
         return self.hook.apply(chunks, self.plan, self.hook_rows) if self.hook else chunks
 

@@ -9,6 +9,26 @@ from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.data.tables.stats import TableStats
 from keras_dl.errors import DataError
 
+# data.io_concurrency and data.io_max_bytes' defaults (keras_dl.config.schema.DataConfig).
+IO_CONCURRENCY = 16
+IO_MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class IoOptions:
+    """How a reader fetches row groups from an object store, ahead of its decoding workers
+    (:mod:`keras_dl.data.stream.prefetch`).
+
+    Args:
+        concurrency: Range requests in flight at once; 0 turns fetching ahead off (each
+            worker opens the file and reads its row group itself). Defaults to 16.
+        max_bytes: Bytes requested and not yet decoded, at most (a larger row group is
+            fetched alone). Defaults to 67108864 (64 MiB).
+    """
+
+    concurrency: int = IO_CONCURRENCY
+    max_bytes: int = IO_MAX_BYTES
+
 
 @dataclass(frozen=True)
 class ReadOptions:
@@ -28,6 +48,9 @@ class ReadOptions:
             (every epoch is read from the table).
         pad: Training: yield sample weights and pad each epoch to whole batches with
             zero-weight rows, even with one shard (several shards always do). Defaults to False.
+        io_concurrency: Range requests in flight at once when reading from an object store
+            (:class:`IoOptions`); 0: none ahead of the workers. Defaults to 16.
+        io_max_bytes: Bytes fetched ahead and not yet decoded, at most. Defaults to 64 MiB.
     """
 
     batch_size: int
@@ -40,6 +63,13 @@ class ReadOptions:
     workers: int = 2
     cache_max_bytes: int = 0
     pad: bool = False
+    io_concurrency: int = IO_CONCURRENCY
+    io_max_bytes: int = IO_MAX_BYTES
+
+    @property
+    def io(self) -> IoOptions:
+        """How row groups are fetched from an object store."""
+        return IoOptions(self.io_concurrency, self.io_max_bytes)
 
 
 def steps_per_epoch(snapshot: TableSnapshot, stats: TableStats, options: ReadOptions) -> int:

@@ -3,19 +3,23 @@
 :func:`worker_class` is Petastorm's Arrow worker with keras_dl's loading: each row group comes
 through :func:`keras_dl.data.tables.rows.load_row_group` (the table's rows: names, types, partition
 values, no deleted row), a boundary row group keeps only this shard's rows, and each file's
-footer is parsed once per reader. Given a ``convert`` function, the worker also turns the row
+footer is parsed once per reader. Given a
+:class:`~keras_dl.data.stream.prefetch.RowGroupPrefetch`, a row group is decoded from the bytes
+it fetched ahead (in the planned order) instead of being read column by column. Given a ``convert`` function, the worker also turns the row
 group into what the reader's consumer wants (numpy arrays, packed features) on the pool's
 threads, beside the decoding, and publishes a :class:`Converted` result.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import NamedTuple
 
 import pyarrow as pa
 
 from keras_dl.data.petastorm_compat.row_groups import key as _key
+from keras_dl.data.stream.prefetch import RowGroupPrefetch
 from keras_dl.data.stream.shards import keep_mask
 from keras_dl.data.tables.rows import load_row_group, open_file
 from keras_dl.data.tables.snapshot import TableSnapshot
@@ -33,11 +37,19 @@ class Converted(NamedTuple):
     error: BaseException | None = None
 
 
-def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, keep, convert=None):
-    """Petastorm's Arrow worker, loading each row group through ``load_row_group`` and keeping
-    the piece's rows (``keep``: ``(file, row group) -> runs or None``), then ``convert``-ing it
-    when given one (its error is published in order, as the result, not raised in the worker
-    thread: Petastorm would print that thread's traceback)."""
+def worker_class(
+    snapshot: TableSnapshot,
+    columns: tuple[str, ...],
+    index_of,
+    keep,
+    convert=None,
+    prefetch: RowGroupPrefetch | None = None,
+):
+    """Petastorm's Arrow worker, loading each row group through ``load_row_group`` (from the
+    bytes ``prefetch`` fetched, when given) and keeping the piece's rows (``keep``:
+    ``(file, row group) -> runs or None``), then ``convert``-ing it when given one (its error
+    is published in order, as the result, not raised in the worker thread: Petastorm would
+    print that thread's traceback)."""
     from petastorm.arrow_reader_worker import ArrowReaderWorker
     from petastorm.workers_pool import EmptyResultError
 
@@ -50,7 +62,7 @@ def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, ke
             except EmptyResultError:
                 raise StopIteration from None
 
-    load = row_group_loader(snapshot, columns, keep)  # footers shared by this reader's workers
+    load = row_group_loader(snapshot, columns, keep, prefetch)  # footers shared by its workers
 
     class SnapshotWorker(ArrowReaderWorker):
         @staticmethod
@@ -72,21 +84,32 @@ def worker_class(snapshot: TableSnapshot, columns: tuple[str, ...], index_of, ke
     return SnapshotWorker
 
 
-def row_group_loader(snapshot: TableSnapshot, columns: tuple[str, ...], keep):
+def row_group_loader(
+    snapshot: TableSnapshot,
+    columns: tuple[str, ...],
+    keep,
+    prefetch: RowGroupPrefetch | None = None,
+):
     """``load(file index, row group) -> pyarrow.Table``: the row group's table rows (through
     ``load_row_group``, pages checked against their checksums), masked to ``keep``'s runs for a
-    boundary row group; each file's footer is parsed once per loader."""
+    boundary row group; each file's footer is parsed once per loader. With ``prefetch``, the
+    row group is decoded from the bytes it fetched ahead (read the ordinary way if it has none)."""
     footers: dict = {}  # file index -> its parsed footer
 
     def load(index: int, row_group: int) -> pa.Table:
-        pq_file = open_file(snapshot, index, metadata=footers.get(index))
-        footers[index] = pq_file.metadata
-        if row_group >= pq_file.metadata.num_row_groups:
-            raise DataError(
-                f"File {snapshot.files[index]!r} has no row group {row_group}: it "
-                "changed after the table was planned. Retry; if it persists, restore the file."
-            )
-        table = load_row_group(snapshot, index, pq_file, row_group, columns)
+        with _fetched(prefetch, index, row_group) as fetched:
+            if fetched is None:
+                pq_file = open_file(snapshot, index, metadata=footers.get(index))
+            else:
+                source, footer = fetched
+                pq_file = open_file(snapshot, index, metadata=footer, source=source)
+            footers[index] = pq_file.metadata
+            if row_group >= pq_file.metadata.num_row_groups:
+                raise DataError(
+                    f"File {snapshot.files[index]!r} has no row group {row_group}: it changed "
+                    "after the table was planned. Retry; if it persists, restore the file."
+                )
+            table = load_row_group(snapshot, index, pq_file, row_group, columns)
         runs = keep.get((index, row_group))
         if runs is not None:  # a boundary row group: the other shards' rows are masked
             table = table.filter(pa.array(keep_mask(runs, table.num_rows)))
@@ -107,3 +130,10 @@ def load_and_convert(load, convert: Convert | None, index: int, row_group: int):
         return Converted(table.num_rows, convert(table, index, row_group))
     except Exception as exc:  # raised by read_pieces, in the order of the reads
         return Converted(table.num_rows, None, exc)
+
+
+def _fetched(prefetch: RowGroupPrefetch | None, index: int, row_group: int):
+    """The row group's fetched bytes and footer (None: none fetched), held while decoding."""
+    if prefetch is None:
+        return contextlib.nullcontext(None)
+    return prefetch.fetched(index, row_group)

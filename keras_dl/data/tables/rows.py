@@ -60,14 +60,19 @@ def check_file(snapshot: TableSnapshot, index: int, pf: pq.ParquetFile, columns)
                 _check_nulls(path, meta, rg, leaves)
 
 
-def open_file(snapshot: TableSnapshot, index: int, metadata=None) -> pq.ParquetFile:
+def open_file(snapshot: TableSnapshot, index: int, metadata=None, source=None) -> pq.ParquetFile:
     """The Parquet file ``index`` of ``snapshot``, or a DataError naming it.
 
     Its pages are checked against their CRC checksums where the file has them. ``metadata``:
-    its footer, when already read (it is not read again).
+    its footer, when already read (it is not read again). ``source``: a file object to read
+    it from (its bytes fetched ahead) instead of its path.
     """
     path = snapshot.files[index]
     try:
+        if source is not None:  # in memory: each chunk is a view of it, not pre-buffered
+            return pq.ParquetFile(
+                source, metadata=metadata, page_checksum_verification=True, pre_buffer=False
+            )
         if "://" not in path:
             return pq.ParquetFile(path, metadata=metadata, page_checksum_verification=True)
         return retrying(
@@ -101,7 +106,7 @@ def load_row_group(
     meta = pf.metadata
     offset = sum(meta.row_group(i).num_rows for i in range(row_group))
     count = meta.row_group(row_group).num_rows
-    wanted = list(dict.fromkeys([*columns, *(c for c, _, _ in snapshot.row_filters)]))
+    wanted = read_columns(snapshot, columns)
     stored = stored_names(snapshot, pf.schema_arrow, wanted)
     data_cols = [stored[c] for c in wanted if stored.get(c) is not None]
     try:
@@ -136,6 +141,11 @@ def load_row_group(
     if keep is not None:
         table = table.filter(pa.array(keep))
     return table.select(list(columns))
+
+
+def read_columns(snapshot: TableSnapshot, columns: Sequence[str]) -> list[str]:
+    """The logical columns a read of ``columns`` loads: them, then the row filters' columns."""
+    return list(dict.fromkeys([*columns, *(c for c, _, _ in snapshot.row_filters)]))
 
 
 def one_array(column: pa.ChunkedArray) -> pa.Array:
