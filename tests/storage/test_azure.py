@@ -109,3 +109,52 @@ def test_a_missing_container_account_or_endpoint_is_named(azure, monkeypatch):
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "AAAA" + "A" * 84)
     with pytest.raises(DataError, match=r"(?s)cannot be reached .*account key \(AZURE_STORAGE_ACC"):
         read_table(azure.uri("t"))
+
+
+@pytest.mark.slow
+def test_digits_trains_with_its_table_run_dir_and_mlflow_artifacts_on_azure(
+    azure, monkeypatch, tmp_path
+):
+    import json
+
+    import mlflow
+
+    from tests.conftest import train_digits
+
+    # One connection string for keras_dl and MLflow's wasbs:// store (which reads only
+    # AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCESS_KEY with Azure's public endpoint).
+    point_azure_at(azure.server, monkeypatch, how="connection_string")
+    table = azure.uri("digits")
+    ingest_sklearn_digits(table, rows_per_group=256)
+    artifacts = f"wasbs://{azure.name}@{ACCOUNT}.blob.core.windows.net/mlflow"
+    _, result, uri = train_digits(
+        table,
+        tmp_path,
+        "train.epochs=1",
+        f"runtime.run_dir={azure.uri('runs/digits')}",
+        "runtime.lease_seconds=15",
+        f"tracking.artifact_location={artifacts}",
+        "callbacks.plots=false",
+    )
+    assert result.registered_version == 1
+    run_files = [n.removeprefix("runs/digits/") for n in azure.names() if n.startswith("runs/")]
+    assert run_files == [
+        "checkpoints/COMPLETE",
+        "checkpoints/ckpt-000000040.json",
+        "checkpoints/ckpt-000000040.npz",
+        "config.yaml",
+        "run.json",
+    ]  # and no .lease.json: released at the end
+    run_json = azure.client().download_blob("runs/digits/run.json").readall()
+    assert json.loads(run_json)["run_id"] == result.run_id
+    # The model lives in the container, not beside the SQLite store, and loads back from there.
+    run = mlflow.MlflowClient(uri).get_run(result.run_id)
+    assert run.info.artifact_uri.startswith(f"{artifacts}/")
+    assert any(n.startswith("mlflow/") and n.endswith("MLmodel") for n in azure.names())
+    assert not (tmp_path / "mlartifacts").exists()
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model(f"models:/digits/{result.registered_version}")
+    pixels = np.asarray(read_table(table).column("pixels").to_pylist()[:4], dtype="float64")
+    np.testing.assert_allclose(
+        np.asarray(model.predict(pixels)), result.model.predict(pixels, verbose=0), atol=1e-5
+    )
