@@ -125,10 +125,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         return True  # no connection, a timed-out or cut reply (azure-storage-blob)
     if isinstance(exc, HttpResponseError):
-        return (exc.status_code or 0) >= 500 or exc.error_code in (
-            "ServerBusy",
-            "OperationTimedOut",
-        )
+        code = getattr(exc, "error_code", None)  # set from a reply's x-ms-error-code
+        return (exc.status_code or 0) >= 500 or code in ("ServerBusy", "OperationTimedOut")
     return isinstance(exc, OSError) and bool(_TRANSIENT_TEXT.search(str(exc)))
 
 
