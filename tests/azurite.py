@@ -103,17 +103,23 @@ class AzuriteServer:
             self.port = s.getsockname()[1]
         self.proc = subprocess.Popen(
             # --loose: accept headers Azurite does not know; --skipApiVersionCheck: accept the
-            # newer API versions pyarrow's and Python's Azure SDKs send.
+            # newer API versions pyarrow's and Python's Azure SDKs send. --blobKeepAliveTimeout:
+            # Node closes a connection idle for 5 s by default, and pyarrow's Azure client takes
+            # 7-15 s of retries to replace a pooled connection closed under it; Azure keeps idle
+            # connections for minutes. --disableTelemetry: Azurite reports usage by default.
             [
                 azurite_blob(),
                 "--blobHost",
                 "127.0.0.1",
                 "--blobPort",
                 str(self.port),
+                "--blobKeepAliveTimeout",
+                "600",
                 "--inMemoryPersistence",
                 "--skipApiVersionCheck",
                 "--loose",
                 "--silent",
+                "--disableTelemetry",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
