@@ -10,10 +10,12 @@ DEMO_TABLE ?= data/digits
 # `pytest tests/x.py` runs in one process; add -n 4 --dist loadgroup to it to run in parallel.
 PYTEST_ARGS ?= -n 4 --dist loadgroup
 
-# The venv (scripts/setup_env.sh), and Debian's Chromium for the report test when it is missing.
+# The venv (scripts/setup_env.sh), Debian's Chromium for the report test when it is missing, and
+# Azurite (npm, Azure Storage's emulator) for the Azure tests.
 setup:
 	@bash scripts/setup_env.sh
 	@bash scripts/setup_browser.sh
+	@bash scripts/setup_azurite.sh
 
 # Ingest scikit-learn's digits into a local Delta table (once), train the digits recipe on it,
 # log and register it in ./mlflow.db.

@@ -558,3 +558,8 @@ def s3(s3_server, monkeypatch) -> S3Bucket:
     """The standard AWS environment pointed at the test server, and a new empty bucket."""
     endpoint = s3_server.endpoint()
     return S3Bucket(endpoint, point_aws_at(endpoint, monkeypatch))
+
+
+# Azurite (Azure Storage's emulator) and a fresh container on it: the Azure twins of s3_server
+# and s3, in their own module.
+from tests.azurite import azure, azurite_server  # noqa: E402, F401

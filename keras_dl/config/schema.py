@@ -163,8 +163,8 @@ class RuntimeConfig:
     Args:
         strategy: "auto", "none", "mirrored" or "horovod". Defaults to "auto".
         np: Horovod processes: < 0 runs -np on this host, > 0 runs np Spark tasks. Defaults to 0.
-        run_dir: Folder for the resolved config and checkpoints: a local path or an ``s3://``
-            URI (checkpoints counted by manifests, the run lock a lease; see
+        run_dir: Folder for the resolved config and checkpoints: a local path, an ``s3://`` or
+            an ``abfss://`` URI (checkpoints counted by manifests, the run lock a lease; see
             :mod:`keras_dl.checkpoints.protocol`). Defaults to "runs/<recipe>".
         resume: Resume from the last checkpoint in ``run_dir``. Defaults to True.
         lr_scaling: "none" or "linear": multiply the learning rate by the number of replicas.
@@ -187,9 +187,9 @@ class RuntimeConfig:
             pickles. With ``np > 0`` Spark executors must reach the driver, so there it is used
             only when set. Defaults to "127.0.0.1".
         spark_ui: Start the Spark web UI in Spark sessions keras_dl creates. Defaults to False.
-        lease_seconds: With ``run_dir`` on S3: how long the run's lease (its lock) lasts unless
-            renewed; the training renews it every third of that, and a run whose holder died
-            can start once it lapses. Store calls are retried through an outage until the
+        lease_seconds: With ``run_dir`` on S3 or Azure: how long the run's lease (its lock)
+            lasts unless renewed (Azure's blob leases: 15 to 60 s); the training renews it every
+            third of that, and a run whose holder died can start once it lapses. Store calls are retried through an outage until the
             lease lapses; then the run stops with exit 75 (rerun to resume). Defaults to 60.
         profile_steps: ``START,END``: rank 0 traces training steps START to END (from 1, in
             each ``fit``) with TensorFlow's profiler; the trace goes to the run with the
@@ -223,8 +223,11 @@ class TrackingConfig:
             set it to "none" to skip registration.
         log_model: Log the trained model with its signature. Defaults to True.
         artifact_location: Where a new MLflow experiment keeps its artifacts (the model,
-            plots), e.g. ``s3://bucket/mlflow``; credentials and endpoint come from the
-            standard AWS environment. An existing experiment with another location is an
+            plots), e.g. ``s3://bucket/mlflow`` or
+            ``wasbs://container@account.blob.core.windows.net/mlflow``; credentials and endpoint
+            come from the standard AWS environment, or for Azure from
+            ``AZURE_STORAGE_CONNECTION_STRING`` (or ``AZURE_STORAGE_ACCESS_KEY``) as MLflow
+            reads them. An existing experiment with another location is an
             error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
         system_metrics_seconds: Every rank samples its CPU %, resident memory, bytes read and
             written, and GPU use and memory (when ``nvidia-ml-py`` is installed and finds a

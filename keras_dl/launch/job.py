@@ -123,8 +123,8 @@ def train_rank(exp, run_id: str | None = None):
 
     # The same filter as the CLI's: pyarrow deprecation noise from Petastorm, once per rank.
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
-    if str(exp.runtime.run_dir).split("://", 1)[0] in storage.S3_SCHEMES:
-        retry.wait_within_lease(exp.runtime.lease_seconds)  # the launcher holds the S3 lease
+    if storage.local_path(str(exp.runtime.run_dir)) is None:
+        retry.wait_within_lease(exp.runtime.lease_seconds)  # the launcher holds the store's lease
     result = fit(exp, run_id=run_id)
     result.model = None
     return result

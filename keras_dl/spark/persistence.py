@@ -67,9 +67,21 @@ def _copy(src: str, dst: str) -> None:
         return
     import pyarrow.fs as pafs
 
-    src_fs, src_path = pafs.FileSystem.from_uri(src) if _remote(src) else _local_fs(src)
-    dst_fs, dst_path = pafs.FileSystem.from_uri(dst) if _remote(dst) else _local_fs(dst)
+    src_fs, src_path = _filesystem(src)
+    dst_fs, dst_path = _filesystem(dst)
     pafs.copy_files(src_path, dst_path, source_filesystem=src_fs, destination_filesystem=dst_fs)
+
+
+def _filesystem(path: str):
+    """``(filesystem, path)``: Azure's through keras_dl's settings (pyarrow's own URI parsing
+    ignores the AZURE_STORAGE_* variables), other URIs as pyarrow opens them."""
+    import pyarrow.fs as pafs
+
+    if not _remote(path):
+        return _local_fs(path)
+    from keras_dl.storage import filesystem, is_azure
+
+    return filesystem(path) if is_azure(path) else pafs.FileSystem.from_uri(path)
 
 
 def _remote(path: str) -> bool:

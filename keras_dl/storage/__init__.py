@@ -6,10 +6,13 @@
   settings from the environment, and :class:`Storage`, a table's root for readers.
 - :mod:`~keras_dl.storage.files`: the same whole-file operations by URI.
 - :mod:`~keras_dl.storage.engines`: what deltalake and Spark tasks need to reach the store.
+- :mod:`~keras_dl.storage.azure`: ``abfs://`` / ``abfss://`` URIs, the Azure account settings
+  from the environment, and Azure's filesystem and blob clients.
 
 Only this package asks whether a path is local or remote.
 """
 
+from keras_dl.storage.azure import AZURE_SCHEMES, is_azure
 from keras_dl.storage.engines import (
     check_safe_delta_writes,
     delta_row_group_options,
@@ -41,6 +44,7 @@ from keras_dl.storage.filesystems import (
 from keras_dl.storage.store import LocalStore, ObjectStore, Store, open_store, store_of
 
 __all__ = [
+    "AZURE_SCHEMES",
     "S3_SCHEMES",
     "LocalStore",
     "ObjectStore",
@@ -65,6 +69,7 @@ __all__ = [
     "s3_endpoint",
     "s3_filesystem",
     "s3_region",
+    "is_azure",
     "store_of",
     "use_environment",
     "write_atomic",

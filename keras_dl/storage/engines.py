@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from keras_dl.errors import DataError
+from keras_dl.storage import azure
 from keras_dl.storage.filesystems import S3_SCHEMES, local_path, s3_endpoint, s3_region
 
 
@@ -13,8 +14,12 @@ def delta_storage_options(uri: str) -> dict[str, str]:
     """deltalake's ``storage_options`` for ``uri``, from the same environment (empty if local).
 
     deltalake 1.x commits to S3 with conditional PUTs and has no DynamoDB lock, so no lock
-    setting is passed (see :func:`check_safe_delta_writes`).
+    setting is passed (see :func:`check_safe_delta_writes`). Azure tables (``abfs[s]://``) get
+    the account, its credential and endpoint (:func:`keras_dl.storage.azure.delta_options`);
+    their commits are conditional writes too.
     """
+    if local_path(uri) is None and azure.is_azure(uri):
+        return azure.delta_options(uri)
     if local_path(uri) is not None or uri.split("://", 1)[0] not in S3_SCHEMES:
         return {}
     env = os.environ
@@ -86,7 +91,8 @@ def environment() -> dict[str, str]:
     artifact store reads its endpoint from ``MLFLOW_S3_ENDPOINT_URL``: when that is unset, it is
     ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, so one endpoint setting serves both.
     """
-    out = {k: os.environ[k] for k in (*_ENV, "MLFLOW_S3_ENDPOINT_URL") if os.environ.get(k)}
+    keys = (*_ENV, *azure.ENV, "MLFLOW_S3_ENDPOINT_URL")
+    out = {k: os.environ[k] for k in keys if os.environ.get(k)}
     endpoint = s3_endpoint()
     if endpoint and "MLFLOW_S3_ENDPOINT_URL" not in out:
         out["MLFLOW_S3_ENDPOINT_URL"] = endpoint

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterator
 
 from keras_dl.errors import RunError
+from keras_dl.storage.azure import is_azure
 from keras_dl.storage.filesystems import filesystem, local_path, open_storage
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)  # a full filesystem, an exhausted quota
@@ -101,6 +102,13 @@ def remove(uri: str) -> None:
             os.remove(local)
         return
     fs, path = filesystem(uri)
+    if is_azure(uri):
+        import pyarrow.fs as pafs
+
+        # pyarrow deletes an Azure blob of a flat-namespace account under a blob lease, and the
+        # Azure SDK retries the lease of a missing blob for about 7 s before it says "missing".
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return
     try:
         fs.delete_file(path)
     except FileNotFoundError:

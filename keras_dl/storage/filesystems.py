@@ -5,8 +5,9 @@ may be an object-store URI. S3 and S3-compatible stores (``s3://``) read their c
 endpoint from the standard environment, with no keras_dl setting: ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``),
 ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``; ``http://`` is allowed for a local store) and
-``AWS_PROFILE``. Other schemes (``gs://``, ``hdfs://``) go through ``pyarrow.fs`` as it knows
-them. ``file://`` URIs are local paths.
+``AWS_PROFILE``. Azure Blob storage and ADLS Gen2 (``abfs://``, ``abfss://``) read theirs from
+the standard Azure variables (:mod:`~keras_dl.storage.azure`). Other schemes (``gs://``,
+``hdfs://``) go through ``pyarrow.fs`` as it knows them. ``file://`` URIs are local paths.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keras_dl.errors import DataError, KerasDLError
+from keras_dl.storage import azure
 from keras_dl.storage.retry import retrying
 
 S3_SCHEMES = ("s3", "s3a")
@@ -74,12 +76,16 @@ class Storage:
     def file_uri(self, path: str) -> str:
         """A URI (or absolute local path) for a path on ``fs``, as readers are given it."""
         scheme = self.uri.split("://", 1)[0] if "://" in self.uri else ""
+        if azure.is_azure(self.uri):  # container/path -> abfss://container@account.../path
+            return azure.uri_on(self.uri, path)
         return f"{scheme}://{path}" if scheme else path
 
     def strip(self, uri: str) -> str:
         """The path on ``fs`` of an absolute URI or local path."""
         if uri.startswith("file://"):
             return uri[len("file://") :]
+        if azure.is_azure(uri):
+            return azure.fs_path(uri)
         return uri.split("://", 1)[1] if "://" in uri else uri
 
 
@@ -94,6 +100,8 @@ def open_storage(uri: str) -> Storage:
     fs, root = filesystem(uri)
     if uri.split("://", 1)[0] in S3_SCHEMES:
         check_bucket(fs, root.split("/", 1)[0], uri)
+    elif azure.is_azure(uri):
+        azure.check_container(fs, uri)
     return Storage(fs, root.rstrip("/"), uri.rstrip("/"))
 
 
@@ -158,12 +166,15 @@ def filesystem(uri: str):
     scheme, _, rest = uri.partition("://")
     if scheme in S3_SCHEMES:
         return s3_filesystem(), rest
+    if azure.is_azure(uri):
+        return azure.azure_filesystem(azure.account_of(uri)), azure.fs_path(uri)
     try:
         return pafs.FileSystem.from_uri(uri)
     except Exception as exc:
         raise DataError(
             f"{uri!r} names a filesystem pyarrow cannot open ({exc}). keras_dl reads local "
-            "paths, s3:// (and S3-compatible stores) and the schemes pyarrow.fs knows."
+            "paths, s3:// (and S3-compatible stores), abfs:// and abfss:// (Azure) and the "
+            "schemes pyarrow.fs knows."
         ) from None
 
 

@@ -36,12 +36,15 @@ REPORT_EVERY = 10.0  # seconds between two "unreachable" lines
 DEFAULT_PATIENCE = 60.0  # seconds, when no lease says how long the run may wait
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 4.0  # seconds between attempts: doubling, capped
 
-# pyarrow's S3 errors carry the AWS SDK's error name and curl's code in the message.
+# pyarrow's S3 errors carry the AWS SDK's error name and curl's code in the message; its Azure
+# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection").
 _TRANSIENT_TEXT = re.compile(
     r"curlCode|NETWORK_CONNECTION|Timeout was reached|timed? ?out|Couldn't connect|"
     r"Connection refused|Connection reset|Connection aborted|Broken pipe|"
     r"HTTP status 5\d\d|HTTP response code: 5\d\d|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|"
-    r"INTERNAL_FAILURE|InternalError|ServiceUnavailable|REQUEST_TIMEOUT|RequestTimeout",
+    r"INTERNAL_FAILURE|InternalError|ServiceUnavailable|REQUEST_TIMEOUT|RequestTimeout|"
+    r"Azure Error: \[[^\]]*\] 5\d\d|Fail to get a new connection|Could not connect to server|"
+    r"ServerBusy|OperationTimedOut",
     re.IGNORECASE,
 )
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503"}
@@ -94,7 +97,8 @@ def _deadline(first_failure: float) -> tuple[float, bool]:
 
 def is_transient(exc: BaseException) -> bool:
     """True for an error a working store stops giving: timeouts, refused or reset connections,
-    HTTP 5xx and throttling (pyarrow's ``OSError``, botocore's connection and 5xx errors)."""
+    HTTP 5xx and throttling (pyarrow's ``OSError``, botocore's and azure-core's connection and
+    5xx errors)."""
     if isinstance(exc, (KerasDLError, FileNotFoundError, PermissionError)):
         return False
     if isinstance(exc, (ConnectionError, TimeoutError)):
@@ -110,6 +114,19 @@ def is_transient(exc: BaseException) -> bool:
         reply = exc.response or {}
         status = reply.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         return status >= 500 or reply.get("Error", {}).get("Code") in _TRANSIENT_CODES
+    try:
+        from azure.core.exceptions import (
+            HttpResponseError,
+            ServiceRequestError,
+            ServiceResponseError,
+        )
+    except ImportError:  # pragma: no cover - azure-storage-blob is optional
+        HttpResponseError = ServiceRequestError = ServiceResponseError = ()  # noqa: N806
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return True  # no connection, a timed-out or cut reply (azure-storage-blob)
+    if isinstance(exc, HttpResponseError):
+        code = getattr(exc, "error_code", None)  # set from a reply's x-ms-error-code
+        return (exc.status_code or 0) >= 500 or code in ("ServerBusy", "OperationTimedOut")
     return isinstance(exc, OSError) and bool(_TRANSIENT_TEXT.search(str(exc)))
 
 

@@ -213,7 +213,11 @@ class ObjectStore(Store):
             target = filesystem(to.path(name))[1]
             if not _exists(fs, source) and _exists(fs, target):
                 return  # an earlier attempt moved it before the store stopped answering
-            fs.move(source, target)
+            try:
+                fs.move(source, target)
+            except NotImplementedError:  # Azure Blob storage without a hierarchical namespace
+                fs.copy_file(source, target)
+                fs.delete_file(source)
 
         retrying(move, self.path(name))
 

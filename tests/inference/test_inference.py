@@ -210,6 +210,25 @@ def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatc
         write_predictions(scored, s3.uri("unsafe"))
 
 
+@pytest.mark.classic_only
+def test_scoring_reads_and_writes_azure(spark, champion, azure):
+    """The same on Azure (Azurite): Spark tasks get the account's settings with their work, read
+    the abfss:// table and write the output's files; the driver commits (conditional writes)."""
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
+    from keras_dl.inference.tables import read_table_into_spark, write_predictions
+
+    uri, _ = champion
+    table, out = azure.uri("digits"), azure.uri("scores")
+    ingest_sklearn_digits(table, rows_per_group=256)
+    df, _ = read_table_into_spark(spark, table)
+    scored = predict(df, "models:/digits@champion", features=["pixels"], keys=["label"],
+                     tracking_uri=uri)  # fmt: skip
+    report = write_predictions(scored, out)
+    assert (report.version, report.rows) == (0, 1797) and report.files >= 1
+    assert read_table(out).num_rows == 1797
+    assert all(f.startswith(f"{azure.uri('scores')}/") for f in open_table(out).files)
+
+
 @pytest.mark.connect_only
 def test_predict_command_scores_over_spark_connect(
     spark, connect_url, champion, digits_table, tmp_path

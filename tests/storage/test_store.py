@@ -1,4 +1,5 @@
-"""One Store interface over a local folder and an S3 prefix (moto's real server on loopback):
+"""One Store interface over a local folder, an S3 prefix (moto's real server on loopback) and an
+Azure prefix (Azurite's real Blob API on loopback):
 the same calls give the same files, writes are whole, and a missing file is named the same way."""
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from hypothesis import strategies as st
 from keras_dl.storage import LocalStore, ObjectStore, open_store, store_of
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "azure"])
 def store(request, tmp_path):
     if request.param == "local":
         return open_store(tmp_path / "run")
+    if request.param == "azure":  # Azurite: a flat namespace, where a move is copy + delete
+        return open_store(request.getfixturevalue("azure").uri(f"run-{os.urandom(4).hex()}"))
     s3 = request.getfixturevalue("s3")
     return open_store(s3.uri(f"run-{os.urandom(4).hex()}"))
 

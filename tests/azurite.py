@@ -1,0 +1,189 @@
+"""Azurite, Azure Storage's emulator, for the Azure tests: its Blob API on a free loopback port.
+
+``scripts/setup_azurite.sh`` (``make setup``) installs it with npm. Azurite emulates the Blob
+endpoint of a storage account *without* a hierarchical namespace; there is no ADLS Gen2 (dfs)
+endpoint, so the tests cover flat-namespace accounts only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+VERSION = "3.37.0"  # scripts/setup_azurite.sh's
+ACCOUNT = "devstoreaccount1"
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+_AZURE_ENV = (
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_ENDPOINT",
+    "AZURE_STORAGE_USE_EMULATOR",
+    "AZURITE_BLOB_STORAGE_URL",
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "AZURE_CLIENT_SECRET",
+)
+
+
+def azurite_blob() -> str:
+    """The ``azurite-blob`` program setup installed (or one on the PATH)."""
+    home = os.environ.get("KERAS_DL_AZURITE_HOME") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "keras-dl"
+        / f"azurite-{VERSION}"
+    )
+    program = Path(home) / "node_modules" / ".bin" / "azurite-blob"
+    if program.exists():
+        return str(program)
+    found = shutil.which("azurite-blob")
+    if found:
+        return found
+    pytest.fail(
+        f"Azurite is not installed ({program} is missing): run 'bash scripts/setup_azurite.sh' "
+        "(make setup does)."
+    )
+
+
+class AzuriteServer:
+    """Azurite's Blob service on a free loopback port, in memory; restarted if it died."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        """The account's blob URL (path-style, as Azurite serves it)."""
+        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    def connection_string(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
+            f"BlobEndpoint={self.endpoint};"
+        )
+
+    def ensure(self) -> AzuriteServer:
+        if self.proc is None or self.proc.poll() is not None or not self._accepts():
+            self.stop()
+            self._start()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:  # its data is in memory, nothing to save: no need to wait out its graceful close
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def _accepts(self, timeout: float = 5.0) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=timeout).close()
+            return True
+        except OSError:
+            return False
+
+    def _start(self) -> None:
+        from tests.conftest import _die_with_parent
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            # --loose: accept headers Azurite does not know; --skipApiVersionCheck: accept the
+            # newer API versions pyarrow's and Python's Azure SDKs send. --blobKeepAliveTimeout:
+            # Node closes a connection idle for 5 s by default, and pyarrow's Azure client takes
+            # 7-15 s of retries to replace a pooled connection closed under it; Azure keeps idle
+            # connections for minutes. --disableTelemetry: Azurite reports usage by default.
+            [
+                azurite_blob(),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
+                "--blobKeepAliveTimeout",
+                "600",
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--loose",
+                "--silent",
+                "--disableTelemetry",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(),
+        )
+        deadline = time.monotonic() + 60
+        while not self._accepts(timeout=1):
+            if self.proc.poll() is not None:
+                pytest.fail(f"Azurite exited at start (code {self.proc.returncode})")
+            if time.monotonic() > deadline:
+                self.stop()
+                pytest.fail("Azurite did not start within 60 s")
+            time.sleep(0.2)
+
+
+class AzureContainer:
+    """A fresh container on the test server; ``uri(path)`` names a blob (or folder) in it."""
+
+    def __init__(self, server: AzuriteServer, name: str):
+        self.server, self.name = server, name
+
+    def uri(self, path: str = "", scheme: str = "abfss") -> str:
+        return f"{scheme}://{self.name}@{ACCOUNT}.dfs.core.windows.net/{path}".rstrip("/")
+
+    def client(self):
+        """An ``azure.storage.blob.ContainerClient`` on the container."""
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(self.server.connection_string())
+        return service.get_container_client(self.name)
+
+    def names(self) -> list[str]:
+        """The container's blobs, less the empty ``folder/`` markers pyarrow leaves when it
+        deletes a folder's last file (a flat namespace has no folders)."""
+        return sorted(b.name for b in self.client().list_blobs() if not b.name.endswith("/"))
+
+
+def point_azure_at(server: AzuriteServer, monkeypatch, how: str = "key") -> None:
+    """The standard Azure environment pointed at Azurite: by account name, key and endpoint
+    (``how="key"``), or by connection string (``"connection_string"``)."""
+    for key in _AZURE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    if how == "connection_string":
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", server.connection_string())
+    else:
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", KEY)
+        monkeypatch.setenv("AZURE_STORAGE_ENDPOINT", server.endpoint)
+
+
+@pytest.fixture(scope="session")
+def azurite_server():
+    """Azurite of this pytest process (each xdist worker starts its own)."""
+    server = AzuriteServer().ensure()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure(azurite_server, monkeypatch) -> AzureContainer:
+    """The standard Azure environment pointed at Azurite, and a new empty container."""
+    server = azurite_server.ensure()
+    point_azure_at(server, monkeypatch)
+    container = AzureContainer(server, f"lake-{uuid.uuid4().hex[:10]}")
+    container.client().create_container()
+    return container
