@@ -68,49 +68,105 @@ def test_cpu_per_unit_comes_from_the_timed_window():
     assert s["cores_per_10k_per_s"]["base"] == 20.0  # 2 ms of CPU a row: 20 cores for 10k rows/s
 
 
-@STARTS_FIRST
-@pytest.mark.slow
-def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
+RAY = {"ray_to_tf", "ray_iter"}
+
+
+def _quick_bench(tmp_path, *args):
     out = tmp_path / "bench.json"
-    done = run_cli("bench", "input", "--quick", "--out", str(out), timeout=900)
+    done = run_cli("bench", "input", "--quick", *args, "--out", str(out), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report
-    # The wide table's 200 floats pack: keras_dl packed, and the floor of packed batches.
-    packed = {"keras_dl_packed", "keras_dl_packed_cached", "tfdata_floor_packed"}
-    for table, paths in (
-        ("narrow", TABULAR),
-        ("wide", TABULAR | packed),
-        ("images", {"petastorm_codec", "in_memory_decode", *SUBJECTS}),
-    ):
-        assert set(report[table]["batches"]) == {"32", "256"}
-        for figures in report[table]["batches"].values():
-            timed, shown = set(paths), set(paths)
-            if table != "images":  # every row trains once per epoch, at every batch size
-                assert figures["rows_trained_per_epoch_fraction"] == 1.0
-                # The streaming ceiling: per round, the slower of decoding and the tf.data floor.
-                rounds = figures["rounds"]
-                assert rounds["limit"] == [
-                    min(a, b) for a, b in zip(rounds["raw_pyarrow"], rounds["tfdata_floor"])
+    return done, report
+
+
+def _check_paths(report, table, paths):
+    """Every path of ``table`` measured at both batch sizes, beside every baseline, with its
+    CPU per row; the tabular tables train every row once per epoch."""
+    assert set(report[table]["batches"]) == {"32", "256"}
+    for figures in report[table]["batches"].values():
+        timed, shown = set(paths), set(paths)
+        if table != "images":  # every row trains once per epoch, at every batch size
+            assert figures["rows_trained_per_epoch_fraction"] == 1.0
+            # The streaming ceiling: per round, the slower of decoding and the tf.data floor.
+            rounds = figures["rounds"]
+            assert rounds["limit"] == [
+                min(a, b) for a, b in zip(rounds["raw_pyarrow"], rounds["tfdata_floor"])
+            ]
+            shown.add("limit")
+            if "tfdata_floor_packed" in paths:  # the packed path's own ceiling
+                assert rounds["limit_packed"] == [
+                    min(a, b) for a, b in zip(rounds["raw_pyarrow"], rounds["tfdata_floor_packed"])
                 ]
-                shown.add("limit")
-                if "tfdata_floor_packed" in paths:  # the packed path's own ceiling
-                    assert rounds["limit_packed"] == [
-                        min(a, b)
-                        for a, b in zip(rounds["raw_pyarrow"], rounds["tfdata_floor_packed"])
-                    ]
-                    shown.add("limit_packed")
-            assert set(figures["rows_per_s"]) == set(figures["spread"]) == shown
-            assert all(v > 0 for v in figures["rows_per_s"].values())
-            assert all(v > 0 for v in figures["mb_per_s"].values())
-            subjects = SUBJECTS | ({"keras_dl_packed", "keras_dl_packed_cached"} & paths)
-            ratios = {f"{s}/{p}" for s in subjects for p in shown - subjects}
-            assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
-            assert set(figures["cpu_us_per_unit"]) == timed
-            assert all(v > 0 for v in figures["cpu_us_per_unit"].values())
-            cores = figures["cores_per_10k_per_s"]  # CPU per row times 10,000 rows a second
-            assert set(cores) == timed
-            assert all(abs(cores[n] * 100 - figures["cpu_us_per_unit"][n]) < 0.06 for n in timed)
+                shown.add("limit_packed")
+        assert set(figures["rows_per_s"]) == set(figures["spread"]) == shown
+        assert all(v > 0 for v in figures["rows_per_s"].values())
+        assert all(v > 0 for v in figures["mb_per_s"].values())
+        subjects = SUBJECTS | ({"keras_dl_packed", "keras_dl_packed_cached"} & paths)
+        ratios = {f"{s}/{p}" for s in subjects for p in shown - subjects}
+        assert set(figures["ratios"]) == set(figures["ratio_spread"]) == ratios
+        assert set(figures["cpu_us_per_unit"]) == timed
+        assert all(v > 0 for v in figures["cpu_us_per_unit"].values())
+        cores = figures["cores_per_10k_per_s"]  # CPU per row times 10,000 rows a second
+        assert set(cores) == timed
+        assert all(abs(cores[n] * 100 - figures["cpu_us_per_unit"][n]) < 0.06 for n in timed)
+
+
+def _tabular_targets(streaming, cached, limit, peers):
+    return {
+        *(f"{s}/{limit}" for s in streaming),
+        *(f"{s}/in_memory_permuted" for s in cached),
+        *(f"{s}/{p}" for s in streaming + cached for p in peers),
+    }
+
+
+def _check_targets(report, expected):
+    names = {(t["table"], t.get("batch"), t["ratio"]) for t in report["targets"]}
+    assert names == expected
+    for t in report["targets"]:  # a target is met exactly when its figure reaches it
+        if isinstance(t["target"], float):
+            assert t["met"] == (t["value"] >= t["target"]), t
+    assert all(isinstance(t["met"], bool) for t in report["targets"])
+
+
+# The quick bench runs as two tests, on two workers: the narrow table with the Ray Data peers
+# and the peak-RSS children, and the wide and image tables without Ray (the same peer code).
+
+
+@STARTS_FIRST
+@pytest.mark.slow
+def test_quick_bench_narrow_beside_ray_and_stock_tf_data_with_its_memory(tmp_path):
+    done, report = _quick_bench(tmp_path, "--tables", "narrow")
+    assert set(report) == {"config", "narrow", "rss", "targets"} and report["config"]["ray"]
+    _check_paths(report, "narrow", TABULAR)
+    rss = report["rss"]
+    assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
+    targets = {
+        "rows trained per epoch / rows",
+        *_tabular_targets(
+            ["keras_dl"], ["keras_dl_cached"], "limit", ("stock_rebatch", "ray_to_tf", "ray_iter")
+        ),
+    }
+    _check_targets(
+        report,
+        {
+            *(("narrow", b, r) for b in (32, 256) for r in targets),
+            ("narrow", None, "rss_8x/rss_1x - 1"),
+        },
+    )
+    assert re.search(r"^narrow +32 +keras_dl/ray_to_tf ", done.stderr, re.M)  # targets table
+    assert "cores to feed 10,000 rows/s" in done.stderr
+
+
+@STARTS_FIRST
+@pytest.mark.slow
+def test_quick_bench_wide_and_images_report_every_path_beside_its_baseline(tmp_path):
+    done, report = _quick_bench(tmp_path, "--tables", "wide,images", "--no-ray")
+    assert set(report) == {"config", "wide", "images", "targets"}
+    assert not report["config"]["ray"]  # --no-ray: no Ray peers, and no targets against them
+    packed = {"keras_dl_packed", "keras_dl_packed_cached", "tfdata_floor_packed"}
+    _check_paths(report, "wide", (TABULAR - RAY) | packed)
+    _check_paths(report, "images", {"petastorm_codec", "in_memory_decode", *SUBJECTS})
     profile = report["wide"]["profile"]
     for stages in (profile["stages"], profile["stages_packed"]):
         assert set(stages) == {"32", "256"}
@@ -128,41 +184,25 @@ def test_quick_bench_reports_every_path_beside_its_baseline(tmp_path):
         assert set(machinery["rows_per_s"]) == {"petastorm_reader", "plain_thread_pool"}
         assert machinery["ratios"]["petastorm_reader/plain_thread_pool"] > 0
     assert "Petastorm reader / plain thread pool" in done.stderr
-    rss = report["rss"]
-    assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
-    names = {(t["table"], t.get("batch"), t["ratio"]) for t in report["targets"]}
-    peers = ("stock_rebatch", "ray_to_tf", "ray_iter")
-
-    def tabular_targets(streaming, cached, limit):
-        return {
-            *(f"{s}/{limit}" for s in streaming),
-            *(f"{s}/in_memory_permuted" for s in cached),
-            *(f"{s}/{p}" for s in streaming + cached for p in peers),
-        }
-
-    tabular = {
+    peers = ("stock_rebatch",)
+    wide = {
         "rows trained per epoch / rows",
-        *tabular_targets(["keras_dl"], ["keras_dl_cached"], "limit"),
+        *_tabular_targets(["keras_dl"], ["keras_dl_cached"], "limit", peers),
+        *_tabular_targets(["keras_dl_packed"], ["keras_dl_packed_cached"], "limit_packed", peers),
     }
-    wide = tabular | tabular_targets(
-        ["keras_dl_packed"], ["keras_dl_packed_cached"], "limit_packed"
-    )
     images = {
         "keras_dl/in_memory_decode",
         "keras_dl/petastorm_codec",
         "keras_dl_cached/in_memory_decode",
     }
-    assert names == {
-        *(("narrow", b, r) for b in (32, 256) for r in tabular),
-        *(("wide", b, r) for b in (32, 256) for r in wide),
-        *(("images", b, r) for b in (32, 256) for r in images),
-        ("narrow", None, "rss_8x/rss_1x - 1"),
-    }
-    for t in report["targets"]:  # a target is met exactly when its figure reaches it
-        if isinstance(t["target"], float):
-            assert t["met"] == (t["value"] >= t["target"]), t
-    assert all(isinstance(t["met"], bool) for t in report["targets"])
-    assert re.search(r"^wide +32 +keras_dl/ray_to_tf ", done.stderr, re.M)  # the targets table
+    _check_targets(
+        report,
+        {
+            *(("wide", b, r) for b in (32, 256) for r in wide),
+            *(("images", b, r) for b in (32, 256) for r in images),
+        },
+    )
+    assert re.search(r"^wide +32 +keras_dl_packed/stock_rebatch ", done.stderr, re.M)
     assert "cores to feed 10,000 rows/s" in done.stderr
     assert re.search(r"^wide +256 .*keras_dl_cached \d", done.stderr, re.M), done.stderr[-2000:]
 
