@@ -5,26 +5,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
-import time
 import uuid
 
 from keras_dl.errors import KerasDLError
-from keras_dl.runlock.base import Owner, RunLock, RunLockedError
+from keras_dl.runlock.base import Owner
+from keras_dl.runlock.lease import Lease, LeaseConflict
 from keras_dl.storage import azure
-from keras_dl.storage.retry import drop_deadline, hold_deadline, is_transient, retrying
+from keras_dl.storage.retry import is_transient, retrying
 
 log = logging.getLogger(__name__)
 
 LEASE_FILE = ".lease.json"
 MIN_SECONDS, MAX_SECONDS = 15, 60  # the blob lease durations Azure accepts
-RETRY_BEAT = 1.0  # seconds between renewal attempts while the store does not answer
 # The lease's calls give up within seconds on a store that does not answer, so that neither the
 # heartbeat nor the release at exit waits on one (the heartbeat simply tries again).
 _CLIENT_OPTIONS = {"connection_timeout": 2, "read_timeout": 3, "retry_total": 0}
 
 
-class AzureLease(RunLock):
+class AzureLease(Lease):
     """:class:`RunLock` on Azure: a blob lease on ``run_dir/.lease.json`` (the owner record).
 
     - **Taking it**: the record blob is created if absent, then leased (Azure's *Acquire
@@ -49,18 +47,13 @@ class AzureLease(RunLock):
     """
 
     def __init__(self, run_dir: str, lease_seconds: float = MAX_SECONDS):
-        super().__init__(run_dir.rstrip("/"))
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds}.")
+        super().__init__(run_dir, min(max(round(lease_seconds), MIN_SECONDS), MAX_SECONDS))
         self.container, _, prefix = azure.split_uri(self.run_dir)
         self.blob = f"{prefix}/{LEASE_FILE}" if prefix else LEASE_FILE
-        self.lease_seconds = float(min(max(round(lease_seconds), MIN_SECONDS), MAX_SECONDS))
-        self.lost: str | None = None  # why the lease was lost while held, if it was
         self._lease = None  # the BlobLeaseClient while held
         self._client_obj = None
-        self._guard = threading.Lock()  # one lease call at a time (heartbeat vs update)
-        self._stop = threading.Event()
-        self._renewed = True  # the store answered the last renewal
 
     def acquire(self, run_id: str | None = None) -> None:
         if self._lease is not None:
@@ -68,7 +61,7 @@ class AzureLease(RunLock):
         lease_id = str(uuid.uuid4())
         try:
             lease = retrying(lambda: self._take(lease_id), self._uri())
-        except _Conflict:
+        except LeaseConflict:
             raise self._locked_error() from None
         stale = self.holder()  # a record left by a holder whose lease expired
         owner = self._fresh(Owner.me(run_id))
@@ -82,31 +75,7 @@ class AzureLease(RunLock):
             log.warning(
                 "Took over the expired run lease of %s (%s).", self.run_dir, stale.describe()
             )
-        self._stop = threading.Event()  # a thread of an earlier hold keeps its own, set
-        hold_deadline(self._valid_until)
-        threading.Thread(target=self._heartbeat, name="keras_dl-lease", daemon=True).start()
-
-    def update(self, run_id: str) -> None:
-        """Record the MLflow run in the owner record (renewing the lease).
-
-        Raises:
-            RunLockedError: The lease was taken over: this process no longer holds the run
-                directory (it could not renew within the lease's duration).
-        """
-        if self._lease is None or self.owner is None:
-            return
-        owner = dataclasses.replace(self.owner, run_id=run_id)
-        try:
-            retrying(lambda: self._renew(owner), self._uri())
-        except _Conflict:
-            holder = self.holder()
-            self.lost = f"the lease {self._uri()} was taken over by {holder}"
-            raise RunLockedError(
-                f"This training lost runtime.run_dir={self.run_dir}: its lease {self._uri()} is "
-                f"now held by {holder.describe() if holder else 'another process'}. It was not "
-                f"renewed within {self.lease_seconds:g} s (the store unreachable, or this "
-                "process stalled); give this run its own directory, or rerun it to resume."
-            ) from None
+        self._hold(owner)
 
     def holder(self) -> Owner | None:
         from azure.core.exceptions import ResourceNotFoundError
@@ -127,57 +96,18 @@ class AzureLease(RunLock):
         except (ValueError, TypeError):
             return None
 
-    def release(self) -> None:
-        """Give the lease up without waiting on the store: the heartbeat is told to stop, not
-        joined, and the record is deleted (ending the lease) only when the store answered the
-        last renewal. Otherwise the lease lapses by itself."""
-        lease = self._lease
-        if lease is None:
-            return
-        self._stop.set()
-        drop_deadline(self._valid_until)
-        if self._guard.acquire(timeout=0.5):  # else the heartbeat is inside a renewal
-            try:
-                if self.lost is None and self._renewed:
-                    self._client().delete_blob(lease=lease)
-            except Exception as exc:  # taken over meanwhile, or unreachable: it expires anyway
-                log.warning("Could not delete the run lease %s (%s).", self._uri(), exc)
-            finally:
-                self._lease, self.owner = None, None
-                self._guard.release()
-        else:
-            self._lease, self.owner = None, None
+    # -- the store's part --------------------------------------------------------------------
+    def _held(self) -> bool:
+        return self._lease is not None
 
-    def _locked_error(self) -> RunLockedError:
-        error = super()._locked_error()
-        return RunLockedError(
-            f"{error} The lease is Azure's blob lease on {self._uri()}: it lapses "
-            f"{self.lease_seconds:g} s after its holder stops renewing it, and a run started "
-            "after that takes it over."
-        )
+    def _delete(self) -> None:
+        self._client().delete_blob(lease=self._lease)
 
-    # -- internals ---------------------------------------------------------------------------
-    def _valid_until(self) -> float | None:
-        owner = self.owner
-        return None if owner is None or self.lost is not None else owner.expires
+    def _forget(self) -> None:
+        self._lease = None
 
-    def _heartbeat(self) -> None:
-        stop, beat = self._stop, self.lease_seconds / 3
-        while not stop.wait(beat):
-            owner = self.owner
-            if owner is None:
-                return
-            try:
-                self._renew(owner)
-                beat = self.lease_seconds / 3
-            except _Conflict:
-                self.lost = f"the lease {self._uri()} was taken over by {self.holder()}"
-                log.error("Run directory %s: %s.", self.run_dir, self.lost)
-                return
-            except Exception as exc:  # the store did not answer: try again soon
-                if not stop.is_set():
-                    log.debug("Could not renew the run lease %s (%s).", self._uri(), exc)
-                self._renewed, beat = False, min(RETRY_BEAT, self.lease_seconds / 3)
+    def _describe(self) -> str:
+        return f"Azure's blob lease on {self._uri()}"
 
     def _take(self, lease_id: str):
         """Create the record if absent, then lease it with ``lease_id`` (idempotent)."""
@@ -198,7 +128,7 @@ class AzureLease(RunLock):
                     raise _store_error(self._uri(), exc) from None
             except Exception as exc:
                 raise self._classified(exc) from None
-        raise _Conflict("the record kept disappearing")
+        raise LeaseConflict("the record kept disappearing")
 
     def _renew(self, owner: Owner) -> None:
         owner = self._fresh(owner)
@@ -221,17 +151,14 @@ class AzureLease(RunLock):
             raise self._classified(exc) from None
         self.owner, self._renewed = owner, True
 
-    def _fresh(self, owner: Owner) -> Owner:
-        return dataclasses.replace(owner, expires=time.time() + self.lease_seconds)
-
     def _classified(self, exc: Exception) -> Exception:
         """A lease conflict, a transient error as it is, or an error naming the fix."""
         from azure.core.exceptions import HttpResponseError
 
-        if isinstance(exc, (_Conflict, KerasDLError)) or is_transient(exc):
+        if isinstance(exc, (LeaseConflict, KerasDLError)) or is_transient(exc):
             return exc
         if isinstance(exc, HttpResponseError) and exc.status_code in (409, 412):
-            return _Conflict(exc.error_code or str(exc.status_code))
+            return LeaseConflict(exc.error_code or str(exc.status_code))
         return _store_error(self._uri(), exc)
 
     def _client(self):
@@ -244,10 +171,6 @@ class AzureLease(RunLock):
 
     def _uri(self) -> str:
         return f"{self.run_dir}/{LEASE_FILE}"
-
-
-class _Conflict(Exception):
-    """The store refused a lease operation: another lease is active on the record."""
 
 
 def _store_error(uri: str, exc: Exception) -> KerasDLError:

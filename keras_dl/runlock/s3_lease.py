@@ -5,19 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 import time
 
 from keras_dl import storage
 from keras_dl.errors import KerasDLError
-from keras_dl.runlock.base import Owner, RunLock, RunLockedError
-from keras_dl.storage.retry import drop_deadline, hold_deadline, is_transient, retrying
+from keras_dl.runlock.base import Owner
+from keras_dl.runlock.lease import Lease, LeaseConflict
+from keras_dl.storage.retry import is_transient, retrying
 
 log = logging.getLogger(__name__)
 
 LEASE_FILE = ".lease.json"
 LEASE_SECONDS = 60.0
-RETRY_BEAT = 1.0  # seconds between renewal attempts while the store does not answer
 # The lease's S3 calls give up within seconds on a store that does not answer, so that neither
 # the heartbeat nor the release at exit waits on one (the heartbeat simply tries again).
 _CLIENT_CONFIG = {
@@ -27,7 +26,7 @@ _CLIENT_CONFIG = {
 }
 
 
-class S3Lease(RunLock):
+class S3Lease(Lease):
     """:class:`RunLock` on S3: the lease object ``run_dir/.lease.json`` (host, pid, run id, expiry).
 
     - **Taking it** is a conditional create (``PutObject`` with ``If-None-Match: *``): of two
@@ -50,20 +49,14 @@ class S3Lease(RunLock):
         lease_seconds: Validity of the lease without renewal. Defaults to 60.
     """
 
+    renewal_fix = "raise runtime.lease_seconds, or give this run its own directory"
+
     def __init__(self, run_dir: str, lease_seconds: float = LEASE_SECONDS):
-        super().__init__(run_dir.rstrip("/"))
-        if lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be > 0, got {lease_seconds}.")
+        super().__init__(run_dir, lease_seconds)
         bucket, _, prefix = self.run_dir.split("://", 1)[1].partition("/")
         self.bucket, self.key = bucket, f"{prefix}/{LEASE_FILE}" if prefix else LEASE_FILE
-        self.lease_seconds = float(lease_seconds)
-        self.lost: str | None = None  # why the lease was lost while held, if it was
         self._etag: str | None = None
         self._client_obj = None
-        self._guard = threading.Lock()  # one conditional write at a time (heartbeat vs update)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._renewed = True  # the store answered the last renewal
 
     def acquire(self, run_id: str | None = None) -> None:
         if self._etag is not None:
@@ -71,7 +64,7 @@ class S3Lease(RunLock):
         owner = self._fresh(Owner.me(run_id))
         try:
             self._etag = retrying(lambda: self._put(owner, IfNoneMatch="*"), self._uri())
-        except _Conflict:
+        except LeaseConflict:
             stale, etag = retrying(self._read, self._uri())
             if _same(stale, owner):  # our own create, whose reply the outage lost
                 self._etag = etag
@@ -82,96 +75,27 @@ class S3Lease(RunLock):
                     self._etag = self._put(
                         owner, **({"IfMatch": etag} if etag else {"IfNoneMatch": "*"})
                     )
-                except _Conflict:
+                except LeaseConflict:
                     raise self._locked_error() from None
                 who = stale.describe() if stale else "an unreadable owner record"
                 log.warning("Took over the expired run lease of %s (%s).", self.run_dir, who)
-        self.owner, self.lost, self._renewed = owner, None, True
-        self._stop = threading.Event()  # a thread of an earlier hold keeps its own, set
-        hold_deadline(self._valid_until)
-        self._thread = threading.Thread(target=self._heartbeat, name="keras_dl-lease", daemon=True)
-        self._thread.start()
-
-    def update(self, run_id: str) -> None:
-        """Record the MLflow run in the lease (renewing it).
-
-        Raises:
-            RunLockedError: The lease was taken over: this process no longer holds the run
-                directory (it could not renew within ``lease_seconds``).
-        """
-        if self._etag is not None and self.owner is not None:
-            owner = dataclasses.replace(self.owner, run_id=run_id)
-            try:
-                retrying(lambda: self._renew(owner), self._uri())
-            except _Conflict:
-                holder = self.holder()
-                self.lost = f"the lease {self._uri()} was taken over by {holder}"
-                raise RunLockedError(
-                    f"This training lost runtime.run_dir={self.run_dir}: its lease "
-                    f"{self._uri()} is now held by "
-                    f"{holder.describe() if holder else 'another process'}. It was not renewed "
-                    f"within runtime.lease_seconds={self.lease_seconds:g} (the store unreachable, "
-                    "or this process stalled); raise runtime.lease_seconds, or give this run "
-                    "its own directory."
-                ) from None
+        self._hold(owner)
 
     def holder(self) -> Owner | None:
         return self._read()[0]
 
-    def release(self) -> None:
-        """Give the lease up without waiting on the store: the heartbeat is told to stop, not
-        joined (it may be inside a call to a store that does not answer), and the lease is
-        deleted only when the store answered its last renewal. Otherwise it lapses by itself
-        at its expiry."""
-        if self._etag is None:
-            return
-        self._stop.set()
-        drop_deadline(self._valid_until)
-        if self._guard.acquire(timeout=0.5):  # else the heartbeat is inside a renewal
-            try:
-                if self.lost is None and self._renewed:  # taken over: another run's now
-                    self._client().delete_object(
-                        Bucket=self.bucket, Key=self.key, IfMatch=self._etag
-                    )
-            except Exception as exc:  # taken over meanwhile, or unreachable: it expires anyway
-                log.warning("Could not delete the run lease %s (%s).", self._uri(), exc)
-            finally:
-                self._etag, self.owner, self._thread = None, None, None
-                self._guard.release()
-        else:
-            self._etag, self.owner, self._thread = None, None, None
+    # -- the store's part --------------------------------------------------------------------
+    def _held(self) -> bool:
+        return self._etag is not None
 
-    def _locked_error(self) -> RunLockedError:
-        error = super()._locked_error()
-        return RunLockedError(
-            f"{error} The lease is the object {self._uri()}: it lapses "
-            f"{self.lease_seconds:g} s after its holder stops renewing it, and a run started "
-            "after that takes it over."
-        )
+    def _delete(self) -> None:
+        self._client().delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
 
-    # -- internals ---------------------------------------------------------------------------
-    def _valid_until(self) -> float | None:
-        """Until when the lease stays valid (its expiry as last written); None unless held."""
-        owner = self.owner
-        return None if owner is None or self.lost is not None else owner.expires
+    def _forget(self) -> None:
+        self._etag = None
 
-    def _heartbeat(self) -> None:
-        stop, beat = self._stop, self.lease_seconds / 3
-        while not stop.wait(beat):
-            owner = self.owner
-            if owner is None:
-                return
-            try:
-                self._renew(owner)
-                beat = self.lease_seconds / 3
-            except _Conflict:
-                self.lost = f"the lease {self._uri()} was taken over by {self.holder()}"
-                log.error("Run directory %s: %s.", self.run_dir, self.lost)
-                return
-            except Exception as exc:  # the store did not answer: try again soon
-                if not stop.is_set():
-                    log.debug("Could not renew the run lease %s (%s).", self._uri(), exc)
-                self._renewed, beat = False, min(RETRY_BEAT, self.lease_seconds / 3)
+    def _describe(self) -> str:
+        return f"the object {self._uri()}"
 
     def _renew(self, owner: Owner) -> None:
         owner = self._fresh(owner)
@@ -181,16 +105,13 @@ class S3Lease(RunLock):
                 return
             try:
                 etag = self._put(owner, IfMatch=current)
-            except _Conflict:
+            except LeaseConflict:
                 stored, etag = self._read()
                 if not _same(stored, owner):
                     raise
                 # our own write, whose reply a store outage lost
             if self._etag is current:  # not released meanwhile (release does not wait for us)
                 self._etag, self.owner, self._renewed = etag, owner, True
-
-    def _fresh(self, owner: Owner) -> Owner:
-        return dataclasses.replace(owner, expires=time.time() + self.lease_seconds)
 
     def _put(self, owner: Owner, **condition) -> str:
         from botocore.exceptions import ClientError
@@ -203,7 +124,7 @@ class S3Lease(RunLock):
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "ConditionalRequestConflict"):
-                raise _Conflict(code) from None
+                raise LeaseConflict(code) from None
             if is_transient(exc):
                 raise
             raise _store_error(self._uri(), exc) from None
@@ -266,10 +187,6 @@ def _same(stored: Owner | None, owner: Owner) -> bool:
         owner.pid,
         owner.since,
     )
-
-
-class _Conflict(Exception):
-    """A conditional write lost: the object is not (or no longer) what the condition said."""
 
 
 def _store_error(uri: str, exc: Exception) -> KerasDLError:
