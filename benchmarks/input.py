@@ -160,7 +160,7 @@ def run(args) -> int:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(report, indent=2)
-    print(format_targets(report["targets"]), file=sys.stderr)
+    print(timing.format_targets(report["targets"]), file=sys.stderr)
     print(format_cores(report), file=sys.stderr)
     if "profile" in report.get("wide", {}):
         print(format_profile(report["wide"]["profile"]), file=sys.stderr)
@@ -169,23 +169,6 @@ def run(args) -> int:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     return 0
-
-
-def format_targets(targets: list[dict]) -> str:
-    """The targets as a plain-text table: ratio, spread, target, pass/fail."""
-    lines = [
-        f"{'table':8s} {'batch':>5s}  {'ratio':34s} {'median':>7s}  {'spread':15s} target"
-        "        cpu/row ratio"
-    ]
-    for t in targets:
-        spread = "-".join(str(x) for x in t.get("spread", [])) or "-"
-        cpu = t.get("cpu_ratio")
-        lines.append(
-            f"{t['table']:8s} {str(t.get('batch', '')):>5s}  {t['ratio']:34s} {t['value']:>7}  "
-            f"{spread:15s} {t['target']!s:6s} {'pass' if t['met'] else 'FAIL':4s}  "
-            f"{'' if cpu is None else cpu}"
-        )
-    return "\n".join(lines)
 
 
 def format_cores(report: dict) -> str:

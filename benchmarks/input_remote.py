@@ -102,24 +102,12 @@ def run(args) -> int:
     report["config"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     report["targets"] = _targets(report)
     text = json.dumps(report, indent=2)
-    print(format_targets(report["targets"]), file=sys.stderr)
+    print(timing.format_targets(report["targets"]), file=sys.stderr)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     return 0
-
-
-def format_targets(targets: list[dict]) -> str:
-    """The targets as a plain-text table: ratio, median, spread, target, pass/fail."""
-    lines = [f"{'ratio':34s} {'median':>7s}  {'spread':13s} target"]
-    for t in targets:
-        spread = "-".join(str(x) for x in t.get("spread", [])) or "-"
-        lines.append(
-            f"{t['ratio']:34s} {t['value']:>7}  {spread:13s} {t['target']!s:6s} "
-            f"{'pass' if t['met'] else 'FAIL'}"
-        )
-    return "\n".join(lines)
 
 
 def _write_table(store, size: dict) -> str:

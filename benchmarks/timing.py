@@ -233,3 +233,23 @@ def _drainer():
         return acc
 
     return drain
+
+
+def format_targets(targets: list[dict]) -> str:
+    """Targets as a plain-text table: table and batch (when they have them), ratio, median,
+    spread, target, pass/fail, and the pair's CPU-per-row ratio (when measured)."""
+    where = any("table" in t for t in targets)
+    lines = [
+        f"{'table':8s} {'batch':>5s}  " * where
+        + f"{'ratio':34s} {'median':>7s}  {'spread':15s} target        cpu/row ratio"
+    ]
+    for t in targets:
+        spread = "-".join(str(x) for x in t.get("spread", [])) or "-"
+        cpu = t.get("cpu_ratio")
+        lines.append(
+            f"{t.get('table', ''):8s} {str(t.get('batch', '')):>5s}  "
+            * where
+            + f"{t['ratio']:34s} {t['value']:>7}  {spread:15s} {t['target']!s:6s} "
+            f"{'pass' if t['met'] else 'FAIL':4s}  {'' if cpu is None else cpu}"
+        )
+    return "\n".join(lines)

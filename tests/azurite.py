@@ -17,22 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from keras_dl.storage.azure import EMULATOR_KEY, ENV
+
 VERSION = "3.37.0"  # scripts/setup_azurite.sh's
 ACCOUNT = "devstoreaccount1"
-KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-_AZURE_ENV = (
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "AZURE_STORAGE_ACCOUNT_NAME",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_ACCESS_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_ENDPOINT",
-    "AZURE_STORAGE_USE_EMULATOR",
-    "AZURITE_BLOB_STORAGE_URL",
-    "AZURE_CLIENT_ID",
-    "AZURE_TENANT_ID",
-    "AZURE_CLIENT_SECRET",
-)
+KEY = EMULATOR_KEY  # Azurite's well-known account key
+# What the product reads (ENV), and MLflow's own variable for wasbs:// artifacts.
+_AZURE_ENV = (*ENV, "AZURE_STORAGE_ACCESS_KEY")
 
 
 def azurite_blob() -> str:

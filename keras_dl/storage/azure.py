@@ -27,8 +27,8 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from keras_dl.errors import DataError, KerasDLError
-from keras_dl.storage.retry import retrying
+from keras_dl.errors import DataError
+from keras_dl.storage.retry import check_root
 
 AZURE_SCHEMES = ("abfs", "abfss")
 # Azurite's one account and its published key (not a secret: the emulator's documented default).
@@ -222,30 +222,19 @@ def check_container(fs, uri: str) -> None:
     account = account_of(uri)
     where = f"in the storage account {account.name!r} at {account.blob_url}"
 
-    def look() -> bool:
-        return fs.get_file_info(container).type != pafs.FileType.NotFound
-
-    key = (account.blob_url, container)
-    try:
-        found = retrying(look, uri) if key in _ANSWERED else look()
-    except KerasDLError:
-        raise
-    except Exception as exc:
-        raise DataError(
+    check_root(
+        lambda: fs.get_file_info(container).type != pafs.FileType.NotFound,
+        uri,
+        (account.blob_url, container),
+        lambda exc: (
             f"Container {container!r} of {uri!r} cannot be reached {where} ({exc}). It was "
             f"asked with {credentials_said(account)}; check AZURE_STORAGE_ENDPOINT (or the "
             "connection string's BlobEndpoint) and the credential."
-        ) from None
-    if not found:
-        raise DataError(
-            f"Container {container!r} of {uri!r} does not exist {where}, or "
-            f"{credentials_said(account)} cannot see it. Create the container, or fix the URI "
-            "or the credentials."
-        )
-    _ANSWERED.add(key)
-
-
-_ANSWERED: set[tuple[str, str]] = set()  # (blob URL, container) found by check_container
+        ),
+        f"Container {container!r} of {uri!r} does not exist {where}, or "
+        f"{credentials_said(account)} cannot see it. Create the container, or fix the URI "
+        "or the credentials.",
+    )
 
 
 def blob_service(account: AzureAccount, **client_options):

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from keras_dl.errors import DataError, KerasDLError
+from keras_dl.errors import DataError
 from keras_dl.storage import azure
-from keras_dl.storage.retry import retrying
+from keras_dl.storage.retry import check_root, retrying
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -125,31 +125,19 @@ def check_bucket(fs, bucket: str, uri: str) -> None:
         else "not set (using AWS_PROFILE or the instance's role)"
     )
 
-    def look() -> bool:
-        return fs.get_file_info(bucket).type != pafs.FileType.NotFound
-
-    key = (s3_endpoint(), bucket)
-    try:
-        found = retrying(look, uri) if key in _ANSWERED else look()
-    except KerasDLError:
-        raise
-    except Exception as exc:
-        raise DataError(
+    check_root(
+        lambda: fs.get_file_info(bucket).type != pafs.FileType.NotFound,
+        uri,
+        (endpoint, bucket),
+        lambda exc: (
             f"Bucket {bucket!r} of {uri!r} cannot be reached {where} ({exc}). Check "
             f"AWS_ENDPOINT_URL, AWS_REGION and the credentials (AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY are {creds})."
-        ) from None
-    if found:
-        _ANSWERED.add(key)
-    else:
-        raise DataError(
-            f"Bucket {bucket!r} of {uri!r} does not exist {where}, or these credentials cannot "
-            f"see it (AWS_ACCESS_KEY_ID is {creds}). Create the bucket, or fix the URI, "
-            "AWS_ENDPOINT_URL or the credentials."
-        )
-
-
-_ANSWERED: set[tuple[str | None, str]] = set()  # (endpoint, bucket) found by check_bucket
+        ),
+        f"Bucket {bucket!r} of {uri!r} does not exist {where}, or these credentials cannot "
+        f"see it (AWS_ACCESS_KEY_ID is {creds}). Create the bucket, or fix the URI, "
+        "AWS_ENDPOINT_URL or the credentials.",
+    )
 
 
 def filesystem(uri: str):

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from keras_dl.errors import KerasDLError, StoreUnavailable
+from keras_dl.errors import DataError, KerasDLError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,39 @@ class _Reporter:
         )
 
 
+def check_root(
+    look: Callable[[], bool],
+    uri: str,
+    key: tuple,
+    unreachable: Callable[[Exception], str],
+    missing: str,
+) -> None:
+    """Fail early when the bucket or container of ``uri`` cannot be reached.
+
+    ``look()`` says whether it exists. One that answered once in this process (as ``key``: the
+    endpoint and its name) is in an outage when it stops answering: the look is then retried
+    (:func:`retrying`). One never reached fails at once.
+
+    Raises:
+        StoreUnavailable: One that answered before did not answer again in time.
+        DataError: ``unreachable(error)`` when the look failed; ``missing`` when it found none.
+    """
+    try:
+        found = retrying(look, uri) if key in _answered else look()
+    except KerasDLError:
+        raise
+    except Exception as exc:
+        raise DataError(unreachable(exc)) from None
+    if not found:
+        raise DataError(missing)
+    _answered.add(key)
+
+
+_answered: set[tuple] = set()  # the (endpoint, bucket or container) check_root found
+
+
 __all__ = [
+    "check_root",
     "DEFAULT_PATIENCE",
     "REPORT_EVERY",
     "drop_deadline",
