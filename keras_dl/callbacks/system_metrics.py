@@ -1,7 +1,8 @@
 """SystemMetrics: every rank's CPU, memory, I/O and GPU use, in the one MLflow run.
 
-Every rank samples itself from a background thread (:class:`SystemSampler`) every
-``every_seconds``; the values go into the run of an :class:`MLflowLogger` as
+Every rank samples itself when training starts, from a background thread
+(:class:`SystemSampler`) every ``every_seconds``, and when training ends, so every run has its
+figures however short; the values go into the run of an :class:`MLflowLogger` as
 ``system/rank_<r>/<name>`` (``system/rank_1/cpu_percent``), stepped by sample number and stamped
 with the time they were taken.
 
@@ -83,7 +84,7 @@ class SystemMetrics(keras.callbacks.Callback):
         """Stop the sampling thread without a last gather: for a ``fit`` that raised (Keras
         then skips ``on_train_end``). Idempotent."""
         if self._sampler is not None:
-            self._sampler.stop()
+            self._sampler.stop(last_sample=False)
             self._sampler = None
 
     # -- internals ---------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """SystemSampler: this process's CPU, memory, disk I/O and GPU use, read every N seconds.
 
-A daemon thread reads, every ``interval`` seconds:
+It reads once when started, every ``interval`` seconds from a daemon thread, and once more when
+stopped, so a run shorter than the interval still has a first and a last sample:
 
-- ``cpu_percent``: this process's CPU use since the last sample, in percent of one core (all
-  its threads: 150 means one and a half cores busy);
+- ``cpu_percent``: this process's CPU use since the last sample (the first: since the process
+  started), in percent of one core (all its threads: 150 means one and a half cores busy);
 - ``rss_bytes``: its resident memory;
 - ``read_bytes`` / ``write_bytes``: bytes it read from and wrote to storage since ``start``;
 - ``gpu_<i>_utilization_percent`` / ``gpu_<i>_memory_used_bytes`` for each GPU it may use,
@@ -59,25 +60,31 @@ class SystemSampler:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Start sampling (the first sample comes after one interval). Idempotent."""
+        """Take the first sample now, and start sampling every interval. Idempotent."""
         if self.running:
             return
         import psutil
 
         self._process = psutil.Process()
-        self._process.cpu_percent(None)  # primes the counter: the first sample covers 0..interval
+        self._process.cpu_percent(None)  # primes the counter: the next sample covers from now
         self._io0 = _io_bytes(self._process)
         self._gpus, self.gpu_status = _open_gpus()
+        self._failed = False
+        self._take(_since_start(self._process))
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="SystemSampler", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread and wait for it (a sample being taken finishes first). Idempotent."""
+    def stop(self, timeout: float = 5.0, last_sample: bool = True) -> None:
+        """Stop the thread and wait for it (a sample being taken finishes first), then take the
+        last sample (unless ``last_sample`` is False, or sampling failed). Idempotent."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            joined = not self._thread.is_alive()
             self._thread = None
+            if last_sample and joined and not self._failed:
+                self._take()
         if getattr(self, "_gpus", None):
             _close_nvml()
             self._gpus = []
@@ -88,10 +95,12 @@ class SystemSampler:
             out, self._buffer = self._buffer, []
         return out
 
-    def sample(self) -> dict[str, float]:
-        """Read the figures now (also what the thread does every interval)."""
+    def sample(self, cpu_percent: float | None = None) -> dict[str, float]:
+        """Read the figures now (also what the thread does every interval); ``cpu_percent``
+        given replaces the CPU use since the last sample."""
         p = self._process
-        values = {"cpu_percent": p.cpu_percent(None), "rss_bytes": float(p.memory_info().rss)}
+        cpu = p.cpu_percent(None) if cpu_percent is None else cpu_percent
+        values = {"cpu_percent": cpu, "rss_bytes": float(p.memory_info().rss)}
         io = _io_bytes(p)
         if io is not None and self._io0 is not None:
             values["read_bytes"] = float(io[0] - self._io0[0])
@@ -102,19 +111,33 @@ class SystemSampler:
 
     # -- the thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                values = self.sample()
-            except Exception as exc:  # a sampler must never take training down
-                log.warning("SystemSampler: sampling failed (%s); no more samples.", exc)
-                return
+        while not self._stop.wait(self.interval) and self._take():
+            pass
+
+    def _take(self, cpu_percent: float | None = None) -> bool:
+        """Take one sample and hand it on; False (and no more samples) when sampling failed."""
+        try:
+            values = self.sample(cpu_percent)
+        except Exception as exc:  # a sampler must never take training down
+            log.warning("SystemSampler: sampling failed (%s); no more samples.", exc)
+            self._failed = True
+            return False
+        with self._lock:
             step, self._step = self._step, self._step + 1
-            stamp = int(time.time() * 1000)
-            if self.deliver is not None:
-                self.deliver(step, stamp, values)
-            else:
-                with self._lock:
-                    self._buffer.append((step, stamp, values))
+        stamp = int(time.time() * 1000)
+        if self.deliver is not None:
+            self.deliver(step, stamp, values)
+        else:
+            with self._lock:
+                self._buffer.append((step, stamp, values))
+        return True
+
+
+def _since_start(process) -> float:
+    """The process's CPU use since it started, in percent of one core."""
+    cpu = process.cpu_times()
+    alive = max(time.time() - process.create_time(), 1e-3)
+    return 100.0 * (cpu.user + cpu.system) / alive
 
 
 def _io_bytes(process) -> tuple[int, int] | None:

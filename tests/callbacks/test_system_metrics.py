@@ -59,6 +59,26 @@ def test_rank_0_samples_reach_the_run_with_their_times_and_the_thread_ends_with_
     assert logger.unsent == 0
 
 
+def test_a_fit_shorter_than_the_interval_has_a_first_and_a_last_sample(mlflow_uri):
+    """Issue 35's seam: a run shorter than the interval logged no system metrics at all."""
+    x, y = tiny_data()
+    logger = MLflowLogger(experiment="tiny")
+    system = SystemMetrics(logger, every_seconds=3600)
+    start = int(time.time() * 1000)
+    tiny_model().fit(x, y, epochs=2, verbose=0, callbacks=[system, logger])
+    end = int(time.time() * 1000)
+    assert _sampler_threads() == []
+    (run,) = runs_in(mlflow_uri)
+    client = mlflow.MlflowClient(mlflow_uri)
+    for name in BASE:
+        history = client.get_metric_history(run.info.run_id, f"system/rank_0/{name}")
+        assert sorted(m.step for m in history) == [0, 1], name  # when fit began, and ended
+        assert all(start <= m.timestamp <= end for m in history), name
+    cpu = client.get_metric_history(run.info.run_id, "system/rank_0/cpu_percent")
+    assert all(m.value > 0 for m in cpu)  # the first: since the process started (TF's import)
+    assert logger.unsent == 0
+
+
 def test_zero_seconds_is_off(mlflow_uri):
     x, y = tiny_data()
     logger = MLflowLogger(experiment="tiny")
