@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from keras_dl.storage.azure import EMULATOR_KEY, ENV
+from tests.servers import LoopbackServer
 
 VERSION = "3.37.0"  # scripts/setup_azurite.sh's
 ACCOUNT = "devstoreaccount1"
@@ -45,12 +43,24 @@ def azurite_blob() -> str:
     )
 
 
-class AzuriteServer:
+class AzuriteServer(LoopbackServer):
     """Azurite's Blob service on a free loopback port, in memory; restarted if it died."""
 
-    def __init__(self):
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
+    name = "Azurite"
+    stop_grace = 1.0  # its data is in memory, nothing to save: no need to wait out its close
+
+    def command(self, port: int) -> list[str]:
+        # --loose: accept headers Azurite does not know; --skipApiVersionCheck: accept the
+        # newer API versions pyarrow's and Python's Azure SDKs send. --blobKeepAliveTimeout:
+        # Node closes a connection idle for 5 s by default, and pyarrow's Azure client takes
+        # 7-15 s of retries to replace a pooled connection closed under it; Azure keeps idle
+        # connections for minutes. --disableTelemetry: Azurite reports usage by default.
+        return [
+            azurite_blob(),
+            *("--blobHost", "127.0.0.1", "--blobPort", str(port)),
+            *("--blobKeepAliveTimeout", "600", "--inMemoryPersistence"),
+            *("--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry"),
+        ]
 
     @property
     def endpoint(self) -> str:
@@ -64,67 +74,9 @@ class AzuriteServer:
         )
 
     def ensure(self) -> AzuriteServer:
-        if self.proc is None or self.proc.poll() is not None or not self._accepts():
-            self.stop()
-            self._start()
+        """Itself, up (started, or started again on a new port if it died)."""
+        self.start_if_down()
         return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:  # its data is in memory, nothing to save: no need to wait out its graceful close
-                self.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def _accepts(self, timeout: float = 5.0) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=timeout).close()
-            return True
-        except OSError:
-            return False
-
-    def _start(self) -> None:
-        from tests.conftest import _die_with_parent
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            # --loose: accept headers Azurite does not know; --skipApiVersionCheck: accept the
-            # newer API versions pyarrow's and Python's Azure SDKs send. --blobKeepAliveTimeout:
-            # Node closes a connection idle for 5 s by default, and pyarrow's Azure client takes
-            # 7-15 s of retries to replace a pooled connection closed under it; Azure keeps idle
-            # connections for minutes. --disableTelemetry: Azurite reports usage by default.
-            [
-                azurite_blob(),
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                str(self.port),
-                "--blobKeepAliveTimeout",
-                "600",
-                "--inMemoryPersistence",
-                "--skipApiVersionCheck",
-                "--loose",
-                "--silent",
-                "--disableTelemetry",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(),
-        )
-        deadline = time.monotonic() + 60
-        while not self._accepts(timeout=1):
-            if self.proc.poll() is not None:
-                pytest.fail(f"Azurite exited at start (code {self.proc.returncode})")
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail("Azurite did not start within 60 s")
-            time.sleep(0.2)
 
 
 class AzureContainer:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import LoopbackServer
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -427,69 +429,28 @@ def _spark_kind(request):
     _set_connect_mode(_LIVE_KIND[0])
 
 
-class MotoServer:
+class MotoServer(LoopbackServer):
     """moto's standalone S3 (and DynamoDB) API server on a free loopback port of its own.
 
     Each pytest process (each xdist worker) starts its own. :meth:`endpoint` starts it again, on
     a new port, if it died: one lost server fails no later test with ConnectionRefused.
     """
 
-    def __init__(self):
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
+    name = "moto's server"
+
+    def command(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def endpoint(self) -> str:
         """The server's URL, after making sure it is up (started or restarted as needed)."""
-        if self.proc is None or self.proc.poll() is not None or not self._accepts():
-            if self.proc is not None:
-                print(f"moto's server at {self.url} was gone; starting a new one", flush=True)
-                self.stop()
-            self._start()
+        was = self.url if self.proc is not None else None
+        if self.start_if_down() and was is not None:
+            print(f"moto's server at {was} was gone; started a new one", flush=True)
         return self.url
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def _accepts(self, timeout: float = 5.0) -> bool:
-        import socket
-
-        port = int(self.url.rsplit(":", 1)[1])
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
-            return True
-        except OSError:
-            return False
-
-    def _start(self) -> None:
-        import socket
-        import time
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(),
-        )
-        deadline = time.monotonic() + 60
-        while not self._accepts(timeout=1):
-            if self.proc.poll() is not None:
-                pytest.fail(f"moto's server exited at start (code {self.proc.returncode})")
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail("moto's server did not start within 60 s")
-            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")
