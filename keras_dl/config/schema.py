@@ -231,8 +231,8 @@ class TrackingConfig:
             error. Defaults to "" (MLflow's default; ``mlartifacts/`` beside a SQLite store).
         system_metrics_seconds: Every rank samples its CPU %, resident memory, bytes read and
             written, and GPU use and memory (when ``nvidia-ml-py`` is installed and finds a
-            GPU) this often, logged in the run as ``system/rank_<r>/<name>``; 0 turns it off,
-            otherwise at least 0.1. Defaults to 10.
+            GPU) this often, and once when training starts and ends, logged in the run as
+            ``system/rank_<r>/<name>``; 0 turns it off, otherwise at least 0.1. Defaults to 10.
         tensorboard: Rank 0 writes TensorBoard logs, uploaded to the run's
             ``tensorboard_logs/`` at the end (one writer, also beside
             ``mlflow.tensorflow.autolog``). Defaults to False.
