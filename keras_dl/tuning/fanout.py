@@ -6,7 +6,9 @@ session is the active one, else one started as :func:`keras_dl.launch.job.start_
 it for ``runtime.np > 0`` (``MASTER`` or ``spark-defaults.conf``; a local master otherwise),
 and stopped after. The tasks run through ``mapInPandas``, which classic and Spark Connect
 sessions both have. The journal must be a path every task can reach: this host's disk for a
-local or loopback standalone cluster, a shared mount otherwise.
+local or loopback standalone cluster, a shared mount otherwise. With GPU-aware scheduling each
+task's trials train on the GPUs Spark gave that task, as ranks and scoring tasks do
+(:func:`~keras_dl.distribute.gpus.use_task_gpus`); each trial's run is tagged with them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def _task(spec: TrialSpec, quotas: list[int], batches):
 
     import pandas as pd
 
+    from keras_dl.distribute.gpus import use_task_gpus
+
+    use_task_gpus()  # this task's GPUs only, before TensorFlow starts in this worker
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
     from keras_dl.tuning.trial import run_trials

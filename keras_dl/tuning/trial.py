@@ -21,6 +21,7 @@ import socket
 from dataclasses import dataclass
 
 from keras_dl.config.schema import Experiment
+from keras_dl.distribute.gpus import VISIBLE, assigned_by_spark
 from keras_dl.errors import KerasDLError
 from keras_dl.tuning.space import Dimension, apply_values
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 TRIAL_TAG = "keras_dl.tune.trial"
 STATE_TAG = "keras_dl.tune.state"
+GPUS_TAG = "keras_dl.tune.task_gpus"  # the GPUs Spark gave the task that ran the trial
 RUN_ATTR = "mlflow_run_id"
 MODEL_ATTR = "model_uri"
 PROCESS_ATTR = "process"  # host:pid of the driver or Spark task that ran the trial
@@ -73,15 +75,15 @@ def run_trial(spec: TrialSpec, study) -> int:
     trial.set_user_attr(PROCESS_ATTR, f"{socket.gethostname()}:{os.getpid()}")
     values = {d.key: d.suggest(trial) for d in spec.space}
     exp = _trial_experiment(spec, trial.number, values)
-    child = create_run(
-        exp,
-        {
-            "mlflow.parentRunId": spec.parent_run_id,
-            "mlflow.runName": f"trial-{trial.number}",
-            TRIAL_TAG: str(trial.number),
-            "keras_dl.tune.study": spec.study,
-        },
-    )
+    tags = {
+        "mlflow.parentRunId": spec.parent_run_id,
+        "mlflow.runName": f"trial-{trial.number}",
+        TRIAL_TAG: str(trial.number),
+        "keras_dl.tune.study": spec.study,
+    }
+    if assigned_by_spark():  # a trial in a Spark task trains on the task's GPUs (fanout)
+        tags[GPUS_TAG] = os.environ[VISIBLE]
+    child = create_run(exp, tags)
     trial.set_user_attr(RUN_ATTR, child)
     client = mlflow.MlflowClient(exp.tracking.uri)
     pruning = OptunaPruning(trial, spec.metric, prune=exp.tune.pruning)

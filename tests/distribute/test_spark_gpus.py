@@ -1,4 +1,5 @@
-"""GPUs from Spark's resources: each Horovod rank and each scoring task sees only its task's GPUs.
+"""GPUs from Spark's resources: each Horovod rank, each scoring task and each tuning trial run as
+a Spark task sees only its task's GPUs.
 
 A standalone master and one 2-core worker on loopback whose GPU discovery script reports the
 addresses "0" and "1" (no real GPU needed: Spark schedules the addresses, CUDA is never asked).
@@ -39,7 +40,7 @@ def gpu_cluster(tmp_path_factory):
 
 @pytest.mark.slow
 @SPARK_CLUSTER
-def test_each_rank_and_scoring_task_sees_only_its_tasks_gpu(gpu_cluster, tmp_path):
+def test_each_rank_scoring_task_and_tuning_trial_sees_only_its_tasks_gpu(gpu_cluster, tmp_path):
     master, env = gpu_cluster
     out, _ = _run_driver(env, master, str(tmp_path), module="tests.distribute.test_spark_gpus")
 
@@ -61,6 +62,10 @@ def test_each_rank_and_scoring_task_sees_only_its_tasks_gpu(gpu_cluster, tmp_pat
         # What a launcher hands a child process of the task: the same GPU, marked as Spark's.
         mark = {"CUDA_VISIBLE_DEVICES": t["visible"], "KERAS_DL_SPARK_GPUS": t["visible"]}
         assert t["child_env"] == mark, tasks
+
+    # keras-dl tune with 2 trials, 2 at a time: two Spark tasks, one GPU each, each trial's run
+    # tagged with the one GPU its task was given (issue 35's seam: trials took none).
+    assert out["trials"] == ["0", "1"], out["trials"]
 
 
 def test_without_gpu_resources_the_environment_is_left_alone(spark, monkeypatch):
@@ -177,6 +182,9 @@ def main(master: str, out_dir: str) -> None:
     )
     out = {}
     try:
+        # First, while Spark's Python workers are fresh: a reused worker keeps the environment
+        # an earlier task of this app set (a scoring task's GPU), which would hide the seam.
+        out["trials"] = _tune_two_trials(Path(out_dir))
         HorovodRunner(np=2, start_timeout=300).run(_report_rank, out_dir=out_dir)
         out["ranks"] = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("rank*"))]
 
@@ -201,6 +209,40 @@ def main(master: str, out_dir: str) -> None:
     finally:
         spark.stop()
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def _tune_two_trials(tmp: Path) -> list[str]:
+    """``keras-dl tune digits`` with 2 one-epoch trials at a time on the active session: the
+    GPU tag of each trial's run, sorted."""
+    import mlflow
+
+    from keras_dl.config import resolve
+    from keras_dl.data.ingest.datasets import ingest_sklearn_digits
+    from keras_dl.recipe import load_recipe
+    from keras_dl.tuning.space import parse_space
+    from keras_dl.tuning.study import tune
+    from keras_dl.tuning.trial import GPUS_TAG, TRIAL_TAG
+
+    table = str(tmp / "digits")
+    ingest_sklearn_digits(table)
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    sets = {
+        "data.table": table,
+        "tracking.uri": uri,
+        "runtime.run_dir": str(tmp / "run"),
+        "train.epochs": "1",
+        "train.verbose": "0",
+        "callbacks.plots": "false",
+        "tracking.log_model": "false",
+        "tune.trials": "2",
+        "tune.parallelism": "2",
+    }
+    exp = resolve(load_recipe("digits").defaults, sets=[f"{k}={v}" for k, v in sets.items()])
+    tune(exp, parse_space(["train.learning_rate=loguniform(1e-3,3e-2)"]))
+    client = mlflow.MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = [r for r in client.search_runs(experiments) if TRIAL_TAG in r.data.tags]
+    return sorted(r.data.tags.get(GPUS_TAG, "none") for r in runs)
 
 
 if __name__ == "__main__":
