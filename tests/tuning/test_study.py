@@ -114,7 +114,16 @@ def test_two_trials_at_a_time_on_spark_survive_a_driver_kill(spark_master, digit
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert parent.info.status == "FINISHED" and parent.data.tags["keras_dl.tune.resumed"]
     states = sorted(r.data.tags.get("keras_dl.tune.state", "") for r in children)
-    assert states.count("killed") == len(running)
+    # Each running trial's MLflow run ended KILLED. A trial the kill caught between study.ask()
+    # and creating its run (the race allowed above) has none: at most one such trial.
+    by_trial: dict[str, list] = {}
+    for r in children:
+        by_trial.setdefault(r.data.tags["keras_dl.tune.trial"], []).append(r)
+    killed = [r for n in running for r in by_trial.get(str(n), [])]
+    assert sum(str(n) in by_trial for n in running) >= len(running) - 1, (running, by_trial)
+    assert all(r.info.status == "KILLED" for r in killed), killed
+    assert states.count("killed") == len(killed)
+    assert set(states) <= {"killed", "complete", "pruned"}, states  # no run without its state
     assert len([s for s in states if s in ("complete", "pruned")]) == 4
     for child in children:
         if child.data.tags["keras_dl.tune.state"] in ("complete", "pruned"):
