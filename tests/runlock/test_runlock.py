@@ -131,12 +131,14 @@ def test_a_dead_holders_s3_lease_is_taken_over_once_expired(s3):
     import boto3
 
     run_dir = s3.uri("run")
-    proc = _hold_s3(run_dir, 2)
+    # 10 s: still valid when checked below, however loaded the machine (2 s was not, on CI).
+    proc = _hold_s3(run_dir, 10)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with pytest.raises(RunLockedError, match=rf"pid {proc.pid}"):  # not expired yet
         open_run_lock(run_dir).acquire()
-    time.sleep(2.5)
+    expires = open_run_lock(run_dir).holder().expires
+    time.sleep(max(0.0, expires - time.time()) + 0.5)  # past the dead holder's expiry
     lock = open_run_lock(run_dir, lease_seconds=30)
     lock.acquire()
     try:
