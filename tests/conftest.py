@@ -12,6 +12,12 @@ import pytest
 from tests.servers import LoopbackServer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Every JVM the tests start (each session's local Spark, the standalone cluster's daemons and
+# executors, Connect servers, the CLI's Spark drivers) compiles with C1 only: 35 % less CPU to
+# start a local session and run a few jobs, and 30 % less over a 3-minute session of 180 small
+# jobs (measured here). The suite's data are tiny and its JVMs short-lived; C2's optimizations
+# never pay for themselves. Users' JVMs keep Java's defaults.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 REPO = Path(__file__).resolve().parent.parent
 
 # The tests that must not share the machine with one another: multi-process Horovod jobs (Gloo

@@ -1,9 +1,9 @@
 """Every recipe's logged model loads and predicts in a fresh virtualenv built only from the
 model's own ``requirements.txt``: no keras_dl there, the same outputs as in keras_dl's process.
 
-The venv is built once per requirements on a machine and kept under ~/.cache/keras-dl (pip
-reaches the package index, or its local cache); the test skips, saying so, when pip cannot reach
-an index.
+The venv is built once per requirements on a machine, with uv, and kept under ~/.cache/keras-dl
+(uv reaches the package index, or its local cache); the test skips, saying so, when uv cannot
+reach an index.
 """
 
 import os
@@ -28,6 +28,8 @@ UNREACHABLE = (
     "Temporary failure in name resolution",
     "Network is unreachable",
     "Connection refused",
+    "dns error",
+    "error sending request",
 )
 
 VENV_SCRIPT = """
@@ -141,9 +143,8 @@ def fresh_venv(recipe_models):
     """A virtualenv holding only the models' ``requirements.txt`` (they are the same file).
 
     Built once per requirements (and interpreter) on a machine, under ``~/.cache/keras-dl`` as
-    the Horovod wheel is (scripts/build_horovod.sh): pip installing TensorFlow into a new venv
-    took minutes of the suite, and the venv it makes from the same pinned file is the same.
-    Nothing is ever installed into it but that file; it counts only once pip finished (a
+    the Horovod wheel is (scripts/build_horovod.sh). Nothing is ever installed into it but that
+    file; it counts only once the install finished (a
     ``.complete`` file), and the test still checks that keras_dl is not importable there.
     Venvs of other requirements that no test process holds are deleted when one is built.
     """
@@ -178,19 +179,23 @@ def _build_venv(venv: Path, requirements: str, cache: Path) -> None:
 
     shutil.rmtree(venv, ignore_errors=True)  # an unfinished build
     _remove_other_venvs(cache, keep=venv.name)  # 2.3 GB each: only the one in use is kept
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # uv (a dev dependency) builds the venv and installs the file: seconds, where pip took
+    # 4-5 minutes of the suite installing TensorFlow. What lands in the venv is the same.
+    uv = [sys.executable, "-m", "uv"]
+    subprocess.run([*uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     (venv / "requirements.txt").write_text(requirements)
-    pip = subprocess.run(
-        # --no-compile: Python compiles what the test imports, not all of TensorFlow's files
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "-r",
+    install = subprocess.run(
+        [*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r",
          str(venv / "requirements.txt")],
         capture_output=True, text=True, env=_clean_env(),
     )  # fmt: skip
-    if pip.returncode != 0:
+    if install.returncode != 0:
         shutil.rmtree(venv, ignore_errors=True)
-        if any(s in pip.stderr for s in UNREACHABLE):
-            pytest.skip(f"pip cannot reach a package index: {pip.stderr.strip()[-500:]}")
-        raise AssertionError(f"pip install -r requirements.txt failed:\n{pip.stderr[-3000:]}")
+        if any(s in install.stderr for s in UNREACHABLE):
+            pytest.skip(f"uv cannot reach a package index: {install.stderr.strip()[-500:]}")
+        raise AssertionError(
+            f"uv pip install -r requirements.txt failed:\n{install.stderr[-3000:]}"
+        )
     (venv / ".complete").write_text(requirements)
 
 
