@@ -1,8 +1,8 @@
 """Table formats, each turned into a :class:`~keras_dl.data.tables.snapshot.TableSnapshot`.
 
 Only the modules here know a table format: ``delta`` (the Delta log), ``parquet`` (files,
-folders, globs) and ``petastorm_meta`` (a Petastorm dataset's Unischema, read without running
-code).
+folders, globs), ``petastorm_meta`` (a Petastorm dataset's Unischema, read without running
+code) and ``mds`` (a Mosaic StreamingDataset folder, decoded by ``mds_shards``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def open_table(
     since_version: int | None = None,
     since_timestamp: str | None = None,
 ) -> TableSnapshot:
-    """Open a Delta table (latest, ``version`` or ``timestamp``), a Petastorm dataset or Parquet.
+    """Open a Delta table (latest, ``version`` or ``timestamp``), a Petastorm dataset, an MDS
+    folder (an ``index.json`` at its root) or Parquet.
 
     A folder with a ``_delta_log`` is always read as Delta, or refused: never as the plain
     Parquet files it holds, which include removed files and rows deleted by deletion vectors.
@@ -69,6 +70,10 @@ def open_table(
             return open_changes(storage, since_version, version, timestamp, since_timestamp)
         return open_delta(storage, version, timestamp)
     _no_time_travel(table, version, timestamp, since_version, since_timestamp)
+    from keras_dl.data.tables.mds import is_mds, open_mds
+
+    if is_mds(storage):
+        return open_mds(storage)
     local = local_path(table)
     if local is not None:
         from keras_dl.data.tables.petastorm import is_petastorm_dataset, open_petastorm

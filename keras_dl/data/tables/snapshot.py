@@ -31,7 +31,8 @@ class TableSnapshot:
 
     Attributes:
         uri: The table as given (absolute for local paths).
-        format: "delta", "parquet" or "petastorm" (a Unischema dataset, read with make_reader).
+        format: "delta", "parquet", "petastorm" (a Unischema dataset, read with make_reader)
+            or "mds" (a Mosaic StreamingDataset folder, its shards decoded to Parquet).
         version: The Delta version read, or None for plain Parquet.
         files: Absolute paths or URIs of the data files, in reading order.
         partitions: Each file's partition values, ``{logical column: typed value or None}``.
@@ -57,6 +58,9 @@ class TableSnapshot:
         since_version: For a change snapshot (``data.since_version``), the version after which
             rows were added: the snapshot holds only the rows versions ``since_version + 1`` to
             ``version`` inserted that are still live. None for a whole table.
+        content_version: For an unversioned table whose content has an identity (an MDS
+            dataset: its shards' hashes), that identity; lineage records it as
+            ``data.version``. None otherwise.
     """
 
     uri: str
@@ -75,6 +79,7 @@ class TableSnapshot:
     file_stats: tuple[dict | None, ...] = field(default=(), compare=False, repr=False)
     skipped_files: int = 0
     data_skipping: bool = True
+    content_version: str | None = None
 
     @property
     def read_by_rows(self) -> bool:
@@ -94,7 +99,9 @@ class TableSnapshot:
         ``data.since_version`` for a change snapshot (the range is since_version to version]."""
         tags = {
             "data.table": self.uri,
-            "data.version": "" if self.version is None else str(self.version),
+            "data.version": str(self.version)
+            if self.version is not None
+            else self.content_version or "",
             "data.format": self.format,
         }
         if self.since_version is not None:

@@ -1,0 +1,209 @@
+"""MDS folders (Mosaic StreamingDataset) read as tables: every row of every fixture as the
+real library's reader decoded it (``fixtures/mds/expected.json``), exact epochs, lineage, and
+clear refusals."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keras_dl.data.stream.shard_epochs import iter_epoch
+from keras_dl.data.tables import open_table
+from keras_dl.data.tables.mds_shards import SHAPE_SUFFIX
+from keras_dl.data.tables.stats import count_rows
+from keras_dl.errors import DataError
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "mds"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())["rows"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def mds_cache(tmp_path_factory):
+    """Decoded shards go to a temporary folder, not ~/.cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KERAS_DL_MDS_CACHE", str(tmp_path_factory.mktemp("mds_cache")))
+    yield
+    mp.undo()
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    return target
+
+
+def _read(table, columns=None, shard=0, num_shards=1, shuffle=False, seed=None) -> pa.Table:
+    snapshot = table if not isinstance(table, str | Path) else open_table(str(table))
+    columns = columns or snapshot.schema.names
+    stats = count_rows(snapshot, columns)
+    parts = iter_epoch(
+        snapshot, columns, stats, shard=shard, num_shards=num_shards, shuffle=shuffle, seed=seed
+    )
+    return pa.concat_tables(list(parts)) if stats.rows else snapshot.schema.empty_table()
+
+
+def _check(ours, field: pa.Field, shape, want) -> None:
+    """One decoded value against the library's (as make_fixtures.py tagged it)."""
+    if "image" in want:
+        from PIL import Image
+
+        pixels = np.asarray(Image.open(io.BytesIO(ours)))
+        assert pixels.tolist() == want["image"]
+    elif "values" in want:  # an ndarray
+        assert np.dtype(field.type.value_type.to_pandas_dtype()).name == want["dtype"]
+        assert list(shape) == want["shape"]
+        assert (
+            np.array(ours, want["dtype"]).tolist()
+            == np.array(want["values"], want["dtype"]).tolist()
+        )
+    elif "value" in want:  # a numpy scalar
+        assert np.dtype(field.type.to_pandas_dtype()).name == want["dtype"]
+        assert np.array(ours, want["dtype"]) == np.array(want["value"], want["dtype"])
+    elif "int" in want:
+        assert ours == int(want["int"])
+    elif "float" in want:
+        assert ours == want["float"]
+    elif "base64" in want:
+        assert ours == base64.b64decode(want["base64"])
+    elif "decimal" in want:
+        assert ours == want["decimal"]
+    elif field.metadata[b"mds.encoding"] == b"json":
+        assert json.loads(ours) == want["json"]
+    else:
+        assert ours == want["json"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_row_is_what_the_library_reads(name):
+    snapshot = open_table(str(FIXTURES / name))
+    rows = _read(snapshot).to_pylist()
+    expected = EXPECTED[name]
+    assert len(rows) == len(expected) == sum(snapshot.file_records)
+    for ours, want in zip(rows, expected):
+        assert set(want) == {c for c in ours if not c.endswith(SHAPE_SUFFIX)}
+        for column, value in want.items():
+            field = snapshot.schema.field(column)
+            meta = field.metadata or {}
+            if b"mds.shape" in meta:
+                shape = [int(d) for d in meta[b"mds.shape"].split(b",")]
+            else:
+                shape = ours.get(column + SHAPE_SUFFIX)
+            _check(ours[column], field, shape, value)
+
+
+def test_lineage_version_comes_from_shard_hashes_or_the_index(tmp_path):
+    hashed = open_table(str(FIXTURES / "scalars"))
+    assert hashed.format == "mds" and hashed.version is None and not hashed.versioned
+    assert hashed.lineage["data.version"].startswith("shards-sha256-")
+    assert hashed.lineage["data.format"] == "mds"
+    copy = _copy(tmp_path, "scalars")  # same shards, same hashes, elsewhere: same version
+    assert open_table(str(copy)).lineage["data.version"] == hashed.lineage["data.version"]
+    unhashed = open_table(str(FIXTURES / "arrays_zstd"))  # written without hashes
+    assert unhashed.lineage["data.version"].startswith("index-sha256-")
+
+
+def test_decoded_shards_are_reused(tmp_path):
+    first = open_table(str(FIXTURES / "compressed_gz"))
+    stamps = [Path(f).stat().st_mtime_ns for f in first.files]
+    again = open_table(str(FIXTURES / "compressed_gz"))
+    assert again.files == first.files
+    assert [Path(f).stat().st_mtime_ns for f in again.files] == stamps
+
+
+def test_pickle_columns_are_refused_by_name():
+    folder = FIXTURES / "pickled"
+    with pytest.raises(DataError, match="'obj'") as err:
+        open_table(str(folder))
+    assert str(folder) in str(err.value) and "Re-write that column" in str(err.value)
+
+
+def test_an_ndarray_column_of_mixed_dtypes_is_refused():
+    with pytest.raises(DataError, match="Column 'a'.*int64.*float32"):
+        open_table(str(FIXTURES / "mixed_dtypes"))
+
+
+def _edit_index(folder: Path, edit) -> None:
+    index = json.loads((folder / "index.json").read_text())
+    for shard in index["shards"]:
+        edit(shard)
+    (folder / "index.json").write_text(json.dumps(index))
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    folder = _copy(tmp_path, "scalars")
+    (folder / "shard.00002.mds").unlink()
+    with pytest.raises(DataError, match="'shard.00002.mds'.*is missing"):
+        open_table(str(folder))
+
+
+def test_a_cut_shard_is_named(tmp_path):
+    folder = _copy(tmp_path, "arrays_zstd")
+    shard = folder / "shard.00001.mds.zstd"
+    shard.write_bytes(shard.read_bytes()[:-3])
+    with pytest.raises(DataError, match="'shard.00001.mds.zstd'.*bytes where index.json"):
+        open_table(str(folder))
+
+
+def test_a_changed_shard_fails_its_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_DL_MDS_CACHE", str(tmp_path / "cache"))  # decoded afresh
+    folder = _copy(tmp_path, "scalars")
+    shard = folder / "shard.00003.mds"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="'shard.00003.mds'.*sha1 hash"):
+        open_table(str(folder))
+
+
+def test_an_unknown_encoding_is_named(tmp_path):
+    folder = _copy(tmp_path, "compressed_gz")
+    _edit_index(folder, lambda s: s["column_encodings"].__setitem__(1, "list[pil]"))
+    with pytest.raises(DataError, match="Column 'name'.*'list\\[pil\\]'"):
+        open_table(str(folder))
+
+
+def test_an_unsupported_compression_is_named(tmp_path):
+    folder = _copy(tmp_path, "compressed_gz")
+    _edit_index(folder, lambda s: s.__setitem__("compression", "lz4"))
+    with pytest.raises(DataError, match="'shard.00000.mds.gz'.*'lz4'"):
+        open_table(str(folder))
+
+
+def test_a_shard_of_another_format_is_refused(tmp_path):
+    folder = _copy(tmp_path, "compressed_gz")
+    _edit_index(folder, lambda s: s.__setitem__("format", "jsonl"))
+    with pytest.raises(DataError, match="format 'jsonl'.*MDS shards only"):
+        open_table(str(folder))
+
+
+_IDS = {"scalars": "i", "compressed_br": "k", "compressed_snappy": "k"}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(_IDS)),
+    num_shards=st.integers(1, 5),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_every_row_once_per_epoch_across_ranks(name, num_shards, shuffle, seed):
+    snapshot = open_table(str(FIXTURES / name))
+    column = _IDS[name]
+    expected = [
+        int(r[column]["int"]) if "int" in r[column] else r[column]["value"] for r in EXPECTED[name]
+    ]
+    seen = []
+    for shard in range(num_shards):
+        read = _read(snapshot, [column], shard, num_shards, shuffle, seed)
+        assert read.num_rows == count_rows(snapshot).shard_rows(shard, num_shards)
+        seen += read.column(column).to_pylist()
+    assert sorted(seen) == sorted(expected)
