@@ -72,9 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     d = isub.add_parser("sklearn-digits", help="scikit-learn's bundled 8x8 digits (1,797 images)")
     _add_ingest_args(d, rows_per_group=128)
     d.set_defaults(func=_cmd_ingest_digits)
-    from keras_dl.data.ingest import images, tfds
+    from keras_dl.data.ingest import images, mds, tfds
 
-    for name, module in (("tfds", tfds), ("images", images)):
+    for name, module in (("tfds", tfds), ("images", images), ("mds", mds)):
         _add_module_command(isub, name, module, _add_ingest_args)  # each owns its arguments
 
     b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")

@@ -2,8 +2,9 @@
 
 - :mod:`~keras_dl.data.ingest.datasets`: numpy/pandas/Arrow rows to a Delta table
   (:func:`write_table`), and scikit-learn's digits;
-- :mod:`~keras_dl.data.ingest.tfds` and :mod:`~keras_dl.data.ingest.images`: a TFDS dataset, a
-  folder-per-class image tree (``keras-dl ingest tfds|images``);
+- :mod:`~keras_dl.data.ingest.tfds`, :mod:`~keras_dl.data.ingest.images` and
+  :mod:`~keras_dl.data.ingest.mds`: a TFDS dataset, a folder-per-class image tree, a Mosaic
+  StreamingDataset (MDS) folder (``keras-dl ingest tfds|images|mds``);
 - :mod:`~keras_dl.data.ingest.spark_delta`: a Spark DataFrame, written by the executors and
   committed once by the driver (no Delta jars);
 - :mod:`~keras_dl.data.ingest.parquet_files`: the Parquet files (page checksums) and the Delta
