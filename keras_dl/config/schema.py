@@ -26,7 +26,8 @@ class DataConfig:
     """Where the training data lives and how it is read.
 
     Args:
-        table: Delta table or Parquet directory, glob or comma-separated file list.
+        table: Delta table, Parquet directory, glob or comma-separated file list, or an MDS
+            folder (Mosaic StreamingDataset: an index.json at its root).
         version: Delta version to read (time travel). Defaults to the latest.
         timestamp: Delta timestamp (ISO 8601) to read instead of a version. Defaults to None.
         since_version: Read only the rows added after this Delta version and still in the table

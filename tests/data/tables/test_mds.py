@@ -207,3 +207,36 @@ def test_every_row_once_per_epoch_across_ranks(name, num_shards, shuffle, seed):
         assert read.num_rows == count_rows(snapshot).shard_rows(shard, num_shards)
         seen += read.column(column).to_pylist()
     assert sorted(seen) == sorted(expected)
+
+
+def test_an_mds_folder_feeds_the_training_pipeline(tmp_path):
+    from keras_dl.config import DataConfig
+    from keras_dl.data import make_splits
+
+    config = DataConfig(
+        table=str(FIXTURES / "arrays_zstd"),
+        label="label",
+        features=("fixed",),
+        cache_dir=str(tmp_path / "copy"),  # data.cache_dir: a local copy of the decoded shards
+        shuffle=True,
+    )
+    data = make_splits(config, batch_size=4, rank=1, world_size=2)
+    assert data.snapshot.lineage["data.format"] == "mds"
+    assert data.train.stats.rows == 9 and data.train.rows == 4  # rank 1 of 2: rows 5..8
+    batches = list(data.train.dataset.take(data.train.steps))  # one epoch (it repeats)
+    assert [tuple(x.shape) for x, _, _ in batches] == [(4, 6)] * data.train.steps
+    assert sum(float(w.numpy().sum()) for _, _, w in batches) == data.train.rows
+
+
+def test_an_mds_folder_on_s3_is_read_like_a_local_one(s3):
+    from keras_dl.storage import filesystem
+
+    fs, root = filesystem(s3.uri("mds"))
+    for path in (FIXTURES / "compressed_br").iterdir():
+        with fs.open_output_stream(f"{root}/{path.name}") as out:
+            out.write(path.read_bytes())
+    snapshot = open_table(s3.uri("mds"))
+    assert snapshot.uri == s3.uri("mds") and snapshot.format == "mds"
+    local = open_table(str(FIXTURES / "compressed_br"))
+    assert snapshot.lineage["data.version"] == local.lineage["data.version"]
+    assert _read(snapshot).to_pylist() == _read(local).to_pylist()
