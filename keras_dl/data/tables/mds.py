@@ -62,9 +62,13 @@ def open_mds(storage: Storage, cache_root: str | None = None) -> TableSnapshot:
     for i, shard in enumerate(shards):
         _check_shard(shard, i, names, encodings, where)
     arrow_fields(names, encodings, where)  # refuses pkl and unknown encodings before any read
-    _check_files(storage, shards, where)
+    infos = _check_files(storage, shards, where)
     version = content_version(shards, raw)
-    folder = os.path.join(cache_root or _default_cache(), version)
+    key = version
+    if version.startswith("index-"):  # no hashes: a shard rewritten in place is decoded again
+        stamps = json.dumps([(i.size, i.mtime_ns) for i in infos]).encode()
+        key = f"{version}-{hashlib.sha256(stamps).hexdigest()[:12]}"
+    folder = os.path.join(cache_root or _default_cache(), key)
     os.makedirs(folder, exist_ok=True)
     dtypes: dict | None = None if "ndarray" in encodings else {}  # read from the first sample
     files = []
@@ -129,8 +133,9 @@ def _check_shard(shard: dict, i: int, names, encodings, where: str) -> None:
     decompressor(shard.get("compression"), f"Shard {name!r} of MDS dataset {where}")
 
 
-def _check_files(storage: Storage, shards: list[dict], where: str) -> None:
-    """Every shard file is there with the size the index records (decoded copies or not)."""
+def _check_files(storage: Storage, shards: list[dict], where: str) -> list:
+    """Every shard file is there with the size the index records (decoded copies or not);
+    their ``FileInfo``s."""
     import pyarrow.fs as pafs
 
     entries = [
@@ -149,6 +154,7 @@ def _check_files(storage: Storage, shards: list[dict], where: str) -> None:
                 "was cut or changed after the dataset was written. Restore it or re-write the "
                 "dataset."
             )
+    return infos
 
 
 def _shard_bytes(storage: Storage, shard: dict, where: str) -> bytes:
