@@ -275,3 +275,31 @@ def test_an_unhashed_shard_rewritten_in_place_is_decoded_again(tmp_path, monkeyp
     shard.write_bytes(bytes(data))
     os.utime(shard, ns=(1, 1))
     assert _read(open_table(str(folder)), ["k"]).column("k").to_pylist() == [0, 1, 2, 3, 40]
+
+
+@pytest.mark.slow
+def test_a_recipe_trains_on_an_mds_folder(tmp_path):
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from keras_dl.train import fit
+
+    recipe = load_recipe("tabular")
+    exp = resolve(
+        recipe.defaults,
+        sets=[
+            f"data.table={FIXTURES / 'scalars'}",
+            "data.label=f64",
+            "data.features=f32,i16,u8",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"runtime.run_dir={tmp_path / 'run'}",
+            "train.epochs=1",
+            "train.verbose=0",
+        ],
+    )
+    result = fit(exp, recipe)
+    assert result.run_id
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tags = mlflow.get_run(result.run_id).data.tags
+    assert tags["data.format"] == "mds" and tags["data.version"].startswith("shards-sha256-")
