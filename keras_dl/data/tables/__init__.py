@@ -45,6 +45,7 @@ def open_table(
         DataError: When the table does not exist, cannot be listed, or cannot be read exactly.
     """
     from keras_dl.data.tables.delta import is_delta, open_delta
+    from keras_dl.data.tables.mds import is_mds, open_mds
     from keras_dl.data.tables.parquet import open_parquet, open_parquet_files
     from keras_dl.storage import local_path, open_storage
 
@@ -56,6 +57,7 @@ def open_table(
     try:
         storage = open_storage(table)
         delta = is_delta(storage)
+        mds = not delta and is_mds(storage)
     except DataError:
         raise
     except Exception as exc:
@@ -70,9 +72,7 @@ def open_table(
             return open_changes(storage, since_version, version, timestamp, since_timestamp)
         return open_delta(storage, version, timestamp)
     _no_time_travel(table, version, timestamp, since_version, since_timestamp)
-    from keras_dl.data.tables.mds import is_mds, open_mds
-
-    if is_mds(storage):
+    if mds:
         return open_mds(storage)
     local = local_path(table)
     if local is not None:

@@ -120,6 +120,12 @@ def _check_shard(shard: dict, i: int, names, encodings, where: str) -> None:
             f"Shard {i} in {INDEX} of MDS dataset {where} lacks {exc}. Restore the index or "
             "re-write the dataset."
         ) from None
+    if shard.get("version", 2) != 2:
+        raise DataError(
+            f"Shard {name!r} of MDS dataset {where} is in MDS version {shard['version']!r}; "
+            "keras_dl reads version 2 (mosaicml-streaming 0.4 and later). Re-write the "
+            "dataset with a current MDSWriter."
+        )
     if fmt != "mds":
         raise DataError(
             f"Shard {name!r} of dataset {where} is in format {fmt!r}; keras_dl reads MDS "

@@ -178,6 +178,13 @@ def test_an_unsupported_compression_is_named(tmp_path):
         open_table(str(folder))
 
 
+def test_a_shard_of_another_mds_version_is_refused(tmp_path):
+    folder = _copy(tmp_path, "compressed_gz")
+    _edit_index(folder, lambda s: s.__setitem__("version", 3))
+    with pytest.raises(DataError, match="'shard.00000.mds.gz'.*MDS version 3"):
+        open_table(str(folder))
+
+
 def test_a_shard_of_another_format_is_refused(tmp_path):
     folder = _copy(tmp_path, "compressed_gz")
     _edit_index(folder, lambda s: s.__setitem__("format", "jsonl"))
