@@ -152,3 +152,32 @@ def test_gpu_samples_get_a_gpu_label():
 def test_bad_prometheus_settings_name_their_key(item, match):
     with pytest.raises(ConfigError, match=match):
         resolve(load_recipe("digits").defaults, sets=["data.table=/tmp/t", item])
+
+
+class _Sigterm(keras.callbacks.Callback):
+    """SIGTERM to this process at the end of step 2, as a preempted node's rank gets it."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 1:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_preempted_fit_ends_with_the_preemption_counted_and_running_0(capsys):
+    from keras_dl.callbacks.preemption import Preemption
+    from keras_dl.errors import Preempted
+
+    x, y = tiny_data(rows=64)
+    preemption = Preemption()
+    prom = PrometheusMetrics("run-5", "tiny", preemption=preemption)
+    with pytest.raises(Preempted):
+        tiny_model().fit(
+            x, y, epochs=2, batch_size=16, verbose=0, callbacks=[_Sigterm(), prom, preemption]
+        )
+    assert prom.metrics.running == 1  # Keras skipped on_train_end
+    prom.close()  # what RunCallbacks.after_failure does
+    values = {f.name: f.samples[0].value for f in prom.metrics.collect() if f.samples}
+    assert values["keras_dl_preemptions"] == 1 and values["keras_dl_running"] == 0
+    assert values["keras_dl_step"] == 2
