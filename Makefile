@@ -10,12 +10,14 @@ DEMO_TABLE ?= data/digits
 # `pytest tests/x.py` runs in one process; add -n 4 --dist loadgroup to it to run in parallel.
 PYTEST_ARGS ?= -n 4 --dist loadgroup
 
-# The venv (scripts/setup_env.sh), Debian's Chromium for the report test when it is missing, and
-# Azurite (npm, Azure Storage's emulator) for the Azure tests.
+# The venv (scripts/setup_env.sh), Debian's Chromium for the report test when it is missing,
+# Azurite (npm, Azure Storage's emulator) for the Azure tests, and Debian's Prometheus and
+# Pushgateway for the monitoring tests.
 setup:
 	@bash scripts/setup_env.sh
 	@bash scripts/setup_browser.sh
 	@bash scripts/setup_azurite.sh
+	@bash scripts/setup_prometheus.sh
 
 # Ingest scikit-learn's digits into a local Delta table (once), train the digits recipe on it,
 # log and register it in ./mlflow.db.

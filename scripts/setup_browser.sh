@@ -6,18 +6,5 @@ set -euo pipefail
 if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
   exit 0
 fi
-if ! command -v apt-get >/dev/null; then
-  echo "WARNING: no chromium and no apt-get: tests/report/test_report.py needs a headless Chromium on the PATH." >&2
-  exit 0
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    SUDO="sudo -n"
-  else
-    echo "WARNING: installing Chromium needs root: run 'sudo apt-get install -y chromium' (tests/report/test_report.py needs it)." >&2
-    exit 0
-  fi
-fi
-echo ">>> installing Chromium (headless) for the report test"
-$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+source "$(dirname "$0")/apt_install.sh"
+apt_install "Chromium (headless) for the report test" tests/report/test_report.py chromium

@@ -10,6 +10,7 @@ from keras_dl.callbacks.horovod import BroadcastState
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.prometheus import PrometheusMetrics
 from keras_dl.callbacks.system_metrics import SystemMetrics
 from keras_dl.callbacks.system_sampler import SystemSampler
 from keras_dl.callbacks.throughput import Throughput
@@ -21,6 +22,7 @@ __all__ = [
     "MLflowLogger",
     "Plots",
     "ProgressBar",
+    "PrometheusMetrics",
     "SystemMetrics",
     "SystemSampler",
     "Throughput",

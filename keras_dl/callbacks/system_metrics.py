@@ -46,12 +46,16 @@ class SystemMetrics(keras.callbacks.Callback):
     Args:
         logger: The :class:`MLflowLogger` whose run (and sending thread) gets the values.
         every_seconds: Seconds between samples; 0 turns it off. Defaults to 10.
+        also: Called on rank 0 as ``also(rank, values)`` with every rank's samples as they
+            reach rank 0 (e.g. :meth:`PrometheusMetrics.record_system`), from the sampling
+            thread or at an epoch end. Defaults to None.
     """
 
-    def __init__(self, logger: MLflowLogger, every_seconds: float = 10.0):
+    def __init__(self, logger: MLflowLogger, every_seconds: float = 10.0, also=None):
         super().__init__()
         self.logger = logger
         self.every_seconds = every_seconds
+        self.also = also
         self._sampler: SystemSampler | None = None
 
     def on_train_begin(self, logs=None):
@@ -94,6 +98,8 @@ class SystemMetrics(keras.callbacks.Callback):
         Samples taken before the logger's sending thread runs (it starts in the logger's
         ``on_train_begin``, after this callback's, and creating the run takes a moment) wait
         here and go first once it does."""
+        if self.also is not None:
+            self.also(0, values)
         self._early.append((_named(0, values), step, timestamp_ms))
         while self._early and self.logger.log_metrics(*self._early[0]):
             self._early.pop(0)
@@ -112,6 +118,8 @@ class SystemMetrics(keras.callbacks.Callback):
         if self._world.is_chief:
             for (rank, step, stamp), values in _decode(gathered).items():
                 self.logger.log_metrics(_named(rank, values), step, stamp)
+                if self.also is not None:
+                    self.also(rank, values)
 
 
 def _named(rank: int, values: dict) -> dict[str, float]:

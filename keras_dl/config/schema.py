@@ -237,6 +237,17 @@ class TrackingConfig:
         tensorboard: Rank 0 writes TensorBoard logs, uploaded to the run's
             ``tensorboard_logs/`` at the end (one writer, also beside
             ``mlflow.tensorflow.autolog``). Defaults to False.
+        prometheus_port: Rank 0 serves the run's live figures in Prometheus' text format at
+            ``/metrics`` on this port while it trains (0: a free port, printed); None is off
+            (docs/monitoring.md). Defaults to None.
+        prometheus_bind: The address ``/metrics`` listens on; 0.0.0.0 for every interface.
+            Defaults to "127.0.0.1" (this host only).
+        prometheus_pushgateway: A Pushgateway URL (``http://host:9091``) rank 0 pushes the
+            figures to at each epoch end and at the end of training; "" does not push.
+            Defaults to "".
+        prometheus_final_scrape_seconds: At the end of training, keep ``/metrics`` up until it
+            is scraped once more, at most this long, so the final values are not lost.
+            Defaults to 0.
     """
 
     uri: str = ""
@@ -246,6 +257,10 @@ class TrackingConfig:
     artifact_location: str = ""
     system_metrics_seconds: float = 10.0
     tensorboard: bool = False
+    prometheus_port: int | None = None
+    prometheus_bind: str = "127.0.0.1"
+    prometheus_pushgateway: str = ""
+    prometheus_final_scrape_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from keras_dl.config.bounds import check_bounds
 from keras_dl.config.choices import check_choices
+from keras_dl.config.monitoring import check_prometheus
 from keras_dl.config.schema import Experiment, RegistryConfig
 from keras_dl.errors import ConfigError
 
@@ -59,6 +60,7 @@ def validate(exp: Experiment) -> Experiment:
             f"tracking.system_metrics_seconds={seconds:g} must be 0 (off) or at least 0.1 "
             "(seconds between samples), e.g. --set tracking.system_metrics_seconds=10."
         )
+    check_prometheus(exp.tracking)
     steps = exp.runtime.profile_steps
     if steps and (len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
         raise ConfigError(

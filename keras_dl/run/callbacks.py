@@ -13,6 +13,7 @@ from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
+from keras_dl.callbacks.prometheus import PrometheusMetrics
 from keras_dl.callbacks.rows_trained import RowsTrained
 from keras_dl.callbacks.system_metrics import SystemMetrics
 from keras_dl.callbacks.tensorboard import RunTensorBoard
@@ -35,7 +36,9 @@ class RunCallbacks:
     throughput: Throughput
     logger: MLflowLogger
     system_metrics: SystemMetrics | None = None
-    after_logger: tuple = ()  # plots, TensorBoard, the progress bar, and Preemption last
+    # Prometheus, plots, TensorBoard, the progress bar, and Preemption last
+    after_logger: tuple = ()
+    prometheus: PrometheusMetrics | None = None  # also in after_logger
 
     def ordered(self, extra: Sequence = ()) -> list:
         """The callbacks for ``model.fit``, with ``extra`` (the caller's own) after them."""
@@ -52,6 +55,8 @@ class RunCallbacks:
         if self.system_metrics is not None:
             self.system_metrics.close()
         self.logger.flush()
+        if self.prometheus is not None:
+            self.prometheus.close()  # the end state: pushed, and scraped once more
 
 
 def make_callbacks(run, data) -> RunCallbacks:
@@ -60,7 +65,9 @@ def make_callbacks(run, data) -> RunCallbacks:
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
     then EarlyStopping, Throughput (it adds its figures to the logs the loggers read),
     SystemMetrics (each rank's CPU, memory, I/O and GPU, queued through the logger),
-    MLflowLogger, Plots, TensorBoard (rank 0 only), the progress bar, and Preemption last
+    MLflowLogger, PrometheusMetrics (with ``tracking.prometheus_port`` or
+    ``tracking.prometheus_pushgateway``), Plots, TensorBoard (rank 0 only), the progress bar,
+    and Preemption last
     (SIGTERM/SIGINT: checkpoint at the end of the step and stop). Every rank gets the same
     list but for TensorBoard and the progress bar: each callback gates its own side effects
     on rank 0.
@@ -91,6 +98,24 @@ def make_callbacks(run, data) -> RunCallbacks:
     # Before the logger: its last samples are queued before the logger's final flush.
     seconds = exp.tracking.system_metrics_seconds
     after_logger = []
+    t = exp.tracking
+    prometheus = None
+    throughput = Throughput(batch_size=exp.train.batch_size, log_every_n_steps=c.log_every_n_steps)
+    # Last among the batch-end hooks, so the step it stops after is logged like any other.
+    preemption = Preemption(checkpoint)
+    if t.prometheus_port is not None or t.prometheus_pushgateway:
+        prometheus = PrometheusMetrics(
+            run_id=run_id,
+            recipe=exp.recipe,
+            port=t.prometheus_port,
+            bind=t.prometheus_bind,
+            pushgateway=t.prometheus_pushgateway,
+            final_scrape_seconds=t.prometheus_final_scrape_seconds,
+            throughput=throughput,
+            preemption=preemption,
+            restarts=restart_count(t.uri, run_id) if run_id is not None else 0,
+        )
+        after_logger.append(prometheus)
     if c.plots:
         confusion = (checks.dataset, checks.steps) if checks is not None else None
         after_logger.append(Plots(run_id=run_id, confusion_data=confusion))
@@ -99,8 +124,7 @@ def make_callbacks(run, data) -> RunCallbacks:
         after_logger.append(RunTensorBoard(run_id=run_id, profile_steps=exp.runtime.profile_steps))
     if world.is_chief and exp.train.verbose:
         after_logger.append(ProgressBar(batch_size=exp.train.batch_size))
-    # Last among the batch-end hooks, so the step it stops after is logged like any other.
-    after_logger.append(Preemption(checkpoint))
+    after_logger.append(preemption)
     return RunCallbacks(
         checkpoint=checkpoint,
         rows_trained=RowsTrained(data.train),
@@ -116,13 +140,25 @@ def make_callbacks(run, data) -> RunCallbacks:
             restore_best_weights=c.restore_best_weights,
             run_id=run_id,
         ),
-        throughput=Throughput(
-            batch_size=exp.train.batch_size, log_every_n_steps=c.log_every_n_steps
-        ),
+        throughput=throughput,
         logger=logger,
-        system_metrics=SystemMetrics(logger, seconds) if seconds > 0 else None,
+        system_metrics=(
+            SystemMetrics(logger, seconds, also=prometheus and prometheus.record_system)
+            if seconds > 0
+            else None
+        ),
         after_logger=tuple(after_logger),
+        prometheus=prometheus,
     )
+
+
+def restart_count(tracking_uri: str, run_id: str) -> int:
+    """The launcher's automatic restarts of this run so far (its ``keras_dl.restarts``
+    metric, logged before each restart by :mod:`keras_dl.launch.job`)."""
+    import mlflow
+
+    history = mlflow.MlflowClient(tracking_uri).get_metric_history(run_id, "keras_dl.restarts")
+    return int(max((m.value for m in history), default=0))
 
 
 def prepare_fit(callbacks: RunCallbacks, model, data) -> Resume | None:

@@ -122,6 +122,40 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
     ]
 
 
+def test_prometheus_settings_add_its_callback_fed_by_the_run_s_own_figures(digits_table, tmp_path):
+    from keras_dl.callbacks.prometheus import PrometheusMetrics
+    from tests.conftest import seed_store
+
+    uri = seed_store(tmp_path / "mlflow.db")
+    recipe, exp = _exp(
+        digits_table,
+        tmp_path,
+        f"tracking.uri={uri}",
+        "tracking.prometheus_pushgateway=http://127.0.0.1:9091",
+        "tracking.prometheus_final_scrape_seconds=5",
+    )
+    client = mlflow.MlflowClient(uri)
+    run_id = client.create_run("0").info.run_id
+    for count in (1, 2):  # as the launcher logs each automatic restart
+        client.log_metric(run_id, "keras_dl.restarts", count, step=count)
+    data = make_splits(exp.data, 32, accept=recipe.accept, preprocess=recipe.preprocess)
+    cbs = make_callbacks(_run(exp, World(), run_id), data)
+    types = [type(c) for c in cbs]
+    assert types.index(PrometheusMetrics) == types.index(MLflowLogger) + 1
+    prom = cbs.prometheus
+    assert prom.metrics.restarts == 2 and prom.metrics.run_id == run_id
+    assert prom.metrics.recipe == "digits"
+    assert (prom.port, prom.bind, prom.final_scrape_seconds) == (None, "127.0.0.1", 5.0)
+    assert prom.throughput is cbs.throughput and prom.preemption is cbs.after_logger[-1]
+    assert cbs.system_metrics.also == prom.record_system
+    # Other ranks send their figures to rank 0 and expose nothing themselves.
+    others = make_callbacks(_run(exp, World(rank=1, size=2), None), data)
+    assert others.prometheus.metrics is None
+    # Off by default.
+    recipe, plain = _exp(digits_table, tmp_path)
+    assert make_callbacks(_run(plain, World(), "run-1"), data).prometheus is None
+
+
 def test_bad_callback_settings_stop_before_any_work(digits_table, tmp_path):
     with pytest.raises(ConfigError, match="callbacks.mode='up' is not one of auto, min, max"):
         _exp(digits_table, tmp_path, "callbacks.mode=up")
