@@ -1,4 +1,4 @@
-"""``keras-dl``: train, tune, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
+"""``keras-dl``: train, tune, scaling, ingest, recipes (and the entry behind ``python -m recipes.NAME``).
 
 Errors a user can fix (:class:`~keras_dl.errors.KerasDLError`) print as one paragraph and exit
 with their ``exit_code``: 2, 3 when training diverged, 4 when the model did not earn
@@ -85,10 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     from keras_dl import inference as predict
     from keras_dl.model import registry
     from keras_dl.report import build as report
+    from keras_dl.scaling import cli as scaling
     from keras_dl.tuning import cli as tune
 
     # It searches a recipe's settings: the fixed ones come as in `train` (--config, --set).
     _add_module_command(sub, "tune", tune, lambda p, **_: _add_config_args(p))
+    # It trains a recipe on several setups: its settings come as in `train` (--config, --set).
+    _add_module_command(sub, "scaling", scaling, lambda p, **_: _add_config_args(p))
     _add_module_command(sub, "predict", predict)
     _add_module_command(sub, "promote", registry)
     _add_module_command(sub, "report", report)

@@ -112,6 +112,11 @@ def _is_local(master: str) -> bool:
 
 def _configured_master() -> str:
     """The master Spark would use when none is set in code."""
+    return configured_master() or "local[*]"
+
+
+def configured_master() -> str | None:
+    """The master ``MASTER`` or ``spark-defaults.conf`` names; None when neither does."""
     if os.environ.get("MASTER"):
         return os.environ["MASTER"]
     import pyspark
@@ -126,7 +131,7 @@ def _configured_master() -> str:
                     return parts[1].strip()
     except OSError:
         pass
-    return "local[*]"
+    return None
 
 
 def _unspecified(address: str) -> bool:

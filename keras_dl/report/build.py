@@ -86,7 +86,7 @@ def render(client, run_id: str) -> str:
     from keras_dl.callbacks.plots import SKIP_PREFIXES
 
     run = client.get_run(run_id)
-    history = {k: _history(client, run_id, k) for k in run.data.metrics}
+    history = {k: metric_history(client, run_id, k) for k in run.data.metrics}
     learning = {
         k: v
         for k, v in history.items()
@@ -139,7 +139,7 @@ def _client(tracking_uri: str | None):
     return mlflow.MlflowClient(uri)
 
 
-def _history(client, run_id: str, key: str) -> list[tuple[int, float, int]]:
+def metric_history(client, run_id: str, key: str) -> list[tuple[int, float, int]]:
     """``(step, value, timestamp)`` by step; a step logged twice (a resumed run) keeps the last."""
     latest: dict[int, tuple[int, float, int]] = {}
     for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):

@@ -1,4 +1,5 @@
-"""The run report's page (:mod:`keras_dl.report.build`): line charts as inline SVG, tables, sections
+"""The run report's page (:mod:`keras_dl.report.build`) and the scaling study's
+(:mod:`keras_dl.report.scaling`): line and bar charts as inline SVG, tables, sections
 and the stylesheet. No JavaScript, no library, nothing fetched. Every label and cell is
 HTML-escaped, so a metric, table or tag value from the data is shown as text and never runs.
 
@@ -93,6 +94,62 @@ def line_chart(
     return "\n".join([*out, "</svg>"])
 
 
+def bar_chart(title: str, bars: Sequence[tuple[str, float | None]], ylabel: str = "") -> str:
+    """An SVG bar chart from zero: one ``<rect class="bar" data-bar="NAME">`` per finite value,
+    each in its own colour, with its value above it; a missing value shows "n/a".
+
+    Args:
+        title: Shown above the plot.
+        bars: ``(name, value)`` in the order drawn, left to right.
+        ylabel: The y axis' name. Defaults to "".
+
+    Returns:
+        The ``<svg>`` element as text; a chart with a "no data" note when no value is finite.
+    """
+    top, height = 28, 28 + PLOT_HEIGHT + BOTTOM
+    out = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}"'
+        f' viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="title">{escape(title)}</text>',
+    ]
+    values = [v for _, v in bars if v is not None and math.isfinite(v)]
+    if not values:
+        out.append(f'<text x="{WIDTH / 2}" y="{height / 2}" text-anchor="middle">no data</text>')
+        return "\n".join([*out, "</svg>"])
+    w, h = WIDTH - LEFT - RIGHT, PLOT_HEIGHT
+    hi = max(max(values), 0.0) * 1.12 or 1.0
+    out.append(f'<rect x="{LEFT}" y="{top}" width="{w}" height="{h}" class="frame"/>')
+    for yv in (0.0, hi / 2, hi):
+        out.append(
+            f'<text x="{LEFT - 4}" y="{top + h - yv / hi * h + 4:.1f}" text-anchor="end"'
+            f' class="tick">{_fmt(yv)}</text>'
+        )
+    slot = w / len(bars)
+    for i, (name, value) in enumerate(bars):
+        x = LEFT + i * slot + slot * 0.2
+        mid = x + slot * 0.3
+        out.append(
+            f'<text x="{mid:.1f}" y="{top + h + 14}" text-anchor="middle" class="tick">'
+            f"{escape(name)}</text>"
+        )
+        if value is None or not math.isfinite(value):
+            out.append(f'<text x="{mid:.1f}" y="{top + h - 6}" text-anchor="middle">n/a</text>')
+            continue
+        bar = max(value, 0.0) / hi * h
+        out.append(
+            f'<rect class="bar" data-bar="{escape(name)}" data-value="{value:.6g}" x="{x:.1f}"'
+            f' y="{top + h - bar:.1f}" width="{slot * 0.6:.1f}" height="{bar:.1f}"'
+            f' fill="{COLOURS[i % len(COLOURS)]}"/>'
+            f'<text x="{mid:.1f}" y="{top + h - bar - 4:.1f}" text-anchor="middle" class="tick">'
+            f"{_fmt(value)}</text>"
+        )
+    out.append(
+        f'<text x="{LEFT + w / 2}" y="{height - 6}" text-anchor="middle" class="axis">'
+        f"{escape(ylabel)}</text>"
+    )
+    return "\n".join([*out, "</svg>"])
+
+
 def page(title: str, parts: list[str]) -> str:
     """The whole HTML document: ``parts`` in order, the stylesheet inline."""
     return (
@@ -173,5 +230,6 @@ text-align:left;vertical-align:top;font-family:ui-monospace,monospace;font-size:
 svg.chart{border:1px solid #eee;background:#fff}.frame{fill:none;stroke:#bbb}
 .title{font-weight:600;font-size:13px}.tick,.legend,.axis{font-size:11px;fill:#444}
 .verdict{font-weight:700;padding:4px 10px;border-radius:4px;display:inline-block}
+.figures td,.figures th{word-break:normal}
 .passed{background:#d9f2e3}.refused{background:#fde2e1}.none{color:#777}
 """
