@@ -186,6 +186,13 @@ class DiskCache:
             os.close(fd)
 
 
+def cached_copy(path: str) -> bool:
+    """Whether ``path`` is an entry of a disk cache (a copy: delete it to have it refilled)."""
+    folder = os.path.dirname(path)
+    root = os.path.dirname(folder)
+    return os.path.basename(folder) == "entries" and os.path.exists(f"{root}/cache.lock")
+
+
 class _PinFile:
     """This process's pin file in one cache: held (``flock``) for the process's life."""
 

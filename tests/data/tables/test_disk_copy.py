@@ -65,7 +65,7 @@ def test_s3_files_are_cached_once_rewritten_files_refetched_and_damage_is_caught
         byte = f.read(1)
         f.seek(200)
         f.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(DataError, match="(?i)checksum|crc"):
+    with pytest.raises(DataError, match="(?i)crc.*data.cache_dir's local copy: delete it"):
         _ids(fresh)
 
 
