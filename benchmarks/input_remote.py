@@ -13,7 +13,7 @@ interleaved rounds:
 - ``pyarrow_scan``: a parallel ``pyarrow.dataset`` scan of the same files through the same
   proxy (pre-buffered, with its default read-ahead), the limit;
 - ``keras_dl_disk_cache``: epoch 2 and later with ``data.cache_dir``: the same stream over the
-  host's local copy of the S3 files (filled once before the rounds, as the first epoch does);
+  host's local copy of the S3 files (filled once before the rounds, as during the first epoch);
 - ``keras_dl_local_disk``: its baseline, the same stream over the same table written to local
   disk and read in place.
 
@@ -146,7 +146,9 @@ def _measure(store, uri: str, local: str, delay: float, rounds: int) -> dict:
     snapshot = open_table(uri)
     plan = plan_columns(snapshot, (), "label")
     proxy.delay_ms = delay
-    cached = cache_files(snapshot, f"{local}/cache")  # the first epoch's fill, at D ms
+    cached = cache_files(snapshot, f"{local}/cache")  # filled as the first epoch runs, at D ms
+    cached.local_copies.wait()
+    cached = cached.with_local_copies()  # what epoch 2 reads
     proxy.delay_ms = 0.0
     on_disk = open_table(f"{local}/issue34")
     delays = (0.0, delay)

@@ -69,9 +69,10 @@ class DataConfig:
             separated by "|"), e.g. ("year >= 2020", "country in US|FR"). Filters on partition
             columns skip whole files. Defaults to ().
         cache_dir: Copy the table's files to this local folder once and read them from there
-            (for remote or slow storage). The folder is a cache shared by the processes and
-            runs of the host, keyed by each file's URI, size and modification time (see
-            docs/storage.md). Defaults to None (read in place).
+            (for remote or slow storage): copied in the background while the first epoch
+            streams from the store, read from the folder by the epochs after. The folder is a
+            cache shared by the processes and runs of the host, keyed by each file's URI, size
+            and modification time (see docs/storage.md). Defaults to None (read in place).
         cache_dir_max_bytes: Bytes of files ``cache_dir`` holds at most: the least recently
             used entries no process on the host is reading are evicted to make room, and a
             file that still does not fit is read in place. Defaults to None (no bound).

@@ -47,6 +47,12 @@ class DiskCache:
                 "data.cache_dir at a writable local folder."
             ) from None
 
+    def lookup(self, key: str, name: str, size: int) -> str | None:
+        """The local path of entry ``key`` when it is complete (pinned, marked used), else None."""
+        entry = os.path.join(self.root, "entries", f"{key}-{name}")
+        with self._locked("cache.lock"):
+            return entry if self._ready(entry, size, key) else None
+
     def get(self, key: str, name: str, size: int, fill: Callable[[str], int]) -> str | None:
         """The local path of entry ``key`` (``size`` bytes), filled by ``fill`` when missing.
 
@@ -57,10 +63,10 @@ class DiskCache:
         Raises:
             DataError: When the copy's length is not ``size`` (the source changed while read).
         """
+        entry = self.lookup(key, name, size)
+        if entry is not None:
+            return entry
         entry = os.path.join(self.root, "entries", f"{key}-{name}")
-        with self._locked("cache.lock"):
-            if self._ready(entry, size, key):
-                return entry
         with self._locked(os.path.join("locks", key)):  # one filler of this entry at a time
             with self._locked("cache.lock"):
                 if self._ready(entry, size, key):  # another process filled it meanwhile

@@ -57,6 +57,9 @@ class TableSnapshot:
         since_version: For a change snapshot (``data.since_version``), the version after which
             rows were added: the snapshot holds only the rows versions ``since_version + 1`` to
             ``version`` inserted that are still live. None for a whole table.
+        local_copies: With ``data.cache_dir`` still being filled: what ``resolve(files)``s each
+            file already copied to local disk to its copy (see :meth:`with_local_copies`).
+            None when every file is read from where ``files`` names it.
     """
 
     uri: str
@@ -75,6 +78,7 @@ class TableSnapshot:
     file_stats: tuple[dict | None, ...] = field(default=(), compare=False, repr=False)
     skipped_files: int = 0
     data_skipping: bool = True
+    local_copies: Any = field(default=None, compare=False, repr=False)
 
     @property
     def read_by_rows(self) -> bool:
@@ -116,6 +120,13 @@ class TableSnapshot:
             file_records=pick(self.file_records),
             file_stats=pick(self.file_stats),
         )
+
+    def with_local_copies(self) -> TableSnapshot:
+        """The same snapshot reading the local copies ``data.cache_dir`` holds by now (each
+        epoch asks again, so the epochs after the cache is filled read local disk)."""
+        if self.local_copies is None:
+            return self
+        return replace(self, files=self.local_copies.resolve(self.files))
 
     def deletions(self, index: int) -> np.ndarray | None:
         """The deleted row indexes of file ``index`` (None when none were deleted)."""
