@@ -241,7 +241,7 @@ def format_targets(targets: list[dict]) -> str:
     where = any("table" in t for t in targets)
     lines = [
         f"{'table':8s} {'batch':>5s}  " * where
-        + f"{'ratio':34s} {'median':>7s}  {'spread':15s} target        cpu/row ratio"
+        + f"{'ratio':42s} {'median':>7s}  {'spread':15s} target        cpu/row ratio"
     ]
     for t in targets:
         spread = "-".join(str(x) for x in t.get("spread", [])) or "-"
@@ -249,7 +249,7 @@ def format_targets(targets: list[dict]) -> str:
         lines.append(
             f"{t.get('table', ''):8s} {str(t.get('batch', '')):>5s}  "
             * where
-            + f"{t['ratio']:34s} {t['value']:>7}  {spread:15s} {t['target']!s:6s} "
+            + f"{t['ratio']:42s} {t['value']:>7}  {spread:15s} {t['target']!s:6s} "
             f"{'pass' if t['met'] else 'FAIL':4s}  {'' if cpu is None else cpu}"
         )
     return "\n".join(lines)

@@ -70,7 +70,13 @@ class DataConfig:
             separated by "|"), e.g. ("year >= 2020", "country in US|FR"). Filters on partition
             columns skip whole files. Defaults to ().
         cache_dir: Copy the table's files to this local folder once and read them from there
-            (for remote or slow storage). Defaults to None (read in place).
+            (for remote or slow storage): copied in the background while the first epoch
+            streams from the store, read from the folder by the epochs after. The folder is a
+            cache shared by the processes and runs of the host, keyed by each file's URI, size
+            and modification time (see docs/storage.md). Defaults to None (read in place).
+        cache_dir_max_bytes: Bytes of files ``cache_dir`` holds at most: the least recently
+            used entries no process on the host is reading are evicted to make room, and a
+            file that still does not fit is read in place. Defaults to None (no bound).
         cache: "auto" keeps a split's decoded rows in memory after its first epoch when they
             fit ``cache_max_bytes`` (later epochs skip the reader; rows stay exactly once per
             epoch and reshuffled), "never" reads every epoch from the table. Defaults to "auto".
@@ -109,6 +115,7 @@ class DataConfig:
     deterministic: bool = False
     filters: tuple[str, ...] = ()
     cache_dir: str | None = None
+    cache_dir_max_bytes: int | None = None
     cache: Literal["auto", "never"] = "auto"
     cache_max_bytes: int = 256 << 20
     image_size: tuple[int, ...] = ()

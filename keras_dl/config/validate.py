@@ -85,6 +85,12 @@ def validate(exp: Experiment) -> Experiment:
             f"data.since_version={exp.data.since_version} is negative: it names the Delta version "
             "after which rows are read, e.g. --set data.since_version=0."
         )
+    if exp.data.cache_dir_max_bytes is not None and not exp.data.cache_dir:
+        raise ConfigError(
+            f"data.cache_dir_max_bytes={exp.data.cache_dir_max_bytes} bounds the local copy of "
+            "data.cache_dir, which is not set. Add --set data.cache_dir=/local/disk/folder, or "
+            "drop data.cache_dir_max_bytes."
+        )
     if not exp.data.table:
         raise ConfigError(
             "data.table is empty. Point it at a Delta table or Parquet directory, for example "
@@ -141,6 +147,7 @@ _AT_LEAST_ONE = (
     "train.batch_size",
     "data.workers",
     "data.io_max_bytes",
+    "data.cache_dir_max_bytes",
     "data.shuffle_buffer",
     "runtime.start_timeout",
     "runtime.stall_timeout",

@@ -169,7 +169,7 @@ def _open(
     if data.filters:
         snapshot = select(snapshot, parse_filters(data.filters, snapshot.schema))
     if data.cache_dir:
-        snapshot = cache_files(snapshot, data.cache_dir)
+        snapshot = cache_files(snapshot, data.cache_dir, data.cache_dir_max_bytes)
     return snapshot
 
 

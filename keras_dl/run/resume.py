@@ -55,7 +55,11 @@ def config_fingerprint(exp) -> str:
     flat = to_flat_dict(exp)
     free = ("runtime.", "tracking.", "callbacks.", "registry.")
     free_keys = {"train.epochs", "train.verbose", "data.workers", "data.cache_dir"}
-    free_keys |= {"data.io_concurrency", "data.io_max_bytes"}  # added later: old runs resume
+    free_keys |= {
+        "data.io_concurrency",
+        "data.io_max_bytes",
+        "data.cache_dir_max_bytes",
+    }  # added later: old runs resume
     kept = {k: str(v) for k, v in flat.items() if not k.startswith(free) and k not in free_keys}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -78,7 +78,7 @@ def test_the_quick_s3_bench_reports_every_path_at_both_latencies(tmp_path):
     assert config["rows"] == 24_000 and config["files"] == 4
     paths = {
         f"{p}@{ms}ms" for p in ("keras_dl", "keras_dl_io_off", "pyarrow_scan") for ms in (0, 20)
-    }
+    } | {"keras_dl_disk_cache", "keras_dl_local_disk"}  # epoch 2 from data.cache_dir, baseline
     assert set(report["rows_per_s"]) == paths and set(report["spread"]) == paths
     assert all(report["rows_per_s"][p] > 0 for p in paths)
     assert set(report["cpu_us_per_unit"]) == paths
@@ -89,6 +89,7 @@ def test_the_quick_s3_bench_reports_every_path_at_both_latencies(tmp_path):
         "keras_dl@0ms/keras_dl_io_off@0ms",
         "keras_dl_io_off@20ms/keras_dl_io_off@0ms",
         "pyarrow_scan@20ms/pyarrow_scan@0ms",
+        "keras_dl_disk_cache/keras_dl_local_disk",
     }
     assert set(report["ratio_spread"]) == set(report["ratios"])
     counted = report["bytes"]
@@ -103,7 +104,9 @@ def test_the_quick_s3_bench_reports_every_path_at_both_latencies(tmp_path):
     assert set(targets) == {
         "keras_dl@20ms/keras_dl@0ms",
         "keras_dl@20ms/pyarrow_scan@20ms",
+        "keras_dl_disk_cache/keras_dl_local_disk",
         "keras_dl bytes fetched/planned",
     }
     assert all(isinstance(t["met"], bool) for t in targets.values())
+    assert targets["keras_dl_disk_cache/keras_dl_local_disk"]["cpu_ratio"] > 0
     assert "keras_dl@20ms/keras_dl@0ms" in done.stderr  # the targets' table

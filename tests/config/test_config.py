@@ -68,6 +68,11 @@ def test_unknown_key_lists_the_valid_keys():
         ("runtime.strategy=spaceship", "is not one of auto, none, mirrored, horovod"),
         ("train.batch_size=0", "must be >= 1"),
         ("data.cache_max_bytes=-1", r"data.cache_max_bytes must be >= 0, got -1.*--set"),
+        ("data.cache_dir_max_bytes=0", r"data.cache_dir_max_bytes must be >= 1, got 0"),
+        (
+            "data.cache_dir_max_bytes=1000",
+            r"data.cache_dir, which is not set.*--set data.cache_dir=",
+        ),
         ("epochs=3", "section.key=value"),
     ],
 )

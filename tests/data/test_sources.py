@@ -161,11 +161,14 @@ def test_local_disk_cache_copies_once_and_keeps_lineage(tmp_path):
         ),
         batch_size=5,
     )
-    assert all(f.startswith(str(cache)) for f in data.snapshot.files)
+    assert data.snapshot.local_copies.wait(timeout=60)  # copied while the first epoch streams
+    assert all(f.startswith(str(cache)) for f in data.snapshot.with_local_copies().files)
     assert data.snapshot.lineage["data.table"] == path
     assert data.train.stats.rows == 10 and data.validation.stats.rows == 10
-    copied = sorted(cache.iterdir())
+    copied = sorted((cache / "entries").iterdir())
     assert len(copied) == 4
-    mtimes = [f.stat().st_mtime_ns for f in copied]
-    make_splits(DataConfig(table=path, features=("x",), cache_dir=str(cache)), batch_size=5)
-    assert [f.stat().st_mtime_ns for f in sorted(cache.iterdir())] == mtimes  # not re-copied
+    inodes = [f.stat().st_ino for f in copied]
+    again = make_splits(DataConfig(table=path, features=("x",), cache_dir=str(cache)), batch_size=5)
+    assert all(f.startswith(str(cache)) for f in again.snapshot.files)  # at once: nothing to copy
+    assert again.snapshot.local_copies is None
+    assert [f.stat().st_ino for f in sorted((cache / "entries").iterdir())] == inodes  # kept

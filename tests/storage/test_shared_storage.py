@@ -37,7 +37,8 @@ def test_a_digits_table_on_s3_reads_and_trains_like_a_local_one(s3, monkeypatch,
                    cache_dir=str(tmp_path / "cache")),
         batch_size=32,
     )  # fmt: skip
-    assert all(not f.startswith("s3://") for f in cached.train.snapshot.files)
+    assert cached.train.snapshot.local_copies.wait(timeout=60)  # copied in the background
+    assert all(not f.startswith("s3://") for f in cached.train.snapshot.with_local_copies().files)
     assert cached.test.stats.rows == data.test.stats.rows
 
 

@@ -252,7 +252,8 @@ class EpochStream:
         o = self.options
         if self.snapshot.read_by_rows:
             seed = o.seed + epoch if self.shuffle else None
-            args = (self.snapshot, self.plan, self.stats, o.shard, o.num_shards, self.shuffle)
+            snapshot = self.snapshot.with_local_copies()
+            args = (snapshot, self.plan, self.stats, o.shard, o.num_shards, self.shuffle)
             return ((None, a) for a in iter_unischema_rows(*args, seed, o.workers))
         pieces = self.pieces(epoch)
         chunks = self._arrays(pieces, near_end)
@@ -262,8 +263,9 @@ class EpochStream:
 
     def _arrays(self, pieces, near_end=None):
         """``(piece, arrays)`` of ``pieces``: each row group converted (and packed) by the
-        reader's worker threads, beside the decoding, not on the thread that feeds tf.data."""
-        snapshot, plan = self.snapshot, self.plan
+        reader's worker threads, beside the decoding, not on the thread that feeds tf.data.
+        Each read takes the local copies ``data.cache_dir`` holds by then."""
+        snapshot, plan = self.snapshot.with_local_copies(), self.plan
 
         def convert(table, file: int, row_group: int):
             where = f", file {snapshot.files[file]!r}, row group {row_group}"

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from keras_dl.data.tables.disk_cache import cached_copy
 from keras_dl.data.tables.filters import row_mask
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError, KerasDLError
@@ -118,10 +119,15 @@ def load_row_group(
     except KerasDLError:  # the store stayed unreachable (StoreUnavailable)
         raise
     except Exception as exc:  # a damaged page: a failed checksum, or data that does not decode
+        fix = (
+            "It is data.cache_dir's local copy: delete it (it is copied again), then retry."
+            if cached_copy(snapshot.files[index])
+            else "If the file is damaged, restore it from a copy, or restore an earlier version "
+            "of the table (Delta's RESTORE), then retry."
+        )
         raise DataError(
             f"Reading file {snapshot.files[index]!r}, row group {row_group}, of table "
-            f"{snapshot.uri!r} failed: {exc}. If the file is damaged, restore it from a copy, "
-            "or restore an earlier version of the table (Delta's RESTORE), then retry."
+            f"{snapshot.uri!r} failed: {exc}. {fix}"
         ) from exc
     arrays = []
     for name in wanted:

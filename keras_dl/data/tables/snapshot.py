@@ -61,6 +61,9 @@ class TableSnapshot:
         content_version: For an unversioned table whose content has an identity (an MDS
             dataset: its shards' hashes), that identity; lineage records it as
             ``data.version``. None otherwise.
+        local_copies: With ``data.cache_dir`` still being filled: what ``resolve(files)``s each
+            file already copied to local disk to its copy (see :meth:`with_local_copies`).
+            None when every file is read from where ``files`` names it.
     """
 
     uri: str
@@ -80,6 +83,7 @@ class TableSnapshot:
     skipped_files: int = 0
     data_skipping: bool = True
     content_version: str | None = None
+    local_copies: Any = field(default=None, compare=False, repr=False)
 
     @property
     def read_by_rows(self) -> bool:
@@ -123,6 +127,13 @@ class TableSnapshot:
             file_records=pick(self.file_records),
             file_stats=pick(self.file_stats),
         )
+
+    def with_local_copies(self) -> TableSnapshot:
+        """The same snapshot reading the local copies ``data.cache_dir`` holds by now (each
+        epoch asks again, so the epochs after the cache is filled read local disk)."""
+        if self.local_copies is None:
+            return self
+        return replace(self, files=self.local_copies.resolve(self.files))
 
     def deletions(self, index: int) -> np.ndarray | None:
         """The deleted row indexes of file ``index`` (None when none were deleted)."""
