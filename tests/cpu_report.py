@@ -1,8 +1,8 @@
 """CPU seconds per test, to find where the suite's time goes on a machine whose cores are all busy.
 
 ``KERAS_DL_CPU_REPORT=cpu.tsv pytest -p tests.cpu_report ...`` appends one line per test to
-``cpu.tsv`` (every xdist worker appends to the same file): its node id, its CPU seconds and its
-wall seconds, setup and teardown included. ``python -m tests.cpu_report cpu.tsv`` prints the
+``cpu.tsv`` (every xdist worker appends to the same file): its node id, its CPU seconds, its
+wall seconds (setup and teardown included), when it started (Unix time) and the xdist worker. ``python -m tests.cpu_report cpu.tsv`` prints the
 tests and files that used the most.
 
 On 2 busy cores a test's wall time measures how many others ran beside it as much as the test;
@@ -52,19 +52,22 @@ def pytest_runtest_protocol(item, nextitem):
     if not path:
         yield
         return
-    wall, own, before = time.monotonic(), _own(), _descendants()
+    started, wall, own, before = time.time(), time.monotonic(), _own(), _descendants()
     yield
     after = _descendants()
     cpu = _own() - own + sum(c - before.get(key, 0.0) for key, c in after.items())
     with open(path, "a") as out:
-        out.write(f"{item.nodeid}\t{cpu:.2f}\t{time.monotonic() - wall:.2f}\n")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        out.write(
+            f"{item.nodeid}\t{cpu:.2f}\t{time.monotonic() - wall:.2f}\t{started:.1f}\t{worker}\n"
+        )
 
 
 def summarize(path: str, top: int = 40) -> str:
     tests, files = [], defaultdict(float)
     with open(path) as report:
         for line in report:
-            nodeid, cpu, wall = line.rstrip("\n").split("\t")
+            nodeid, cpu, wall = line.rstrip("\n").split("\t")[:3]
             tests.append((float(cpu), float(wall), nodeid))
             files[nodeid.split("::")[0]] += float(cpu)
     total = sum(c for c, _, _ in tests)

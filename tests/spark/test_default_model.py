@@ -1,8 +1,8 @@
 """KerasEstimator with no model: the tabular recipe's network and sizing, through a real local
 Spark Pipeline (VectorAssembler -> estimator), reaches scikit-learn's best baseline on a held-out
 30 % of scikit-learn's wine (178 rows, 13 raw unscaled columns, 3 classes); tuned by
-CrossValidator over the learning rate with the default among the candidates, it ends no worse
-than the untuned default on the same split."""
+TrainValidationSplit over the learning rate with the default among the candidates, it ends no
+worse than the untuned default on the same split."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from pyspark.ml import Pipeline
 from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 from pyspark.ml.feature import VectorAssembler
-from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
 
 from benchmarks.tabular_tables import baseline
 from keras_dl.errors import ConfigError, DataError
@@ -96,9 +96,9 @@ def test_no_model_reaches_the_best_baseline(wine, default_fit):
     assert run.params["train.batch_size"] == "8" and run.params["callbacks.patience"] != "None"
 
 
-# Five more fits (2 learning rates x 2 folds, and the refit): on the classic session only. The
-# default model's fit runs on both kinds above, and CrossValidator over the estimator's Params
-# tunes on Connect in tests/spark/test_tuning_and_resume.py::test_tuning_trials_are_child_runs.
+# Three more fits (2 learning rates on one split, and the refit): on the classic session only.
+# The default model's fit runs on both kinds above, and CrossValidator over the estimator's
+# Params tunes on both in tests/spark/test_tuning_and_resume.py::test_tuning_trials_are_child_runs.
 @pytest.mark.classic_only
 def test_tuning_keeps_the_default(wine, default_fit, mlflow_uri):
     import mlflow
@@ -108,8 +108,8 @@ def test_tuning_keeps_the_default(wine, default_fit, mlflow_uri):
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy")
     # The default (None) among the candidates: the tuner keeps it unless a rate does better.
     grid = ParamGridBuilder().addGrid(est.learning_rate, [None, 0.03]).build()
-    tuner = CrossValidator(
-        estimator=pipeline, estimatorParamMaps=grid, evaluator=accuracy, numFolds=2, seed=0
+    tuner = TrainValidationSplit(
+        estimator=pipeline, estimatorParamMaps=grid, evaluator=accuracy, trainRatio=0.7, seed=0
     )
     with mlflow.start_run():
         tuned = accuracy.evaluate(tuner.fit(train_df).transform(test_df))
