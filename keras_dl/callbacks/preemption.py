@@ -43,7 +43,8 @@ class Preemption(keras.callbacks.Callback):
     Args:
         checkpoint: The ``Checkpoint`` callback that saves the position. Defaults to None
             (stop without saving).
-        grace: Seconds from the signal to a forced exit if the step never ends. Defaults to 25.
+        grace: Seconds from the signal to a forced exit if the step never ends (once it ends,
+            the exit is called off). Defaults to 25.
         signals: The signals handled. Defaults to (SIGTERM, SIGINT).
     """
 
@@ -56,6 +57,7 @@ class Preemption(keras.callbacks.Callback):
         self.signals = tuple(signals)
         self.received: str | None = None
         self._previous: dict = {}
+        self._deadline: threading.Timer | None = None  # the forced exit, once a signal came
 
     def on_train_begin(self, logs=None):
         self.received = None
@@ -84,7 +86,11 @@ class Preemption(keras.callbacks.Callback):
         self.restore_handlers()
 
     def restore_handlers(self) -> None:
-        """Put back the signal handlers found at the start of ``fit`` (idempotent)."""
+        """Put back the signal handlers found at the start of ``fit``, and call off the forced
+        exit: the step ended, so the process goes on (a notebook's kernel, a test) (idempotent)."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous = {}
@@ -100,9 +106,9 @@ class Preemption(keras.callbacks.Callback):
             f"(at most {self.grace:g} s; send it again to stop at once).",
             flush=True,
         )
-        timer = threading.Timer(self.grace, _force_exit, args=(name, self.grace))
-        timer.daemon = True
-        timer.start()
+        self._deadline = threading.Timer(self.grace, _force_exit, args=(name, self.grace))
+        self._deadline.daemon = True
+        self._deadline.start()
 
 
 def _force_exit(name: str, grace: float) -> None:

@@ -104,3 +104,42 @@ def test_a_signal_mid_epoch_checkpoints_that_step_and_the_rerun_resumes_it(
     assert steps == list(range(EPOCHS)), steps
     assert read_header(list_checkpoints(ckpts)[-1])["global_step"] == EPOCHS * STEPS
     assert "report.html" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+# A fit in a process that goes on after it (a notebook's kernel, a test's own process): SIGTERM
+# at step 2, a 1 s grace, then 3 s more in the same process, which must still be alive.
+_GOES_ON = """
+import os, signal, sys, time
+import keras
+from keras_dl.callbacks.preemption import Preemption
+from keras_dl.errors import Preempted
+from tests.callbacks.helpers import tiny_data, tiny_model
+
+class Sigterm(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+x, y = tiny_data(rows=64)
+try:
+    tiny_model().fit(x, y, epochs=2, batch_size=16, verbose=0,
+                     callbacks=[Sigterm(), Preemption(grace=1.0)])
+except Preempted as exc:
+    print("preempted:", exc, flush=True)
+time.sleep(3)
+print("alive", flush=True)
+"""
+
+
+def test_a_handled_preemption_calls_off_its_forced_exit_and_the_process_goes_on(tmp_path):
+    """The grace timer bounds a step that never ends; once the step ended and ``Preempted`` was
+    raised, it must not end the process 25 s later (it used to: an interrupted notebook's
+    kernel died, and so did a pytest worker that preempted a fit in-process)."""
+    script = tmp_path / "goes_on.py"
+    script.write_text(_GOES_ON)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, env=_env(), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert "preempted:" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert proc.returncode == 0 and "alive" in proc.stdout, (proc.returncode, proc.stdout)
