@@ -220,6 +220,9 @@ def test_two_spark_tasks_train_like_local_ranks_and_too_many_fail_fast(
 
 
 @pytest.mark.slow
+# Classic only: the settings travel in the task's closure on Connect as on classic, and the
+# Connect scenario above already proves a job's round trip (this one cost 70 CPU-s more).
+@pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
 def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
     driver_target, s3, monkeypatch, tmp_path
 ):
