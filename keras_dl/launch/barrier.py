@@ -10,6 +10,8 @@ torchrun does under TorchDistributor), so a rank that crashes or is killed is an
 A rank that fails tells the others through the rendezvous server's key-value store, and their
 tasks stop their ranks; every task then returns its rank's exit status and output, and the
 driver explains the failure as for the other launchers (:mod:`keras_dl.distribute.failures`).
+While the stage runs, the tasks also write their output to a folder the driver reads, which
+prints it and applies ``start_timeout`` (:mod:`keras_dl.launch.rank_output`).
 """
 
 from __future__ import annotations
@@ -24,28 +26,62 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from keras_dl import storage
+from keras_dl.launch.rank_output import (
+    RankOutputTail,
+    RankOutputWriter,
+    collect_watched,
+    output_folder,
+)
+
 _SCHEMA = "rank int, code int, stopped boolean, result binary, output string"
 _ABORT_SCOPE = "keras_dl_failed"  # set by a failed rank's task, polled by the others
 
 
-def run_barrier(spark, payload: bytes, np: int, env: dict, logs: str) -> list:
+def run_barrier(
+    spark,
+    payload: bytes,
+    np: int,
+    env: dict,
+    logs: str,
+    start_timeout: float = 120,
+    output_dir: str | None = None,
+) -> list:
     """Run ``rank_main(payload)`` on ``np`` barrier tasks; return the ranks' results.
 
     Each rank's output comes back prefixed ``[rank]<stdout>:`` / ``[rank]<stderr>:``; it is
-    printed here and kept in ``logs`` (for :func:`~keras_dl.distribute.failures.explain_failure`).
+    printed here while the stage runs and kept in ``logs`` (for
+    :func:`~keras_dl.distribute.failures.explain_failure`). The tasks write it to a new
+    folder under ``output_dir`` (one the executors reach; see
+    :func:`~keras_dl.launch.rank_output.output_folder` when it is None), read here every half
+    second.
 
     Raises:
         RuntimeError: When a rank exited non-zero, in Horovod's words ("Process name: R
             Exit code: C"), for ``explain_failure`` to name the rank and its cause.
+        DistributedError: When the ranks did not all start within ``start_timeout`` seconds.
     """
     import cloudpickle
 
-    task = _task_function(payload, env)
-    rows = spark.range(0, np, 1, np).mapInPandas(task, schema=_SCHEMA, barrier=True).collect()
+    folder = output_folder(spark, output_dir, logs)
+    task = _task_function(payload, env, folder, storage.environment())
+    df = spark.range(0, np, 1, np).mapInPandas(task, schema=_SCHEMA, barrier=True)
+    if folder is None:
+        rows = df.collect()
+    else:
+        tail = RankOutputTail(folder)
+        try:
+            rows = collect_watched(spark, df, np, tail, start_timeout)
+        except BaseException:
+            Path(logs, "spark.out").write_text("".join(tail.text))
+            raise
+        finally:
+            tail.remove()
     rows = sorted(rows, key=lambda r: r.rank)
     with open(Path(logs) / "spark.out", "w") as copy:
         for row in rows:
-            sys.stdout.write(row.output)
+            if folder is None:
+                sys.stdout.write(row.output)
             copy.write(row.output)
     sys.stdout.flush()
     failed = [r for r in rows if r.code != 0]
@@ -58,7 +94,7 @@ def run_barrier(spark, payload: bytes, np: int, env: dict, logs: str) -> list:
     return [cloudpickle.loads(r.result) if r.result else None for r in rows]
 
 
-def _task_function(payload: bytes, env: dict):
+def _task_function(payload: bytes, env: dict, folder: str | None, store_env: dict):
     """The function each barrier task runs (pickled to the executors)."""
 
     def task(batches):
@@ -68,15 +104,21 @@ def _task_function(payload: bytes, env: dict):
         for _ in batches:  # one row per task; the stage needs its input consumed
             pass
         ctx = BarrierTaskContext.get()
-        row = _run_rank_in_task(ctx, payload, env)
+        if folder is not None:
+            storage.use_environment(store_env)  # the driver's object-store settings
+        row = _run_rank_in_task(ctx, payload, env, folder)
         yield pd.DataFrame([row])
 
     return task
 
 
-def _run_rank_in_task(ctx, payload: bytes, env: dict) -> dict:
+def _run_rank_in_task(ctx, payload: bytes, env: dict, folder: str | None) -> dict:
     """On an executor: rendezvous, run this task's rank in a child process, return its row."""
     rank = ctx.partitionId()
+    writer = None
+    if folder is not None:
+        writer = RankOutputWriter(folder, rank)
+        writer.start()
     hosts = [info.address.rsplit(":", 1)[0] for info in ctx.getTaskInfos()]
     server = None
     port = ""
@@ -85,9 +127,13 @@ def _run_rank_in_task(ctx, payload: bytes, env: dict) -> dict:
     try:
         addr, port = hosts[0], int(ctx.allGather(str(port))[0])
         rank_env = {**os.environ, **env, **_rank_env_in_task(ctx, hosts, addr, port)}
-        code, stopped, result, output = _run_child(rank, payload, rank_env, (addr, port))
+        code, stopped, result, output = _run_child(rank, payload, rank_env, (addr, port), writer)
+        if writer is not None:
+            writer.close()  # before the barrier: the driver has every line when the stage ends
         ctx.barrier()  # rank 0's rendezvous server stays up until every rank has ended
     finally:
+        if writer is not None:
+            writer.close()
         if server is not None:
             server.stop()
     return {"rank": rank, "code": code, "stopped": stopped, "result": result, "output": output}
@@ -163,7 +209,7 @@ def _interface_of(address: str) -> str | None:
     return None
 
 
-def _run_child(rank: int, payload: bytes, env: dict, server: tuple[str, int]):
+def _run_child(rank: int, payload: bytes, env: dict, server: tuple[str, int], writer=None):
     """Run the rank in ``python -m keras_dl.launch.barrier``; stop it if another rank failed.
 
     Returns ``(exit code, stopped here, pickled result, prefixed output)``.
@@ -183,7 +229,7 @@ def _run_child(rank: int, payload: bytes, env: dict, server: tuple[str, int]):
         )
         lines: list[str] = []
         pumps = [
-            threading.Thread(target=_pump, args=(pipe, f"[{rank}]<{name}>:", lines, out))
+            threading.Thread(target=_pump, args=(pipe, f"[{rank}]<{name}>:", lines, out, writer))
             for pipe, name, out in (
                 (proc.stdout, "stdout", sys.stdout),
                 (proc.stderr, "stderr", sys.stderr),
@@ -206,10 +252,12 @@ def _run_child(rank: int, payload: bytes, env: dict, server: tuple[str, int]):
     return code, stopped, result, "".join(lines)
 
 
-def _pump(stream, prefix: str, lines: list, out) -> None:
+def _pump(stream, prefix: str, lines: list, out, writer) -> None:
     for line in stream:
         text = f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}"
         lines.append(text)
+        if writer is not None:
+            writer.add(text)
         out.write(text)
         out.flush()
 

@@ -67,6 +67,9 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
         start_timeout=exp.runtime.start_timeout,
         stall_timeout=exp.runtime.stall_timeout,
         bind_address=exp.runtime.bind_address,
+        # On Spark Connect the ranks write their output there while they run (the run folder:
+        # the executors reach it, as they write their checkpoints there).
+        output_dir=storage.join(str(exp.runtime.run_dir), "rank-output"),
         # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
         env={HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)},
     )

@@ -4,8 +4,8 @@
 (Gloo); ``HorovodRunner(np=4)`` runs it in 4 Spark tasks of the active SparkSession's cluster
 (``horovod.spark.run`` on a classic session; on a Spark Connect session, which has no
 sparkContext, a barrier stage: :mod:`keras_dl.launch.barrier`). It returns rank 0's return
-value. Worker output is streamed back (on Connect: printed when the stage ends), each line
-prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
+value. Worker output is streamed back while the ranks run (on Connect: through a folder the
+executors reach, :mod:`keras_dl.launch.rank_output`), each line prefixed by ``[rank]``. If any rank raises or dies, the others are terminated and
 :class:`~keras_dl.errors.DistributedError` names the rank and the cause; a keras_dl error a rank
 raised (a ``DataError`` for a bad file, ...) is raised as that class instead, with its whole
 message and so its exit code (:mod:`keras_dl.distribute.failures`).
@@ -58,6 +58,12 @@ class HorovodRunner:
             it must be loopback or "0.0.0.0"; with ``np > 0`` (Spark executors must reach the
             driver) only a value other than the default changes Horovod's own, which listens
             on every interface. Defaults to "127.0.0.1".
+        output_dir: On a Spark Connect session: a folder this process and the executors both
+            reach (a shared path, ``s3://...``, ``abfss://...``) where the ranks write their
+            output while they run; each job uses a new subfolder and removes its files at the
+            end. Defaults to None: a local temporary folder when the Connect server and its
+            executors run on this host; elsewhere the output is printed when the job ends and
+            ``start_timeout`` does not apply.
     """
 
     def __init__(
@@ -67,6 +73,7 @@ class HorovodRunner:
         env: dict[str, str] | None = None,
         stall_timeout: int = 120,
         bind_address: str = LOOPBACK,
+        output_dir: str | None = None,
     ):
         if np == 0:
             raise DistributedError(
@@ -78,6 +85,7 @@ class HorovodRunner:
         self.stall_timeout = stall_timeout
         self.env = dict(env or {})
         self.bind_address = bind_address
+        self.output_dir = output_dir
         if np < 0:
             check_local_job_address(bind_address)
 
@@ -148,7 +156,9 @@ class HorovodRunner:
             from keras_dl.launch.barrier import run_barrier
 
             # The tasks start their own rendezvous: the client need not be reachable from them.
-            return run_barrier(spark, payload, self.np, env, logs)
+            return run_barrier(
+                spark, payload, self.np, env, logs, self.start_timeout, self.output_dir
+            )
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
         # Executors on other hosts must reach the driver's services: keep Horovod's binding
