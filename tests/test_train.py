@@ -12,7 +12,7 @@ from tests.conftest import runs_in, train_digits
 @pytest.fixture(scope="module")
 def trained(digits_table, tmp_path_factory):
     """The digits recipe trained once with its default settings, tracked in a fresh store."""
-    return train_digits(digits_table, tmp_path_factory.mktemp("train"))
+    return train_digits(digits_table, tmp_path_factory.mktemp("train"), "callbacks.plots=true")
 
 
 @pytest.mark.slow
@@ -42,6 +42,8 @@ def test_one_run_holds_config_metrics_tags_model_and_version(trained, digits_tab
     assert int(version.version) == result.registered_version == 1
     assert version.run_id == result.run_id
     assert version.tags["data.table"] == digits_table and version.tags["data.version"] == "0"
+    plots = sorted(a.path for a in client.list_artifacts(result.run_id, "plots"))
+    assert plots == ["plots/confusion_matrix.png", "plots/curves.png"]
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ from keras_dl.recipe import load_recipe
 
 
 def digits_experiment(table: str, tmp, *sets: str):
-    """The digits recipe, small and quick: 4 epochs, no validation split, its own MLflow store."""
+    """The digits recipe, small and quick: 4 epochs, no validation split, no plots, its own
+    MLflow store."""
     return resolve(
         load_recipe("digits").defaults,
         sets=[
@@ -19,6 +20,7 @@ def digits_experiment(table: str, tmp, *sets: str):
             f"runtime.run_dir={tmp / 'run'}",
             "train.epochs=4",
             "train.verbose=0",
+            "callbacks.plots=false",
             *sets,
         ],
     )
