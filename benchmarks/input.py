@@ -13,6 +13,7 @@ printed to stderr as a table.
     keras-dl bench input            # ~1M-row narrow table: a few minutes on 2 cores
     keras-dl bench input --quick    # small sizes, a smoke test
     keras-dl bench input --store s3 --latency-ms 40   # from S3 at latency (benchmarks.input_remote)
+    keras-dl bench input --store azure --latency-ms 40   # from Azurite (abfss://) at latency
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="small tables: a smoke test")
     p.add_argument("--dir", default=None, help="where to write the tables (default: a temp dir)")
     p.add_argument("--batch-sizes", default="32,256", help="comma-separated (default: 32,256)")
-    p.add_argument("--tables", default="narrow,wide,images", help="which tables to measure")
+    p.add_argument(
+        "--tables",
+        default=None,
+        help="which tables to measure (default: narrow,wide,images; with --store s3|azure: "
+        "issue34,wide)",
+    )
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument(
         "--no-ray", action="store_true", help="leave out the Ray Data peers (the bench extra)"
@@ -90,7 +96,7 @@ def run(args) -> int:
     """Generate the tables, measure every path, print the JSON report."""
     if args.rss_child:
         return _rss_child(args.rss_child)
-    if getattr(args, "store", "local") == "s3":
+    if getattr(args, "store", "local") != "local":
         from benchmarks import input_remote
 
         return input_remote.run(args)
@@ -110,7 +116,7 @@ def run(args) -> int:
         timing.MIN_SECONDS = 0.2  # a smoke test: the figures are not meant to be read
     else:
         rounds = max(args.rounds or timing.MIN_ROUNDS, timing.MIN_ROUNDS)
-    wanted = args.tables.split(",")
+    wanted = (args.tables or "narrow,wide,images").split(",")
     work = args.dir or tempfile.mkdtemp(prefix="keras_dl_bench_input_")
     os.makedirs(work, exist_ok=True)
     report: dict = {

@@ -2,6 +2,8 @@
 
 - narrow: a float, an int and a 16-float list per row (Delta);
 - wide: 200 float columns (Delta);
+- issue34: issue 34's table, 40 float columns and a label, one Delta commit (one file) at a time
+  (``keras-dl bench input --store s3|azure``);
 - images: 64x64 JPEGs plus a label, written once as a Petastorm dataset (Unischema with
   ``CompressedImageCodec``, through ``materialize_dataset`` on a local Spark) and once as a Delta
   table holding the very same JPEG bytes, so both paths decode identical data.
@@ -59,6 +61,26 @@ def write_wide(
         columns["label"] = np.argmax(data[:, :10], axis=1).astype(np.int64)
     write_table(pa.table(columns), path, mode="overwrite", rows_per_group=rows_per_group)
     return path
+
+
+def write_issue34(uri: str, rows: int, columns: int, files: int, groups_per_file: int) -> str:
+    """Issue 34's table at ``uri``: ``columns`` float32 columns and an int64 ``label`` of 10
+    classes, one Delta commit per file, so it has ``files`` files of ``groups_per_file`` row
+    groups."""
+    from keras_dl.data.ingest import write_table
+
+    rng = np.random.default_rng(0)
+    per_file = rows // files
+    for k in range(files):
+        data = {f"f{j:02d}": rng.random(per_file, dtype=np.float32) for j in range(columns)}
+        data["label"] = rng.integers(0, 10, per_file)
+        write_table(
+            pa.table(data),
+            uri,
+            mode="append" if k else "overwrite",
+            rows_per_group=per_file // groups_per_file,
+        )
+    return uri
 
 
 def write_images_delta(path: str, count: int, rows_per_group: int, seed: int = 0) -> str:

@@ -5,9 +5,9 @@
 # already there. Separate from setup_env.sh, whose hash decides when .venv is rebuilt: a Node
 # program is not part of the Python environment.
 #   Where: $KERAS_DL_AZURITE_HOME, else ${XDG_CACHE_HOME:-~/.cache}/keras-dl/azurite-<version>;
-#   tests/azurite.py looks in the same place (and on the PATH).
+#   benchmarks/remote_store.py (which tests/azurite.py uses) looks in the same place, and on the PATH.
 set -euo pipefail
-VERSION=3.37.0
+VERSION=3.37.0  # benchmarks/remote_store.py AZURITE_VERSION
 PREFIX=${KERAS_DL_AZURITE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/keras-dl/azurite-$VERSION}
 BIN="$PREFIX/node_modules/.bin/azurite-blob"
 if [ -x "$BIN" ] && [ -f "$PREFIX/.installed" ]; then

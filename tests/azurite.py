@@ -7,18 +7,15 @@ endpoint, so the tests cover flat-namespace accounts only.
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 
+from benchmarks import remote_store
 from keras_dl.storage.azure import EMULATOR_KEY, ENV
 from tests.servers import LoopbackServer
 
-VERSION = "3.37.0"  # scripts/setup_azurite.sh's
-ACCOUNT = "devstoreaccount1"
+ACCOUNT = remote_store.AZURITE_ACCOUNT
 KEY = EMULATOR_KEY  # Azurite's well-known account key
 # What the product reads (ENV), and MLflow's own variable for wasbs:// artifacts.
 _AZURE_ENV = (*ENV, "AZURE_STORAGE_ACCESS_KEY")
@@ -26,21 +23,10 @@ _AZURE_ENV = (*ENV, "AZURE_STORAGE_ACCESS_KEY")
 
 def azurite_blob() -> str:
     """The ``azurite-blob`` program setup installed (or one on the PATH)."""
-    home = os.environ.get("KERAS_DL_AZURITE_HOME") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "keras-dl"
-        / f"azurite-{VERSION}"
-    )
-    program = Path(home) / "node_modules" / ".bin" / "azurite-blob"
-    if program.exists():
-        return str(program)
-    found = shutil.which("azurite-blob")
-    if found:
-        return found
-    pytest.fail(
-        f"Azurite is not installed ({program} is missing): run 'bash scripts/setup_azurite.sh' "
-        "(make setup does)."
-    )
+    try:
+        return remote_store.azurite_blob()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 class AzuriteServer(LoopbackServer):
@@ -50,17 +36,7 @@ class AzuriteServer(LoopbackServer):
     stop_grace = 1.0  # its data is in memory, nothing to save: no need to wait out its close
 
     def command(self, port: int) -> list[str]:
-        # --loose: accept headers Azurite does not know; --skipApiVersionCheck: accept the
-        # newer API versions pyarrow's and Python's Azure SDKs send. --blobKeepAliveTimeout:
-        # Node closes a connection idle for 5 s by default, and pyarrow's Azure client takes
-        # 7-15 s of retries to replace a pooled connection closed under it; Azure keeps idle
-        # connections for minutes. --disableTelemetry: Azurite reports usage by default.
-        return [
-            azurite_blob(),
-            *("--blobHost", "127.0.0.1", "--blobPort", str(port)),
-            *("--blobKeepAliveTimeout", "600", "--inMemoryPersistence"),
-            *("--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry"),
-        ]
+        return remote_store.azurite_command(azurite_blob())(port)  # the benchmark's, too
 
     @property
     def endpoint(self) -> str:
