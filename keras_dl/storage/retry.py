@@ -37,14 +37,15 @@ DEFAULT_PATIENCE = 60.0  # seconds, when no lease says how long the run may wait
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 4.0  # seconds between attempts: doubling, capped
 
 # pyarrow's S3 errors carry the AWS SDK's error name and curl's code in the message; its Azure
-# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection").
+# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection");
+# deltalake's (OSError) object_store's ("error sending request ... connection error").
 _TRANSIENT_TEXT = re.compile(
     r"curlCode|NETWORK_CONNECTION|Timeout was reached|timed? ?out|Couldn't connect|"
     r"Connection refused|Connection reset|Connection aborted|Broken pipe|"
     r"HTTP status 5\d\d|HTTP response code: 5\d\d|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|"
     r"INTERNAL_FAILURE|InternalError|ServiceUnavailable|REQUEST_TIMEOUT|RequestTimeout|"
     r"Azure Error: \[[^\]]*\] 5\d\d|Fail to get a new connection|Could not connect to server|"
-    r"ServerBusy|OperationTimedOut",
+    r"ServerBusy|OperationTimedOut|error sending request|connection error",
     re.IGNORECASE,
 )
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503"}
@@ -136,12 +137,17 @@ def store_name(uri: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}" if sep else uri
 
 
-def retrying(call: Callable[[], T], uri: str) -> T:
+def retrying(call: Callable[[], T], uri: str, landed: Callable[[], T | None] | None = None) -> T:
     """``call()``, called again with backoff while it fails transiently (see the module).
 
     Args:
-        call: One store operation on ``uri``, safe to repeat (a whole read, write or listing).
+        call: One store operation on ``uri``, safe to repeat (a whole read, write or listing),
+            or one that must not happen twice, with ``landed``.
         uri: The file or folder it works on; messages name its store.
+        landed: For a call that must not be repeated once it took effect (a Delta commit whose
+            reply was lost): before each new attempt, ``landed()`` looks for its effect, and
+            what it returns (not None) is returned instead of calling again. Its transient
+            failures are waited out as the call's are.
 
     Raises:
         StoreUnavailable: The store still failed at the deadline.
@@ -169,7 +175,9 @@ def retrying(call: Callable[[], T], uri: str) -> T:
             time.sleep(min(pause, max(deadline - time.time(), 0.0)))
             pause = min(pause * 2, MAX_BACKOFF)
             try:
-                result = call()
+                result = None if landed is None else landed()
+                if result is None:
+                    result = call()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
