@@ -19,6 +19,7 @@ Anything else (a missing file, denied access, a bad request) is raised at once, 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -155,6 +156,8 @@ def retrying(call: Callable[[], T], uri: str, landed: Callable[[], T | None] | N
     """
     store = store_name(uri)
     start, start_wall = time.monotonic(), time.time()  # the outage counts from the first call
+    call = _watched(call, store)
+    landed = None if landed is None else _watched(landed, store)
     try:
         result = call()
         _given_up.discard(store)
@@ -191,6 +194,37 @@ def retrying(call: Callable[[], T], uri: str, landed: Callable[[], T | None] | N
                     time.monotonic() - start,
                 )
             return result
+
+
+_in_flight: dict[int, tuple[str, float]] = {}  # a call's id -> (its store, when it started)
+_flights = itertools.count()
+
+
+def _watched(call: Callable[[], T], store: str) -> Callable[[], T]:
+    """``call``, recorded in :func:`calls_in_flight` while it runs (for the watchdog)."""
+
+    def watched() -> T:
+        key = next(_flights)
+        _in_flight[key] = (store, time.time())
+        try:
+            return call()
+        finally:
+            del _in_flight[key]
+
+    return watched
+
+
+def calls_in_flight() -> list[tuple[str, float]]:
+    """``(store, wall-clock start)`` of each store call :func:`retrying` is making now."""
+    return list(_in_flight.values())
+
+
+def lease_deadline() -> float | None:
+    """The time the run's lease stays valid until (as :func:`hold_deadline` registered it), or
+    None when no lease is held in this process."""
+    with _deadlines_guard:
+        held = [d for d in (f() for f in _deadlines) if d is not None]
+    return min(held) if held else None
 
 
 _last_report: dict[str, float] = {}  # store -> when a line last said it is unreachable
@@ -267,12 +301,14 @@ _answered: set[tuple] = set()  # the (endpoint, bucket or container) check_root 
 
 
 __all__ = [
+    "calls_in_flight",
     "check_root",
     "DEFAULT_PATIENCE",
     "REPORT_EVERY",
     "drop_deadline",
     "hold_deadline",
     "is_transient",
+    "lease_deadline",
     "retrying",
     "store_name",
 ]
