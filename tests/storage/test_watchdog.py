@@ -46,9 +46,7 @@ def test_nothing_is_overdue_without_a_lease_or_a_call_in_flight():
 
 @pytest.mark.slow
 @HEAVY_IO
-def test_a_store_call_hung_past_the_lease_exits_75_and_the_run_ends_killed(
-    tmp_path, monkeypatch
-):
+def test_a_store_call_hung_past_the_lease_exits_75_and_the_run_ends_killed(tmp_path, monkeypatch):
     server = AzuriteServer().ensure()  # its own: paused, it would stall other tests
     try:
         point_azure_at(server, monkeypatch)
