@@ -38,7 +38,8 @@ DEFAULT_PATIENCE = 60.0  # seconds, when no lease says how long the run may wait
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 4.0  # seconds between attempts: doubling, capped
 
 # pyarrow's S3 errors carry the AWS SDK's error name and curl's code in the message; its Azure
-# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection");
+# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection",
+# curl's "CURLE code: 56. Failure when receiving data from the peer");
 # deltalake's (OSError) object_store's ("error sending request ... connection error").
 _TRANSIENT_TEXT = re.compile(
     r"curlCode|NETWORK_CONNECTION|Timeout was reached|timed? ?out|Couldn't connect|"
@@ -46,7 +47,7 @@ _TRANSIENT_TEXT = re.compile(
     r"HTTP status 5\d\d|HTTP response code: 5\d\d|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|"
     r"INTERNAL_FAILURE|InternalError|ServiceUnavailable|REQUEST_TIMEOUT|RequestTimeout|"
     r"Azure Error: \[[^\]]*\] 5\d\d|Fail to get a new connection|Could not connect to server|"
-    r"ServerBusy|OperationTimedOut|error sending request|connection error",
+    r"ServerBusy|OperationTimedOut|CURLE code|error sending request|connection error",
     re.IGNORECASE,
 )
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503"}
