@@ -198,7 +198,7 @@ def retrying(call: Callable[[], T], uri: str, landed: Callable[[], T | None] | N
 
 
 _in_flight: dict[int, tuple[str, float]] = {}  # a call's id -> (its store, when it started)
-_flights = itertools.count()
+_flights, _flights_guard = itertools.count(), threading.Lock()
 
 
 def _watched(call: Callable[[], T], store: str) -> Callable[[], T]:
@@ -206,18 +206,21 @@ def _watched(call: Callable[[], T], store: str) -> Callable[[], T]:
 
     def watched() -> T:
         key = next(_flights)
-        _in_flight[key] = (store, time.time())
+        with _flights_guard:
+            _in_flight[key] = (store, time.time())
         try:
             return call()
         finally:
-            del _in_flight[key]
+            with _flights_guard:
+                del _in_flight[key]
 
     return watched
 
 
 def calls_in_flight() -> list[tuple[str, float]]:
     """``(store, wall-clock start)`` of each store call :func:`retrying` is making now."""
-    return list(_in_flight.values())
+    with _flights_guard:
+        return list(_in_flight.values())
 
 
 def lease_deadline() -> float | None:
