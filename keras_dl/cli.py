@@ -147,8 +147,10 @@ def _cmd_train(args) -> int:
     recipe = load_recipe(args.recipe)
     exp = resolve(recipe.defaults, args.config, args.sets)
     from keras_dl.run import tracking
+    from keras_dl.storage import watchdog
     from keras_dl.train import fit
 
+    watchdog.install()  # a store call hung past the run's lease ends this process: 75, KILLED
     if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
         from keras_dl.launch import launch
 

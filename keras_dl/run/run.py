@@ -25,6 +25,7 @@ from keras_dl.run import mlflow_run, tracking
 from keras_dl.run.folder import RunFolder
 from keras_dl.run.resume import resume_run_id
 from keras_dl.runlock import held_by_launcher, open_run_lock
+from keras_dl.storage import watchdog
 
 
 class Run:
@@ -42,6 +43,7 @@ class Run:
         self.world = world
         self.folder = RunFolder(exp.runtime.run_dir)
         self.run_id: str | None = None
+        self._unwatch = lambda: None
         self.driver = driver
         self._attach = attach
         if lock_run_dir is None:  # a rank whose launcher holds the lock does not take it
@@ -84,7 +86,14 @@ class Run:
         self.folder.record_run_id(self.run_id, exp.tracking.uri)
         if self._lock is not None:
             self._lock.update(self.run_id)  # a second run's error names it
+        # A store call hung past the lease: the watchdog (the CLI's) ends the process, this
+        # run KILLED first, as a StoreUnavailable raised in time would.
+        self._unwatch = watchdog.on_expiry(self._killed_by_store)
         return self.run_id
+
+    def _killed_by_store(self, error: BaseException) -> None:
+        tags = {tracking.PREEMPTED_TAG: "STORE_UNAVAILABLE", **tracking.failure_tags(error)}
+        mlflow_run.terminate_run(self.exp.tracking.uri, self.run_id, "KILLED", tags)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tag the active MLflow run (the chief's)."""
@@ -121,6 +130,7 @@ class Run:
             mlflow_run.end_run(status, tags=tags)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._unwatch()
         try:
             self.end(exc)
         finally:

@@ -27,6 +27,7 @@ from keras_dl.storage.files import (
     list_files,
     read_file,
     remove,
+    staged_output,
     write_atomic,
 )
 from keras_dl.storage.filesystems import (
@@ -69,6 +70,7 @@ __all__ = [
     "s3_endpoint",
     "s3_filesystem",
     "s3_region",
+    "staged_output",
     "is_azure",
     "store_of",
     "use_environment",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from keras_dl.errors import RunError
 from keras_dl.storage.azure import is_azure
 from keras_dl.storage.filesystems import filesystem, local_path, open_storage
+from keras_dl.storage.retry import retrying
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)  # a full filesystem, an exhausted quota
 
@@ -79,6 +80,42 @@ def read_file(uri: str) -> bytes:
     fs, path = filesystem(uri)
     with fs.open_input_stream(path) as f:
         return f.read()
+
+
+@contextlib.contextmanager
+def staged_output(uri: str) -> Iterator:
+    """A writable pyarrow file for ``uri``: the file itself on local disk; for an object store
+    a local temporary file, uploaded whole when the block ends.
+
+    The upload is retried through a store outage (:func:`~keras_dl.storage.retry.retrying`): a
+    local copy can be sent again, a stream cut halfway cannot. Nothing is uploaded when the
+    block raises, and the temporary file is removed either way.
+    """
+    import tempfile
+
+    import pyarrow as pa
+
+    fs, path = filesystem(uri)
+    if local_path(uri) is not None:
+        with fs.open_output_stream(path) as sink:
+            yield sink
+        return
+    import pyarrow.fs as pafs
+
+    fd, staged = tempfile.mkstemp(prefix="keras_dl-upload-", suffix=os.path.basename(path))
+    os.close(fd)
+    try:
+        with pa.OSFile(staged, "wb") as sink:
+            yield sink
+        local = pafs.LocalFileSystem()
+        retrying(
+            lambda: pafs.copy_files(
+                staged, path, source_filesystem=local, destination_filesystem=fs
+            ),
+            uri,
+        )
+    finally:
+        os.remove(staged)
 
 
 def list_files(uri: str) -> dict[str, int]:

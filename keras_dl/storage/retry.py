@@ -19,6 +19,7 @@ Anything else (a missing file, denied access, a bad request) is raised at once, 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -37,14 +38,16 @@ DEFAULT_PATIENCE = 60.0  # seconds, when no lease says how long the run may wait
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 4.0  # seconds between attempts: doubling, capped
 
 # pyarrow's S3 errors carry the AWS SDK's error name and curl's code in the message; its Azure
-# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection").
+# errors the Azure SDK's ("Azure Error: [ServerBusy] 503 ...", "Fail to get a new connection",
+# curl's "CURLE code: 56. Failure when receiving data from the peer");
+# deltalake's (OSError) object_store's ("error sending request ... connection error").
 _TRANSIENT_TEXT = re.compile(
     r"curlCode|NETWORK_CONNECTION|Timeout was reached|timed? ?out|Couldn't connect|"
     r"Connection refused|Connection reset|Connection aborted|Broken pipe|"
     r"HTTP status 5\d\d|HTTP response code: 5\d\d|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|"
     r"INTERNAL_FAILURE|InternalError|ServiceUnavailable|REQUEST_TIMEOUT|RequestTimeout|"
     r"Azure Error: \[[^\]]*\] 5\d\d|Fail to get a new connection|Could not connect to server|"
-    r"ServerBusy|OperationTimedOut",
+    r"ServerBusy|OperationTimedOut|CURLE code|error sending request|connection error",
     re.IGNORECASE,
 )
 _TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503"}
@@ -136,12 +139,17 @@ def store_name(uri: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}" if sep else uri
 
 
-def retrying(call: Callable[[], T], uri: str) -> T:
+def retrying(call: Callable[[], T], uri: str, landed: Callable[[], T | None] | None = None) -> T:
     """``call()``, called again with backoff while it fails transiently (see the module).
 
     Args:
-        call: One store operation on ``uri``, safe to repeat (a whole read, write or listing).
+        call: One store operation on ``uri``, safe to repeat (a whole read, write or listing),
+            or one that must not happen twice, with ``landed``.
         uri: The file or folder it works on; messages name its store.
+        landed: For a call that must not be repeated once it took effect (a Delta commit whose
+            reply was lost): before each new attempt, ``landed()`` looks for its effect, and
+            what it returns (not None) is returned instead of calling again. Its transient
+            failures are waited out as the call's are.
 
     Raises:
         StoreUnavailable: The store still failed at the deadline.
@@ -149,6 +157,8 @@ def retrying(call: Callable[[], T], uri: str) -> T:
     """
     store = store_name(uri)
     start, start_wall = time.monotonic(), time.time()  # the outage counts from the first call
+    call = _watched(call, store)
+    landed = None if landed is None else _watched(landed, store)
     try:
         result = call()
         _given_up.discard(store)
@@ -169,7 +179,9 @@ def retrying(call: Callable[[], T], uri: str) -> T:
             time.sleep(min(pause, max(deadline - time.time(), 0.0)))
             pause = min(pause * 2, MAX_BACKOFF)
             try:
-                result = call()
+                result = None if landed is None else landed()
+                if result is None:
+                    result = call()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -183,6 +195,40 @@ def retrying(call: Callable[[], T], uri: str) -> T:
                     time.monotonic() - start,
                 )
             return result
+
+
+_in_flight: dict[int, tuple[str, float]] = {}  # a call's id -> (its store, when it started)
+_flights, _flights_guard = itertools.count(), threading.Lock()
+
+
+def _watched(call: Callable[[], T], store: str) -> Callable[[], T]:
+    """``call``, recorded in :func:`calls_in_flight` while it runs (for the watchdog)."""
+
+    def watched() -> T:
+        key = next(_flights)
+        with _flights_guard:
+            _in_flight[key] = (store, time.time())
+        try:
+            return call()
+        finally:
+            with _flights_guard:
+                del _in_flight[key]
+
+    return watched
+
+
+def calls_in_flight() -> list[tuple[str, float]]:
+    """``(store, wall-clock start)`` of each store call :func:`retrying` is making now."""
+    with _flights_guard:
+        return list(_in_flight.values())
+
+
+def lease_deadline() -> float | None:
+    """The time the run's lease stays valid until (as :func:`hold_deadline` registered it), or
+    None when no lease is held in this process."""
+    with _deadlines_guard:
+        held = [d for d in (f() for f in _deadlines) if d is not None]
+    return min(held) if held else None
 
 
 _last_report: dict[str, float] = {}  # store -> when a line last said it is unreachable
@@ -259,12 +305,14 @@ _answered: set[tuple] = set()  # the (endpoint, bucket or container) check_root 
 
 
 __all__ = [
+    "calls_in_flight",
     "check_root",
     "DEFAULT_PATIENCE",
     "REPORT_EVERY",
     "drop_deadline",
     "hold_deadline",
     "is_transient",
+    "lease_deadline",
     "retrying",
     "store_name",
 ]

@@ -30,7 +30,13 @@ def test_azure_timeouts_refusals_and_5xx_are_transient_and_denials_are_not():
         "GetProperties for 'x' failed. Azure Error: [AuthorizationFailure] 403 Server failed to "
         "authenticate the request."
     )
+    reset = OSError(
+        "GetProperties failed for 'http://127.0.0.1:9/devstoreaccount1/lake/t/a.parquet'. Azure "
+        "Error: [] Error while reading from network socket. CURLE code: 56. Failure when "
+        "receiving data from the peer"
+    )
     assert is_transient(refused) and is_transient(busy) and not is_transient(denied)
+    assert is_transient(reset)
     assert is_transient(ServiceRequestError("connection refused"))
     assert is_transient(ServiceResponseError("read timed out"))
     unavailable, forbidden = HttpResponseError("unavailable"), HttpResponseError("forbidden")

@@ -13,6 +13,7 @@ verify.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,7 +28,9 @@ from keras_dl.storage import (
     filesystem,
     local_path,
     open_storage,
+    staged_output,
 )
+from keras_dl.storage.retry import retrying
 
 MODES = ("error", "append", "overwrite")
 
@@ -109,16 +112,17 @@ def _file_writer(to: str, schema, rows_per_file: int):
 
         use_environment(settings)  # the object store's endpoint and credentials
 
-        fs, root = _filesystem(to)
-        writer, sink, path, rows = None, None, None, 0
+        _filesystem(to)  # a local table's folder
+        writer, sink, name, rows = None, None, None, 0
+        staged = contextlib.ExitStack()
         out = []
 
         def close():
             nonlocal writer, sink
             writer.close()
             size = sink.tell()  # object stores may not list a file's size right after a PUT
-            sink.close()
-            out.append((os.path.basename(path), int(size), rows))
+            staged.close()  # the upload, retried through an outage
+            out.append((name, int(size), rows))
             writer = sink = None
 
         # Named by the task's partition first, so the snapshot (files in path order) reads the
@@ -132,9 +136,9 @@ def _file_writer(to: str, schema, rows_per_file: int):
             if batch.num_rows == 0:
                 continue
             if writer is None:
-                path = f"{root}/part-{partition:05d}-{files:04d}-{uuid.uuid4()}.parquet"
+                name = f"part-{partition:05d}-{files:04d}-{uuid.uuid4()}.parquet"
                 files += 1
-                sink = fs.open_output_stream(path)
+                sink = staged.enter_context(staged_output(f"{to.rstrip('/')}/{name}"))
                 # Page checksums: readers verify them (keras_dl.data.tables.rows.open_file).
                 writer, rows = pq.ParquetWriter(sink, schema, write_page_checksum=True), 0
             writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
@@ -181,22 +185,28 @@ def commit(to: str, schema, actions, mode: str, exists: bool, options, partition
     from deltalake.transaction import create_table_with_add_actions
 
     write_id, props = new_write_id()
-    if exists:
-        table = DeltaTable(to, storage_options=options or None)
-        table.create_write_transaction(
-            actions, mode, schema, list(partition_by) or None, commit_properties=props
-        )
-    else:
-        create_table_with_add_actions(
-            to,
-            Schema.from_arrow(schema),
-            actions,
-            "overwrite",
-            list(partition_by) or None,
-            storage_options=options or None,
-            commit_properties=props,
-        )
-    return committed_version(to, write_id, options)
+
+    def attempt() -> int:
+        if exists:
+            table = DeltaTable(to, storage_options=options or None)
+            table.create_write_transaction(
+                actions, mode, schema, list(partition_by) or None, commit_properties=props
+            )
+        else:
+            create_table_with_add_actions(
+                to,
+                Schema.from_arrow(schema),
+                actions,
+                "overwrite",
+                list(partition_by) or None,
+                storage_options=options or None,
+                commit_properties=props,
+            )
+        return committed_version(to, write_id, options)
+
+    # A commit that failed transiently may have landed (its reply was lost): it is looked for
+    # in the log, by its write id, before the commit is tried again, so it is never made twice.
+    return retrying(attempt, to, landed=lambda: find_commit(to, write_id, options))
 
 
 # The commitInfo key a keras_dl write stamps its commit with, to find the version it committed.
@@ -221,17 +231,29 @@ def committed_version(to: str, write_id: str, options: dict | None = None) -> in
     Raises:
         DataError: When no commit carries ``write_id`` (the log was rewritten meanwhile).
     """
-    from deltalake import DeltaTable
-
-    table = DeltaTable(to, storage_options=options or None)
-    for limit in (20, None):  # the commit is nearly always among the newest
-        for entry in table.history(limit):
-            if entry.get(WRITE_ID) == write_id:
-                return int(entry["version"])
+    version = retrying(lambda: find_commit(to, write_id, options), to)
+    if version is not None:
+        return version
     raise DataError(
         f"Delta table {to!r} has no commit stamped {WRITE_ID}={write_id} although the write "
         "returned: its log was replaced meanwhile. Check the table's history before reading it."
     )
+
+
+def find_commit(to: str, write_id: str, options: dict | None = None) -> int | None:
+    """The version of the commit stamped ``write_id``, or None (no such commit, or no table)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(to, storage_options=options or None)
+    except TableNotFoundError:
+        return None
+    for limit in (20, None):  # the commit is nearly always among the newest
+        for entry in table.history(limit):
+            if entry.get(WRITE_ID) == write_id:
+                return int(entry["version"])
+    return None
 
 
 def _add_action(row):

@@ -36,6 +36,7 @@ from keras_dl.data.tables.chunks import FileChunks
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.storage import filesystem, local_path
 from keras_dl.storage.ranges import RangeFile, coalesce
+from keras_dl.storage.retry import retrying
 
 FOOTER_BYTES = 64 << 10  # the file's tail fetched for its footer, as pyarrow reads it
 
@@ -194,8 +195,9 @@ class RowGroupPrefetch:
         self.files[index] = self._submit(self._open, index)
 
     def _open(self, index: int) -> _File:
-        fs, path = filesystem(self.snapshot.files[index])
-        handle = fs.open_input_file(path)  # one HEAD: the file's size
+        uri = self.snapshot.files[index]
+        fs, path = filesystem(uri)
+        handle = retrying(lambda: fs.open_input_file(path), uri)  # one HEAD: the file's size
         size = handle.size()
         n = min(size, FOOTER_BYTES)
         # The tail as pyarrow reads it (a footer above 64 KiB reads the rest through the
@@ -214,7 +216,7 @@ class RowGroupPrefetch:
         return self._read_at(file.handle, offset, length)
 
     def _read_at(self, handle, offset: int, length: int) -> bytes:
-        data = handle.read_at(length, offset)
+        data = retrying(lambda: handle.read_at(length, offset), self.snapshot.uri)
         with self.cond:
             self.fetched_bytes += len(data)
             self.requests += 1

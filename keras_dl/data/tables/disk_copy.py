@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 
 from keras_dl.data.tables.disk_cache import DiskCache
 from keras_dl.data.tables.snapshot import TableSnapshot
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
 from keras_dl.storage import filesystem
+from keras_dl.storage.retry import retrying
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +126,17 @@ class LocalCopies:
             log.warning("data.cache_dir=%s: filling the cache stopped: %s", self.cache_dir, exc)
 
     def _copier(self, f: _File):
+        def once(target: str) -> int:
+            fs, path = filesystem(f.uri)
+            with fs.open_input_stream(path) as src, open(target, "r+b") as dst:
+                shutil.copyfileobj(src, dst, length=8 << 20)  # from the start each attempt
+                return dst.tell()
+
         def copy(target: str) -> int:
             try:
-                fs, path = filesystem(f.uri)
-                with fs.open_input_stream(path) as src, open(target, "r+b") as dst:
-                    shutil.copyfileobj(src, dst, length=8 << 20)
-                    return dst.tell()
+                return retrying(lambda: once(target), f.uri)  # through a store outage
+            except KerasDLError:  # the store stayed unreachable (StoreUnavailable)
+                raise
             except OSError as exc:
                 raise DataError(f"Caching {f.uri!r} in {self.cache_dir!r} failed: {exc}") from None
 
@@ -141,7 +147,9 @@ def _describe(uri: str, cache_dir: str) -> _File | None:
     """The cache entry of ``uri``, or None when the store gives no modification time."""
     try:
         fs, path = filesystem(uri)
-        info = fs.get_file_info(path)
+        info = retrying(lambda: fs.get_file_info(path), uri)
+    except KerasDLError:
+        raise
     except Exception as exc:
         raise DataError(f"Cannot stat {uri!r} to cache it in {cache_dir!r}: {exc}") from None
     if info.mtime_ns is None:

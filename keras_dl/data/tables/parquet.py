@@ -15,8 +15,9 @@ import pyarrow as pa
 
 from keras_dl.data.tables.filters import to_type
 from keras_dl.data.tables.snapshot import TableSnapshot
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
 from keras_dl.storage import filesystem, local_path, open_storage
+from keras_dl.storage.retry import retrying
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
@@ -59,7 +60,9 @@ def open_parquet_files(
     if schema is None:
         try:
             fs, first = filesystem(files[0])
-            schema = pq.read_schema(first, filesystem=fs)
+            schema = retrying(lambda: pq.read_schema(first, filesystem=fs), files[0])
+        except KerasDLError:  # the store stayed unreachable (StoreUnavailable)
+            raise
         except Exception as exc:
             raise DataError(f"Parquet file {files[0]!r} cannot be read: {exc}") from None
         for col in part_cols:
