@@ -131,8 +131,8 @@ def _check_configured_slots(spark, np: int) -> None:
         log.warning(
             "runtime.np=%d: a Spark Connect session does not show its free task slots, and its "
             "configuration sets neither spark.cores.max nor spark.executor.instances and "
-            "spark.executor.cores: not checking them. The barrier stage waits until %d slots "
-            "are free.",
+            "spark.executor.cores: not checking them. The barrier stage waits for %d free "
+            "slots up to runtime.start_timeout (when its ranks' output folder is shared).",
             np,
             np,
         )
