@@ -8,7 +8,9 @@ DEMO_TABLE ?= data/digits
 # of the time); each xdist group of tests/conftest.py (HEAVY, HEAVY_IO, SPARK_CLUSTER and
 # default_model) runs on one of them, one test at a time, beside the rest. A plain
 # `pytest tests/x.py` runs in one process; add -n 4 --dist loadgroup to it to run in parallel.
-PYTEST_ARGS ?= -n 4 --dist loadgroup
+# A crashed worker ends the run (its test fails either way): pytest-xdist 3.8 gave a replacement
+# worker no work under loadgroup and waited for it, until CI's time limit.
+PYTEST_ARGS ?= -n 4 --dist loadgroup --max-worker-restart=0
 
 # The venv (scripts/setup_env.sh), Debian's Chromium for the report test when it is missing,
 # Azurite (npm, Azure Storage's emulator) for the Azure tests, and Debian's Prometheus and
