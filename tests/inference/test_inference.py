@@ -84,6 +84,9 @@ def test_spark_udf_takes_the_pixels_as_one_array_column(spark, champion):
         df.select(udf("pixels").alias("p")).toPandas()
 
 
+# Classic only: each case trains a tabular model, and the labels' names are decoded in the
+# scoring UDF the same way on both kinds (Connect's scoring runs in the tests marked connect).
+@pytest.mark.classic_only
 @pytest.mark.parametrize(
     "classes", [("cat", "dog"), (False, True)], ids=["string label", "bool label"]
 )

@@ -16,8 +16,11 @@ from benchmarks.tabular_tables import baseline
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.spark import KerasEstimator
 
-# One worker under --dist loadgroup: its tests share the fit of default_fit (once per kind).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_model")]
+# One worker under --dist loadgroup: its tests share the fit of default_fit. Classic only: what
+# the model reaches does not depend on the session's kind, and KerasEstimator's fit and
+# transform on Spark Connect run in tests/spark/test_estimator.py (its Connect twin took 34 CPU-s
+# and 114 s of the fixture's fit).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_model"), pytest.mark.classic_only]
 MARGIN = 0.04  # issue 36: within 0.04 of the best simple baseline
 
 
@@ -56,7 +59,7 @@ def _pipeline(names, store, **params):
 
 @pytest.fixture(scope="module")
 def default_fit(wine, tmp_path_factory):
-    """The no-model pipeline fitted once per kind of session on wine's 70 %, tracked in its own
+    """The no-model pipeline fitted once on wine's 70 %, tracked in its own
     SQLite store: ``(estimator, pipeline, fitted, test accuracy, tracking uri, store)``."""
     import os
 
@@ -96,10 +99,9 @@ def test_no_model_reaches_the_best_baseline(wine, default_fit):
     assert run.params["train.batch_size"] == "8" and run.params["callbacks.patience"] != "None"
 
 
-# Three more fits (2 learning rates on one split, and the refit): on the classic session only.
-# The default model's fit runs on both kinds above, and CrossValidator over the estimator's
-# Params tunes on both in tests/spark/test_tuning_and_resume.py::test_tuning_trials_are_child_runs.
-@pytest.mark.classic_only
+# Three more fits (2 learning rates on one split, and the refit). CrossValidator over the
+# estimator's Params tunes on both kinds in
+# tests/spark/test_tuning_and_resume.py::test_tuning_trials_are_child_runs.
 def test_tuning_keeps_the_default(wine, default_fit, mlflow_uri):
     import mlflow
 
