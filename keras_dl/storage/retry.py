@@ -89,10 +89,9 @@ def wait_within_lease(lease_seconds: float) -> None:
 
 def _deadline(first_failure: float) -> tuple[float, bool]:
     """``(wall-clock deadline, whether a lease set it)``."""
-    with _deadlines_guard:
-        held = [d for d in (f() for f in _deadlines) if d is not None]
-    if held:
-        return min(held), True
+    held = lease_deadline()
+    if held is not None:
+        return held, True
     if _leased_patience:
         return first_failure + _leased_patience[0], True
     return first_failure + DEFAULT_PATIENCE, False
