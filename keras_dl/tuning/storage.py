@@ -84,14 +84,18 @@ def requeue_stale(study) -> list:
     """Mark trials left RUNNING (their driver was killed) FAIL, and queue their values again.
 
     Only one driver runs a study at a time (the caller holds the run folder's lock), so a
-    RUNNING trial at the start is one whose process is gone. Returns those trials.
+    RUNNING trial at the start is one whose process is gone. A trial the kill caught between
+    ``study.ask()`` and choosing its values has none to run again: it is marked FAIL and not
+    queued (the budget counts finished trials, so a fresh trial takes its place); one caught
+    part-way through choosing them queues the values it had. Returns the stale trials.
     """
     from optuna.trial import TrialState
 
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
     for t in stale:
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        study.enqueue_trial(t.params, skip_if_exists=False)
+        if t.params:
+            study.enqueue_trial(t.params, skip_if_exists=False)
     if stale:
         log.warning(
             "Trial(s) %s were running when the last tune stopped; their values run again.",

@@ -1,0 +1,54 @@
+"""requeue_stale on a real Optuna journal: what a killed driver left running runs again, once."""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from keras_dl.tuning.storage import finished_trials, load_study, open_study, requeue_stale
+
+
+def _study(tmp_path):
+    return open_study(str(tmp_path / "s.journal"), "s", "minimize", seed=0, pruning=False)
+
+
+def test_a_trial_left_running_is_failed_and_its_values_run_next(tmp_path):
+    study = _study(tmp_path)
+    done = study.ask()
+    done.suggest_float("lr", 1e-3, 1e-1, log=True)
+    study.tell(done, 0.5)
+    killed = study.ask()  # the kill: chosen values, never told
+    lr = killed.suggest_float("lr", 1e-3, 1e-1, log=True)
+    units = killed.suggest_categorical("units", [32, 64])
+
+    stale = requeue_stale(study)
+
+    assert [t.number for t in stale] == [killed.number]
+    again = load_study(str(tmp_path / "s.journal"), "s", seed=1, pruning=False)
+    states = {t.number: t.state for t in again.get_trials(deepcopy=False)}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.FAIL, 2: TrialState.WAITING}
+    nxt = again.ask()
+    assert nxt.number == 2
+    assert nxt.suggest_float("lr", 1e-3, 1e-1, log=True) == lr
+    assert nxt.suggest_categorical("units", [32, 64]) == units
+    assert [t.number for t in finished_trials(again)] == [0]
+
+
+def test_a_trial_killed_before_choosing_values_is_failed_and_not_queued(tmp_path):
+    study = _study(tmp_path)
+    study.ask()  # the kill came between ask() and the first suggest: no values to run again
+    partial = study.ask()
+    lr = partial.suggest_float("lr", 1e-3, 1e-1, log=True)  # killed before the second value
+
+    assert [t.number for t in requeue_stale(study)] == [0, 1]
+
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING]
+    assert trials[2].system_attrs["fixed_params"] == {"lr": lr}  # only the one it had
+    assert requeue_stale(study) == []  # a second start finds nothing running
+
+
+def test_nothing_running_queues_nothing(tmp_path):
+    study = _study(tmp_path)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    assert requeue_stale(study) == []
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 0
