@@ -79,7 +79,7 @@ class EpochStream:
         self._padded = padded and self.weighted
         self.rows = self.stats.shard_rows(options.shard, options.num_shards)
         self.total = self.steps * options.batch_size if self._padded else self.rows
-        self.groups = RowGroupCounts(snapshot, self.stats, plan.columns)
+        self.groups = RowGroupCounts(snapshot, self.stats, plan.columns, options.io.concurrency)
         self.rows_of = EpochRows(
             self.stats.file_rows,
             self.groups,

@@ -25,7 +25,8 @@ codecs) are read by :mod:`~keras_dl.data.stream.unischema_epochs`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,7 @@ def epoch_pieces(
     stats.check_shards(num_shards, snapshot.uri)
     plan = plan_epoch(stats.file_rows, shard, num_shards, shuffle=shuffle, seed=seed)
     groups = groups or RowGroupCounts(snapshot, stats, columns)
+    groups.load(file for file, _ in plan.files)
     return plan_pieces(plan, groups, shuffle=shuffle, seed=[rng_seed(seed), shard])
 
 
@@ -189,22 +191,55 @@ def read_pieces(
 
 class RowGroupCounts:
     """``fn(file index) -> live rows of each row group``, from a scan's counts when it has
-    them, else from the file's footer and deletion vector, opened once (and checked)."""
+    them, else from the file's footer and deletion vector, opened once (and checked).
 
-    def __init__(self, snapshot: TableSnapshot, stats: TableStats, columns: Sequence[str] = ()):
+    On an object store a footer costs round trips: :meth:`load` opens the footers of the files
+    an epoch reads ``concurrency`` at a time, before the epoch's pieces are cut, so the first
+    epoch waits for about one round trip per ``concurrency`` files, not one per file.
+    """
+
+    def __init__(
+        self,
+        snapshot: TableSnapshot,
+        stats: TableStats,
+        columns: Sequence[str] = (),
+        concurrency: int = DEFAULT_IO.concurrency,
+    ):
         self.snapshot = snapshot
         self.stats = stats
         self.columns = tuple(columns)
+        self.concurrency = concurrency
         self.known: dict[int, tuple[int, ...]] = {}
 
     def __call__(self, index: int) -> tuple[int, ...]:
         if self.stats.group_rows is not None:
             return self.stats.group_rows[index]
         if index not in self.known:
-            pf = open_file(self.snapshot, index)
-            check_file(self.snapshot, index, pf, self.columns)
-            self.known[index] = group_live_rows(self.snapshot, index, pf.metadata)
+            self.known[index] = self._open(index)
         return self.known[index]
+
+    def load(self, indices: Iterable[int]) -> None:
+        """Open the footers of ``indices`` not known yet, at once when they are on a store.
+
+        Raises:
+            DataError: A file that is not readable Parquet, or not the table's (the first
+                such file of ``indices``, as one at a time would).
+        """
+        if self.stats.group_rows is not None:
+            return
+        missing = [i for i in dict.fromkeys(indices) if i not in self.known]
+        remote = [i for i in missing if "://" in self.snapshot.files[i]]
+        if len(remote) < 2 or self.concurrency < 2:
+            return  # local footers cost no round trip: opened when asked for
+        workers = min(self.concurrency, len(remote))
+        with ThreadPoolExecutor(workers, thread_name_prefix="keras_dl-footer") as pool:
+            for index, counts in zip(remote, pool.map(self._open, remote)):
+                self.known[index] = counts
+
+    def _open(self, index: int) -> tuple[int, ...]:
+        pf = open_file(self.snapshot, index)
+        check_file(self.snapshot, index, pf, self.columns)
+        return group_live_rows(self.snapshot, index, pf.metadata)
 
 
 def iter_epoch_arrays(

@@ -165,3 +165,43 @@ def test_a_file_gone_from_the_store_is_named_as_without_fetching_ahead(s3, fetch
     for io in (IoOptions(4), IoOptions(0)):
         with pytest.raises(DataError, match=name):
             list(iter_epoch(snap, ["x"], stats, io=io))
+
+
+def test_the_first_epoch_opens_a_remote_tables_footers_at_once_each_once(s3, monkeypatch):
+    """A Delta log counts each file's rows, not each row group's: the epoch's first plan needs
+    every footer it reads. On a store they are opened together, on the footer threads."""
+    import threading
+
+    from keras_dl.data import open_table
+    from keras_dl.data.ingest import write_table
+    from keras_dl.errors import DataError
+
+    uri = s3.uri("footers")
+    for part in range(4):  # 4 appends: 4 files of 2 row groups
+        ids = np.arange(part * 25, part * 25 + 25)
+        write_table(pa.table({"x": ids}), uri, mode="error" if part == 0 else "append",
+                    rows_per_group=13)  # fmt: skip
+    snap = open_table(uri)
+    stats = count_rows(snap, ["x"])
+    assert len(snap.files) == 4 and stats.group_rows is None  # from the log: no footer read
+    opened = []
+    real = shard_epochs.open_file
+
+    def spy(snapshot, index, *args, **kwargs):
+        opened.append((index, threading.current_thread().name))
+        return real(snapshot, index, *args, **kwargs)
+
+    monkeypatch.setattr(shard_epochs, "open_file", spy)
+    groups = shard_epochs.RowGroupCounts(snap, stats, ["x"], concurrency=4)
+    rows = [i for t in iter_epoch(snap, ["x"], stats, groups=groups, shuffle=True, seed=3)
+            for i in t.column("x").to_pylist()]  # fmt: skip
+    assert sorted(rows) == list(range(100))
+    assert sorted(i for i, _ in opened) == [0, 1, 2, 3]  # each footer once
+    assert all(name.startswith("keras_dl-footer") for _, name in opened), opened
+    assert groups.known == {i: (13, 12) for i in range(4)}
+    # A file that is not Parquet is named, as one at a time would name it.
+    bad = snap.files[2][len("s3://") :]
+    with s3_filesystem().open_output_stream(bad) as out:
+        out.write(b"not parquet")
+    with pytest.raises(DataError, match=snap.files[2].rsplit("/", 1)[1]):
+        list(iter_epoch(snap, ["x"], stats))
