@@ -6,7 +6,9 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_digits
 
-from tests.conftest import runs_in, train_digits
+from tests.conftest import module_group, runs_in, train_digits
+
+pytestmark = module_group("train")  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

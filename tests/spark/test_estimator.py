@@ -11,10 +11,11 @@ from pyspark.ml.evaluation import MulticlassClassificationEvaluator, RegressionE
 from pyspark.ml.feature import StandardScaler, VectorAssembler
 
 from keras_dl.spark import KerasEstimator, KerasModel
-from tests.conftest import HEAVY
+from tests.conftest import HEAVY, module_group
 from tests.spark.conftest import make_model
 
-pytestmark = pytest.mark.slow  # one fit of EPOCHS epochs shared by the module
+# One fit of EPOCHS epochs shared by the module: made once, on one xdist worker.
+pytestmark = [pytest.mark.slow, module_group("estimator")]
 
 # Enough for iris: in plain Keras, 8 epochs of this model already score 0.92-0.95 on its 150
 # rows (4 random validation splits, features scaled as here).
