@@ -7,12 +7,13 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.conftest import run_cli, runs_in
+from tests.conftest import cli_in_process, run_cli, runs_in
 
 
-def _train(table, tmp_path, *sets):
+def _train(table, tmp_path, *sets, run=run_cli):
+    """``keras-dl train digits``; ``run=cli_in_process`` for an error found before ``fit``."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = run_cli(
+    proc = run(
         "train",
         "digits",
         "--set",
@@ -85,7 +86,7 @@ def test_delta_version_that_does_not_exist(digits_table, tmp_path):
 
 
 def test_unknown_config_key_fails_before_any_work(tmp_path):
-    proc, uri = _train(tmp_path / "nope", tmp_path, "train.epoch=3")
+    proc, uri = _train(tmp_path / "nope", tmp_path, "train.epoch=3", run=cli_in_process)
     _assert_clear_failure(proc, uri, "Unknown config key 'train.epoch'", "train.epochs")
     assert not (tmp_path / "mlflow.db").exists()
 
@@ -125,14 +126,26 @@ def test_recipes_lists_digits():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "item, fragments",
+    "item, fragments, run",
     [
-        ("model.num_classes=3", ("model.num_classes=3 is too few", "--set model.num_classes=10")),
-        ("model.dropout=2", ("model.dropout=2.0 is outside the allowed range [0, 1)",)),
+        # Checked against the table in fit, after the store watchdog starts: its own process.
+        pytest.param(
+            "model.num_classes=3",
+            ("model.num_classes=3 is too few", "--set model.num_classes=10"),
+            run_cli,
+            id="model.num_classes=3-fragments0",
+        ),
+        # Refused while the config resolves, before fit: in this process.
+        pytest.param(
+            "model.dropout=2",
+            ("model.dropout=2.0 is outside the allowed range [0, 1)",),
+            cli_in_process,
+            id="model.dropout=2-fragments1",
+        ),
     ],
 )
-def test_model_values_exit_2_before_any_mlflow_run(digits_table, tmp_path, item, fragments):
-    proc, uri = _train(digits_table, tmp_path, item)
+def test_model_values_exit_2_before_any_mlflow_run(digits_table, tmp_path, item, fragments, run):
+    proc, uri = _train(digits_table, tmp_path, item, run=run)
     _assert_clear_failure(proc, uri, *fragments)
     assert not os.path.exists(uri[len("sqlite:///") :]) or runs_in(uri) == []
 
