@@ -120,7 +120,7 @@ def test_ingest_then_train_module_entry(tmp_path):
 
 
 def test_recipes_lists_digits():
-    proc = run_cli("recipes")
+    proc = cli_in_process("recipes")
     assert proc.returncode == 0 and "digits" in proc.stdout and "epochs=30" in proc.stdout
 
 
