@@ -171,3 +171,31 @@ def test_errors_wrap_only_at_a_terminal_and_never_inside_a_path(monkeypatch):
     lines = cli._for_stderr(text).splitlines()
     assert len(lines) > 1 and any(f"'{path}'" in line for line in lines)
     assert all(len(line) <= 100 for line in lines if path not in line)
+
+
+def test_cli_in_process_puts_back_what_the_command_set(tmp_path, monkeypatch):
+    """What the in-process CLI tests rely on: promote sets MLflow's tracking URI (and with it
+    MLFLOW_TRACKING_URI) for the whole process, bench tabular sets TF_CPP_MIN_LOG_LEVEL, and
+    every command adds its warning filter; none of it outlives the call, nor does the cwd."""
+    import logging
+    import warnings
+
+    import mlflow
+
+    from tests.conftest import seed_store
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    before = (dict(os.environ), mlflow.get_tracking_uri(), os.getcwd(), warnings.filters[:])
+    handlers = logging.getLogger().handlers[:]
+    (tmp_path / "elsewhere").mkdir()
+
+    promoted = cli_in_process("promote", "digits", "1", "--tracking-uri", uri)
+    benched = cli_in_process("bench", "tabular", "--datasets", "wine", cwd=tmp_path / "elsewhere")
+
+    assert promoted.returncode == 2 and "no registered model 'digits'" in promoted.stderr
+    assert benched.returncode == 2 and "--datasets 'wine'" in benched.stderr
+    after = (dict(os.environ), mlflow.get_tracking_uri(), os.getcwd(), warnings.filters[:])
+    assert after == before
+    assert logging.getLogger().handlers == handlers
