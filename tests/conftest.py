@@ -209,6 +209,72 @@ def run_cli(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 6
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def cli_in_process(*args: str, cwd: str | os.PathLike | None = None):
+    """Run ``keras-dl ARGS`` in this process: what ``python -m keras_dl.cli ARGS`` runs (its
+    ``main``, ``SystemExit`` mapped to the exit status as the interpreter does), without the
+    ~5 CPU-s of a new interpreter importing TensorFlow. Returns what :func:`run_cli` does:
+    ``.returncode``, ``.stdout``, ``.stderr``.
+
+    For commands that end before any training, Spark session or rank: what the command sets
+    for the whole process (``os.environ``, MLflow's tracking URI and active experiment, the
+    root logger, warning filters, the working directory) is put back afterwards. A command
+    that gets as far as starting the store watchdog fails the test: that thread outlives the
+    call and may end the pytest process, so such a test uses :func:`run_cli`. Exit-code tests
+    of the real module entry stay on :func:`run_cli` too (tests/test_cli.py).
+    """
+    import contextlib
+    import io
+    import logging
+    import types
+    import warnings
+
+    import mlflow
+    from mlflow.tracking import fluent
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    from keras_dl import cli
+    from keras_dl.storage import watchdog
+
+    environ, cwd_before = dict(os.environ), os.getcwd()
+    tracking_uri, experiment = tracking_utils._tracking_uri, fluent._active_experiment_id
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    watchdogs = len(watchdog._installed)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            if cwd is not None:
+                os.chdir(cwd)
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's errors and --help, as the interpreter maps them
+                code = exc.code
+                if code is not None and not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
+    finally:
+        os.chdir(cwd_before)
+        if tracking_utils._tracking_uri != tracking_uri:
+            mlflow.set_tracking_uri(tracking_uri)
+        fluent._active_experiment_id = experiment
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+        os.environ.update((k, v) for k, v in environ.items() if os.environ.get(k) != v)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert mlflow.active_run() is None, "the command left an MLflow run active in this process"
+    assert len(watchdog._installed) == watchdogs, (
+        f"keras-dl {' '.join(args)} started the store watchdog: run it with run_cli"
+    )
+    return types.SimpleNamespace(
+        args=list(args), returncode=code or 0, stdout=out.getvalue(), stderr=err.getvalue()
+    )
+
+
 def runs_in(uri: str):
     """Every run of every experiment in the store at ``uri``."""
     import mlflow

@@ -10,7 +10,7 @@ import mlflow
 import pytest
 
 from keras_dl.errors import ConfigError
-from tests.conftest import REPO, run_cli, runs_in, train_digits
+from tests.conftest import REPO, cli_in_process, runs_in, train_digits
 
 
 def test_a_deleted_experiment_is_named_with_how_to_restore_it(digits_table, tmp_path):
@@ -40,7 +40,7 @@ def test_a_sqlite_store_in_a_missing_folder_is_named(digits_table, tmp_path):
 
 
 def test_predict_refuses_a_batch_size_below_one(tmp_path):
-    out = run_cli(
+    out = cli_in_process(
         "predict",
         *("--model", "models:/digits/1", "--table", str(tmp_path / "t")),
         *("--out", str(tmp_path / "o"), "--batch-size", "0"),

@@ -7,12 +7,13 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.conftest import run_cli, runs_in
+from tests.conftest import cli_in_process, run_cli, runs_in
 
 
-def _train(table, tmp_path, *sets):
+def _train(table, tmp_path, *sets, run=run_cli):
+    """``keras-dl train digits``; ``run=cli_in_process`` for an error found before ``fit``."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = run_cli(
+    proc = run(
         "train",
         "digits",
         "--set",
@@ -85,7 +86,7 @@ def test_delta_version_that_does_not_exist(digits_table, tmp_path):
 
 
 def test_unknown_config_key_fails_before_any_work(tmp_path):
-    proc, uri = _train(tmp_path / "nope", tmp_path, "train.epoch=3")
+    proc, uri = _train(tmp_path / "nope", tmp_path, "train.epoch=3", run=cli_in_process)
     _assert_clear_failure(proc, uri, "Unknown config key 'train.epoch'", "train.epochs")
     assert not (tmp_path / "mlflow.db").exists()
 
@@ -119,20 +120,32 @@ def test_ingest_then_train_module_entry(tmp_path):
 
 
 def test_recipes_lists_digits():
-    proc = run_cli("recipes")
+    proc = cli_in_process("recipes")
     assert proc.returncode == 0 and "digits" in proc.stdout and "epochs=30" in proc.stdout
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "item, fragments",
+    "item, fragments, run",
     [
-        ("model.num_classes=3", ("model.num_classes=3 is too few", "--set model.num_classes=10")),
-        ("model.dropout=2", ("model.dropout=2.0 is outside the allowed range [0, 1)",)),
+        # Checked against the table in fit, after the store watchdog starts: its own process.
+        pytest.param(
+            "model.num_classes=3",
+            ("model.num_classes=3 is too few", "--set model.num_classes=10"),
+            run_cli,
+            id="model.num_classes=3-fragments0",
+        ),
+        # Refused while the config resolves, before fit: in this process.
+        pytest.param(
+            "model.dropout=2",
+            ("model.dropout=2.0 is outside the allowed range [0, 1)",),
+            cli_in_process,
+            id="model.dropout=2-fragments1",
+        ),
     ],
 )
-def test_model_values_exit_2_before_any_mlflow_run(digits_table, tmp_path, item, fragments):
-    proc, uri = _train(digits_table, tmp_path, item)
+def test_model_values_exit_2_before_any_mlflow_run(digits_table, tmp_path, item, fragments, run):
+    proc, uri = _train(digits_table, tmp_path, item, run=run)
     _assert_clear_failure(proc, uri, *fragments)
     assert not os.path.exists(uri[len("sqlite:///") :]) or runs_in(uri) == []
 
@@ -158,3 +171,31 @@ def test_errors_wrap_only_at_a_terminal_and_never_inside_a_path(monkeypatch):
     lines = cli._for_stderr(text).splitlines()
     assert len(lines) > 1 and any(f"'{path}'" in line for line in lines)
     assert all(len(line) <= 100 for line in lines if path not in line)
+
+
+def test_cli_in_process_puts_back_what_the_command_set(tmp_path, monkeypatch):
+    """What the in-process CLI tests rely on: promote sets MLflow's tracking URI (and with it
+    MLFLOW_TRACKING_URI) for the whole process, bench tabular sets TF_CPP_MIN_LOG_LEVEL, and
+    every command adds its warning filter; none of it outlives the call, nor does the cwd."""
+    import logging
+    import warnings
+
+    import mlflow
+
+    from tests.conftest import seed_store
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    before = (dict(os.environ), mlflow.get_tracking_uri(), os.getcwd(), warnings.filters[:])
+    handlers = logging.getLogger().handlers[:]
+    (tmp_path / "elsewhere").mkdir()
+
+    promoted = cli_in_process("promote", "digits", "1", "--tracking-uri", uri)
+    benched = cli_in_process("bench", "tabular", "--datasets", "wine", cwd=tmp_path / "elsewhere")
+
+    assert promoted.returncode == 2 and "no registered model 'digits'" in promoted.stderr
+    assert benched.returncode == 2 and "--datasets 'wine'" in benched.stderr
+    after = (dict(os.environ), mlflow.get_tracking_uri(), os.getcwd(), warnings.filters[:])
+    assert after == before
+    assert logging.getLogger().handlers == handlers

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from benchmarks.tabular import COLUMNS
-from tests.conftest import STARTS_FIRST, run_cli
+from tests.conftest import STARTS_FIRST, cli_in_process, run_cli
 
 
 @pytest.mark.slow
@@ -72,6 +72,6 @@ def test_bench_tabular_defaults_meet_every_target_on_small_tables(tmp_path):
 
 
 def test_bench_tabular_refuses_an_unknown_dataset():
-    done = run_cli("bench", "tabular", "--datasets", "iris,wine")
+    done = cli_in_process("bench", "tabular", "--datasets", "iris,wine")
     assert done.returncode == 2
     assert "--datasets 'iris,wine'" in done.stderr and "iris, diabetes, digits" in done.stderr

@@ -13,7 +13,7 @@ from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
 from keras_dl.inference import predict
 from keras_dl.model.registry import promote
-from tests.conftest import module_group, run_cli
+from tests.conftest import cli_in_process, module_group, run_cli
 
 pytestmark = [pytest.mark.slow, module_group("scoring")]
 
@@ -166,7 +166,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     assert len(scores) == 1797
     assert {"label", "split", "prediction", "probability_9"} <= set(scores.columns)
     assert (scores["prediction"] == scores["label"]).mean() >= 0.8
-    again = run_cli(
+    again = cli_in_process(
         "predict", "--model", "models:/digits@champion", "--table", digits_table, "--out", out,
         "--tracking-uri", uri, cwd=tmp_path,
     )  # fmt: skip
@@ -180,7 +180,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     assert more.returncode == 0, more.stderr[-3000:]
     assert "scored 1797 rows" in more.stdout and "version 1" in more.stdout
     assert read_table(out).num_rows == 2 * 1797
-    zero = run_cli(
+    zero = cli_in_process(
         "predict", "--model", "models:/digits@champion", "--table", digits_table, "--out",
         str(tmp_path / "other"), "--batch-size", "0", "--tracking-uri", uri, cwd=tmp_path,
     )  # fmt: skip

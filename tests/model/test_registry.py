@@ -8,7 +8,7 @@ from sklearn.datasets import load_digits
 
 from keras_dl.errors import KerasDLError
 from keras_dl.model.registry import promote, read_lineage, resolve_model_uri
-from tests.conftest import run_cli, seed_store
+from tests.conftest import cli_in_process, run_cli, seed_store
 
 
 @pytest.mark.slow
@@ -64,6 +64,6 @@ def test_promote_errors_name_what_exists(digits_model):
 
 def test_promote_cli_on_an_empty_store_is_a_clear_error(tmp_path):
     uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    proc = run_cli("promote", "digits", "1", "--tracking-uri", uri)
+    proc = cli_in_process("promote", "digits", "1", "--tracking-uri", uri)
     assert proc.returncode == 2
     assert "no registered model 'digits'" in proc.stderr and "Traceback" not in proc.stderr

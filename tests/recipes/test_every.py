@@ -12,11 +12,11 @@ import math
 import pytest
 
 from keras_dl.recipe import list_recipes, load_recipe
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process
 
 
 def test_the_recipes_command_lists_the_recipes_package():
-    out = run_cli("recipes")
+    out = cli_in_process("recipes")
     assert out.returncode == 0, out.stderr
     listed = [line.split()[0] for line in out.stdout.splitlines() if line[:1].strip()]
     assert listed == list_recipes() and listed  # what this module parametrizes over

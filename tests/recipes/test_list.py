@@ -1,11 +1,11 @@
 """`keras-dl recipes` lists every recipe with its description and main defaults."""
 
 from keras_dl.recipe import list_recipes
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process
 
 
 def test_recipes_lists_every_recipe_with_defaults():
-    proc = run_cli("recipes")
+    proc = cli_in_process("recipes")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for name in list_recipes():

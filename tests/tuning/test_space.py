@@ -134,11 +134,10 @@ def test_tune_settings_are_config_keys(digits):
         resolve(digits, sets=["tune.direction=up"])
 
 
-@pytest.mark.slow  # a CLI process: about 20 s to import TensorFlow and MLflow on a loaded host
 def test_the_cli_names_a_bad_space_and_exits_2_before_any_work(tmp_path):
-    from tests.conftest import run_cli
+    from tests.conftest import cli_in_process
 
-    proc = run_cli(
+    proc = cli_in_process(
         "tune", "digits", "--trials", "2", "--space", "train.lr=loguniform(1e-4,1e-1)",
         "--set", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path,
     )  # fmt: skip
