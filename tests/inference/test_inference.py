@@ -145,8 +145,8 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     uri, result = champion
     out = str(tmp_path / "scores")
     # One core: one Spark Python worker imports TensorFlow and scores the tasks in turn (on
-    # local[2] a second worker imported it too, ~5 CPU-s a run, for 1,797 rows). Scoring on
-    # several workers is test_spark_scores_equal_in_process_predict's.
+    # local[2] three workers imported it for the 3 tasks of 1,797 rows, ~5 CPU-s each). Scoring
+    # on several workers is test_spark_scores_equal_in_process_predict's.
     proc = run_cli(
         "predict",
         "--model",
