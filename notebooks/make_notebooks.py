@@ -21,6 +21,7 @@ import os
 WORKDIR = os.path.abspath(os.environ.get("KERAS_DL_NB_WORKDIR", "nb_work"))
 EPOCHS = int(os.environ.get("KERAS_DL_NB_EPOCHS", "10"))
 WORKERS = int(os.environ.get("KERAS_DL_NB_WORKERS", "2"))
+SPARK_MASTER = os.environ.get("KERAS_DL_NB_SPARK_MASTER", "local[2]")  # 03 and 04
 os.makedirs(WORKDIR, exist_ok=True)
 TABLE = f"{WORKDIR}/digits"
 TRACKING_URI = f"sqlite:///{WORKDIR}/mlflow.db"
@@ -242,7 +243,7 @@ from pyspark.sql import functions as F
 from keras_dl.inference import predict
 from keras_dl.inference.tables import read_table_into_spark, spark_session
 
-spark = spark_session("local[2]")
+spark = spark_session(SPARK_MASTER)
 try:
     df, snapshot = read_table_into_spark(spark, TABLE)
     scored = predict(df, "models:/digits@champion", tracking_uri=TRACKING_URI)
@@ -271,7 +272,7 @@ def spark_ml_pipeline() -> nbformat.NotebookNode:
         """\
 from keras_dl.inference.tables import spark_session
 
-spark = spark_session("local[2]", app_name="keras-dl-notebook-04")""",
+spark = spark_session(SPARK_MASTER, app_name="keras-dl-notebook-04")""",
         md("## Iris as a Spark DataFrame"),
         """\
 import pandas as pd

@@ -84,7 +84,11 @@ def test_02_build_modules(tmp_path, monkeypatch):
 @STARTS_FIRST
 @pytest.mark.slow
 def test_03_train_and_scale(tmp_path, monkeypatch):
-    nb = _execute("03_train_and_scale", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2")
+    # Scoring 1,797 rows on local[1]: one Spark Python worker imports TensorFlow, not two.
+    nb = _execute(
+        "03_train_and_scale", tmp_path, monkeypatch, KERAS_DL_NB_EPOCHS="2",
+        KERAS_DL_NB_SPARK_MASTER="local[1]",
+    )  # fmt: skip
     text = _text(nb)
     for setup in ("one device", "MirroredStrategy (2)", "Horovod np=-2"):
         assert setup in text, setup

@@ -144,6 +144,9 @@ def test_table_model_with_named_classes(spark, tmp_path, mlflow_uri, classes):
 def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     uri, result = champion
     out = str(tmp_path / "scores")
+    # One core: one Spark Python worker imports TensorFlow and scores the tasks in turn (on
+    # local[2] three workers imported it for the 3 tasks of 1,797 rows, ~5 CPU-s each). Scoring
+    # on several workers is test_spark_scores_equal_in_process_predict's.
     proc = run_cli(
         "predict",
         "--model",
@@ -155,7 +158,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
         "--out",
         out,
         "--master",
-        "local[2]",
+        "local[1]",
         "--tracking-uri",
         uri,
         cwd=tmp_path,
@@ -174,7 +177,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     # Appending: the report counts the rows this command wrote, not the table's.
     more = run_cli(
         "predict", "--model", "models:/digits@champion", "--table", digits_table, "--version",
-        "0", "--out", out, "--mode", "append", "--master", "local[2]", "--tracking-uri", uri,
+        "0", "--out", out, "--mode", "append", "--master", "local[1]", "--tracking-uri", uri,
         cwd=tmp_path,
     )  # fmt: skip
     assert more.returncode == 0, more.stderr[-3000:]
