@@ -91,6 +91,26 @@ def test_np_zero_is_a_clear_error():
         HorovodRunner(np=0)
 
 
+def test_one_local_rank_gets_an_output_folder_named_like_horovods():
+    """np=-1 runs (end to end: tests/distribute/test_resume_other_ranks.py's last attempt):
+    Horovod 0.28.1's own rank padding fails for one rank; keras_dl's names the rest alike."""
+    import horovod.runner.gloo_run as gloo_run
+
+    from keras_dl.launch.runner import _one_rank_padding, _pad_rank
+
+    with pytest.raises(ValueError, match="math domain error"):
+        gloo_run._pad_rank(0, 1)
+    assert _pad_rank(0, 1) == "0"
+    for size in (2, 3, 10, 11, 12, 100, 101, 1001):
+        assert [_pad_rank(r, size) for r in range(size)] == [
+            gloo_run._pad_rank(r, size) for r in range(size)
+        ]
+    original = gloo_run._pad_rank
+    with _one_rank_padding():
+        assert gloo_run._pad_rank(0, 1) == "0"
+    assert gloo_run._pad_rank is original
+
+
 @pytest.mark.slow
 def test_two_ranks_train_every_row_of_a_one_row_group_table_once_per_epoch(digits_exp, tmp_path):
     """A table written in one row group (pandas' and deltalake's default shape for a small
