@@ -38,7 +38,7 @@ from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_add
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.errors import DistributedError, Preempted
-from keras_dl.launch.rank import rank_main
+from keras_dl.launch.rank import HOROVOD_SETTINGS, KEPT, rank_main
 
 
 class HorovodRunner:
@@ -133,6 +133,9 @@ class HorovodRunner:
         # The rendezvous and key-value servers listen on bind_address (loopback by default):
         # the ranks are on this host, and the key-value store accepts pickles.
         # horovod.runner.run passes the driver's environment to the ranks.
+        # horovod.runner.run replaces two of them with "(None,)": the ranks restore these.
+        kept = {KEPT + k: os.environ[k] for k in HOROVOD_SETTINGS if k in os.environ}
+        env = {**kept, **env}
         with _environ(env), bound_to(self.bind_address), _one_rank_padding():
             return horovod_run(
                 rank_main,

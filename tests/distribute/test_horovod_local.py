@@ -75,6 +75,22 @@ def test_runner_returns_rank_zero_result():
     assert HorovodRunner(np=-2).run(main, offset=10) == (10, 2)
 
 
+def test_the_ranks_get_the_drivers_horovod_settings_not_horovods_none(monkeypatch):
+    """Horovod 0.28.1's local launcher sets HOROVOD_CYCLE_TIME and HOROVOD_CACHE_CAPACITY to
+    "(None,)" (read as 0: a waiting rank spins a core); each rank gets the driver's values back,
+    or none (Horovod's defaults) where the driver had none."""
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "5")
+    monkeypatch.delenv("HOROVOD_CACHE_CAPACITY", raising=False)
+
+    def settings():
+        import os
+
+        return {k: os.environ.get(k) for k in ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY")}
+
+    got = HorovodRunner(np=-2).run(settings)
+    assert got == {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_CACHE_CAPACITY": None}
+
+
 def test_unpicklable_function_is_a_clear_error():
     lock = threading.Lock()
 
