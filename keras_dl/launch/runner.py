@@ -38,7 +38,7 @@ from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_add
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.errors import DistributedError, Preempted
-from keras_dl.launch.rank import rank_main
+from keras_dl.launch.rank import HOROVOD_SETTINGS, KEPT, rank_main
 
 
 class HorovodRunner:
@@ -133,7 +133,10 @@ class HorovodRunner:
         # The rendezvous and key-value servers listen on bind_address (loopback by default):
         # the ranks are on this host, and the key-value store accepts pickles.
         # horovod.runner.run passes the driver's environment to the ranks.
-        with _environ(env), bound_to(self.bind_address):
+        # horovod.runner.run replaces two of them with "(None,)": the ranks restore these.
+        kept = {KEPT + k: os.environ[k] for k in HOROVOD_SETTINGS if k in os.environ}
+        env = {**kept, **env}
+        with _environ(env), bound_to(self.bind_address), _one_rank_padding():
             return horovod_run(
                 rank_main,
                 args=(payload,),
@@ -216,6 +219,31 @@ def _rank_env(extra: dict) -> dict:
     # executors keep the environment they started with, which may lack them.
     env.update(storage.environment())
     return {**env, **extra}
+
+
+def _pad_rank(rank: int, size: int) -> str:
+    """The rank as Horovod names its output folder ``rank.N``: zero-padded to the width of the
+    largest rank, ``size - 1`` (Horovod's own takes ``log10(size - 1)``, which fails for 1)."""
+    return str(rank).zfill(len(str(max(size - 1, 0))))
+
+
+@contextlib.contextmanager
+def _one_rank_padding():
+    """Within this block, Horovod's local launcher can run a single rank (``np=-1``).
+
+    Horovod 0.28.1 names each rank's output folder with ``horovod/runner/gloo_run.py``'s
+    ``_pad_rank``, ``int(math.log10(size - 1)) + 1`` digits: for one rank that is
+    ``log10(0)``, a "math domain error" before the rank starts. This names the folders alike
+    for every size and ``rank.0`` for one rank.
+    """
+    import horovod.runner.gloo_run as gloo_run
+
+    original = gloo_run._pad_rank
+    gloo_run._pad_rank = _pad_rank
+    try:
+        yield
+    finally:
+        gloo_run._pad_rank = original
 
 
 @contextlib.contextmanager

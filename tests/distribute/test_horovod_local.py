@@ -75,6 +75,22 @@ def test_runner_returns_rank_zero_result():
     assert HorovodRunner(np=-2).run(main, offset=10) == (10, 2)
 
 
+def test_the_ranks_get_the_drivers_horovod_settings_not_horovods_none(monkeypatch):
+    """Horovod 0.28.1's local launcher sets HOROVOD_CYCLE_TIME and HOROVOD_CACHE_CAPACITY to
+    "(None,)" (read as 0: a waiting rank spins a core); each rank gets the driver's values back,
+    or none (Horovod's defaults) where the driver had none."""
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "5")
+    monkeypatch.delenv("HOROVOD_CACHE_CAPACITY", raising=False)
+
+    def settings():
+        import os
+
+        return {k: os.environ.get(k) for k in ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY")}
+
+    got = HorovodRunner(np=-2).run(settings)
+    assert got == {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_CACHE_CAPACITY": None}
+
+
 def test_unpicklable_function_is_a_clear_error():
     lock = threading.Lock()
 
@@ -89,6 +105,26 @@ def test_unpicklable_function_is_a_clear_error():
 def test_np_zero_is_a_clear_error():
     with pytest.raises(DistributedError, match=r"np=0\) runs nothing: use np=-N .* or np=N"):
         HorovodRunner(np=0)
+
+
+def test_one_local_rank_gets_an_output_folder_named_like_horovods():
+    """np=-1 runs (end to end: tests/distribute/test_resume_other_ranks.py's last attempt):
+    Horovod 0.28.1's own rank padding fails for one rank; keras_dl's names the rest alike."""
+    import horovod.runner.gloo_run as gloo_run
+
+    from keras_dl.launch.runner import _one_rank_padding, _pad_rank
+
+    with pytest.raises(ValueError, match="math domain error"):
+        gloo_run._pad_rank(0, 1)
+    assert _pad_rank(0, 1) == "0"
+    for size in (2, 3, 10, 11, 12, 100, 101, 1001):
+        assert [_pad_rank(r, size) for r in range(size)] == [
+            gloo_run._pad_rank(r, size) for r in range(size)
+        ]
+    original = gloo_run._pad_rank
+    with _one_rank_padding():
+        assert gloo_run._pad_rank(0, 1) == "0"
+    assert gloo_run._pad_rank is original
 
 
 @pytest.mark.slow

@@ -92,7 +92,9 @@ def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
     stopped_in = second["data_position"]["epoch"] + 1
 
     last = subprocess.run(
-        _command(digits_table, tmp_path, uri, 1),
+        # np=-1, one local process: np=1 would be one Spark task, which starts a local Spark
+        # session (a JVM and its Python workers, about 15 CPU-s) for the same one rank.
+        _command(digits_table, tmp_path, uri, -1),
         env=_env(),
         capture_output=True,
         text=True,
