@@ -26,8 +26,9 @@ os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Horovod's background loop negotiates every HOROVOD_CYCLE_TIME ms (1 by default), and on Gloo an
 # idle rank spins at it: a rank waiting 10 s for its peer used 1.3-5.6 CPU-s at the default and
-# 0.2 at 5 ms, Horovod's default before 0.21 (measured here); a 2-rank digits test used 18 % less
-# CPU. Each allreduce waits at most one cycle more. Users' jobs keep Horovod's default.
+# 0.2 at 5 ms, Horovod's default before 0.21 (measured with horovodrun). Each allreduce waits at
+# most one cycle more. Local ranks get it since keras_dl.launch.rank undoes Horovod 0.28.1's
+# "(None,)" over it (before that, they spun at a 0 ms cycle). Users' jobs keep Horovod's default.
 os.environ.setdefault("HOROVOD_CYCLE_TIME", "5")
 REPO = Path(__file__).resolve().parent.parent
 
