@@ -44,16 +44,6 @@ HEAVY_IO = pytest.mark.xdist_group("heavy_io")
 # time, on a worker of their own beside the local Horovod jobs. Their cluster's two task slots are
 # theirs alone, and most of their time is spent waiting on JVMs and barrier stages.
 SPARK_CLUSTER = pytest.mark.xdist_group("spark_cluster")
-
-
-# A module whose tests share what is costly to make (a module-scoped fixture that trains, or
-# Spark's Python workers, which import TensorFlow for each scoring task and are ended after a
-# minute idle): its tests run on one xdist worker, one after another, so the fixture is made once
-# and the workers stay warm, instead of once on each of the 4 workers its tests would land on.
-def module_group(name: str):
-    return pytest.mark.xdist_group(name)
-
-
 # The longest single tests (minutes each, on 2 cores): sent to the workers first, so none of them
 # starts last and ends the suite alone.
 STARTS_FIRST = pytest.mark.starts_first
@@ -77,14 +67,12 @@ def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
-        # The closest mark wins (xdist joins them all): a HEAVY test in a module grouped by
-        # MODULE_GROUP stays in the heavy queue.
-        mark = item.get_closest_marker("xdist_group")
-        if mark is None:
-            continue
-        name = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-        if not item.nodeid.endswith(f"@{name}"):
-            item._id = coerce_node_id(f"{item.nodeid}@{name}")
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        if names and not item.nodeid.endswith(f"@{'_'.join(sorted(names))}"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(names))}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,9 +19,7 @@ from keras_dl.config import resolve
 from keras_dl.errors import ConfigError, KerasDLError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import module_group, seed_store, write_delta
-
-pytestmark = module_group("nightly_loop")  # see tests/conftest.py
+from tests.conftest import seed_store, write_delta
 
 NAME = "loop"
 GATE = ("registry.must_beat=champion", "registry.set_alias=champion")

@@ -6,9 +6,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_digits
 
-from tests.conftest import module_group, runs_in, train_digits
-
-pytestmark = module_group("train")  # see tests/conftest.py
+from tests.conftest import runs_in, train_digits
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from keras_dl.data import open_table, read_table
 from keras_dl.errors import DataError
 from keras_dl.inference import predict
 from keras_dl.model.registry import promote
-from tests.conftest import cli_in_process, module_group, run_cli
+from tests.conftest import cli_in_process, run_cli
 
-pytestmark = [pytest.mark.slow, module_group("scoring")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

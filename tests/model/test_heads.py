@@ -17,9 +17,7 @@ from keras_dl.data.training_rows import read_table
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import module_group, run_cli, runs_in, write_delta
-
-pytestmark = module_group("scoring")  # see tests/conftest.py
+from tests.conftest import run_cli, runs_in, write_delta
 
 CLASSES = ["high", "low", "mid"]
 

@@ -8,9 +8,7 @@ from keras_dl.config import resolve
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import module_group, run_cli, runs_in
-
-pytestmark = module_group("flowers_recipe")  # see tests/conftest.py
+from tests.conftest import run_cli, runs_in
 
 TINY = ["data.image_size=32,32", "model.alpha=0.35", "train.batch_size=4", "train.verbose=0"]
 

@@ -14,9 +14,7 @@ from keras_dl.config import resolve
 from keras_dl.errors import DataError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import module_group, run_cli, runs_in, write_delta
-
-pytestmark = module_group("tabular_recipe")  # see tests/conftest.py
+from tests.conftest import run_cli, runs_in, write_delta
 
 
 def _frame(rows: int, seed: int = 0) -> pd.DataFrame:

@@ -11,11 +11,10 @@ from pyspark.ml.evaluation import MulticlassClassificationEvaluator, RegressionE
 from pyspark.ml.feature import StandardScaler, VectorAssembler
 
 from keras_dl.spark import KerasEstimator, KerasModel
-from tests.conftest import HEAVY, module_group
+from tests.conftest import HEAVY
 from tests.spark.conftest import make_model
 
-# One fit of EPOCHS epochs shared by the module: made once, on one xdist worker.
-pytestmark = [pytest.mark.slow, module_group("estimator")]
+pytestmark = pytest.mark.slow  # one fit of EPOCHS epochs shared by the module
 
 # Enough for iris: in plain Keras, 8 epochs of this model already score 0.92-0.95 on its 150
 # rows (4 random validation splits, features scaled as here).
