@@ -79,6 +79,9 @@ def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
     env.pop("CUDA_VISIBLE_DEVICES", None)  # what tasks see of GPUs comes from Spark alone
+    # pyspark's Connect switch is on while the suite's Connect session is the live one, also
+    # between tests (tests/conftest.py): a classic driver started with it goes remote.
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     port, ui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")

@@ -207,7 +207,8 @@ def test_float_label_forced_to_classification_with_too_many_classes(tables, tmp_
 
 
 @pytest.mark.slow
-def test_column_names_delta_allows_work_end_to_end(tmp_path):
+@pytest.mark.classic_only  # Spark scoring on Connect has tests of its own (tests/inference)
+def test_column_names_delta_allows_work_end_to_end(spark, tmp_path):
     """Spaces (as Databricks' column-mapped tables have), "/", "." and non-ASCII: as features
     of the tabular recipe, Keras inputs, the model signature, pyfunc serving and Spark scoring,
     on a column-mapped Delta table with a deletion vector."""
@@ -249,22 +250,18 @@ def test_column_names_delta_allows_work_end_to_end(tmp_path):
     assert probs.shape == (40, 3)
 
     from keras_dl.inference import predict
-    from keras_dl.inference.tables import read_table_into_spark, spark_session
+    from keras_dl.inference.tables import read_table_into_spark
 
-    spark = spark_session("local[2]", "names")
-    try:
-        df, snapshot = read_table_into_spark(spark, table)
-        assert df.count() == len(frame) - 2  # the deletion vector's two rows are gone
-        scored = predict(df, "models:/tabular/1", tracking_uri=uri).toPandas()
-        assert len(scored) == len(frame) - 2 and "prediction" in scored.columns
-        # Spark scores the named columns as pyfunc does (both pack them in the logged model).
-        probabilities = scored[[c for c in scored.columns if c.startswith("probability_")]]
-        rows = frame.set_index("row").loc[scored["row"], names]
-        np.testing.assert_allclose(
-            probabilities.to_numpy(), np.asarray(model.predict(rows)), atol=1e-5
-        )
-    finally:
-        spark.stop()
+    # The suite's session: one made here with getOrCreate would be the worker's own, and
+    # stopping it stopped every later Spark test of the worker (seen when the order changed).
+    df, snapshot = read_table_into_spark(spark, table)
+    assert df.count() == len(frame) - 2  # the deletion vector's two rows are gone
+    scored = predict(df, "models:/tabular/1", tracking_uri=uri).toPandas()
+    assert len(scored) == len(frame) - 2 and "prediction" in scored.columns
+    # Spark scores the named columns as pyfunc does (both pack them in the logged model).
+    probabilities = scored[[c for c in scored.columns if c.startswith("probability_")]]
+    rows = frame.set_index("row").loc[scored["row"], names]
+    np.testing.assert_allclose(probabilities.to_numpy(), np.asarray(model.predict(rows)), atol=1e-5)
 
 
 def packed_inside(model):

@@ -52,3 +52,37 @@ def test_nothing_running_queues_nothing(tmp_path):
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     assert requeue_stale(study) == []
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 0
+
+
+def test_a_killed_trials_mlflow_run_ends_killed_even_before_the_trial_names_it(tmp_path):
+    """The kill can come between a trial's run being created and the trial recording its id:
+    the rerun finds that run by its parent and trial tag, and ends it KILLED."""
+    import mlflow
+
+    from keras_dl.config import Experiment, resolve
+    from keras_dl.run.mlflow_run import create_run
+    from keras_dl.tuning.study import _end_stale_runs
+    from keras_dl.tuning.trial import RUN_ATTR, STATE_TAG, TRIAL_TAG
+    from tests.conftest import seed_store
+
+    uri = seed_store(tmp_path / "mlflow.db")
+    exp = resolve(Experiment(recipe="digits"), sets=[f"tracking.uri={uri}", "data.table=/t"])
+    parent = create_run(exp, {"mlflow.runName": "tune-s"})
+    study = _study(tmp_path)
+    named, unnamed = study.ask(), study.ask()
+    runs = {}
+    for trial in (named, unnamed):
+        runs[trial.number] = create_run(
+            exp, {"mlflow.parentRunId": parent, TRIAL_TAG: str(trial.number)}
+        )
+    named.set_user_attr(RUN_ATTR, runs[named.number])  # the other was killed before this
+    other = create_run(exp, {"mlflow.parentRunId": parent, TRIAL_TAG: "7"})  # not stale
+
+    _end_stale_runs(exp, parent, requeue_stale(study))
+
+    client = mlflow.MlflowClient(uri)
+    for run_id in runs.values():
+        run = client.get_run(run_id)
+        assert run.info.status == "KILLED" and run.data.tags[STATE_TAG] == "killed"
+    assert client.get_run(other).info.status == "RUNNING"
+    assert client.get_run(parent).info.status == "RUNNING"
