@@ -45,6 +45,7 @@ from keras_dl.data.tables.rows import check_file, group_live_rows, open_file
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.data.tables.stats import TableStats
 from keras_dl.errors import DataError
+from keras_dl.storage import local_path
 
 DEFAULT_IO = IoOptions()  # data.io_concurrency and data.io_max_bytes' defaults
 
@@ -228,7 +229,7 @@ class RowGroupCounts:
         if self.stats.group_rows is not None:
             return
         missing = [i for i in dict.fromkeys(indices) if i not in self.known]
-        remote = [i for i in missing if "://" in self.snapshot.files[i]]
+        remote = [i for i in missing if local_path(self.snapshot.files[i]) is None]
         if len(remote) < 2 or self.concurrency < 2:
             return  # local footers cost no round trip: opened when asked for
         workers = min(self.concurrency, len(remote))
