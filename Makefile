@@ -33,12 +33,12 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check keras_dl keras_dl_petastorm_hook.py recipes benchmarks tests
-	$(BIN)/ruff format --check keras_dl keras_dl_petastorm_hook.py recipes benchmarks tests
+	$(BIN)/ruff check keras_dl keras_dl_petastorm_hook.py keras_dl_keras_hook.py recipes benchmarks tests
+	$(BIN)/ruff format --check keras_dl keras_dl_petastorm_hook.py keras_dl_keras_hook.py recipes benchmarks tests
 
 format: setup
-	$(BIN)/ruff check --fix keras_dl keras_dl_petastorm_hook.py recipes benchmarks tests
-	$(BIN)/ruff format keras_dl keras_dl_petastorm_hook.py recipes benchmarks tests
+	$(BIN)/ruff check --fix keras_dl keras_dl_petastorm_hook.py keras_dl_keras_hook.py recipes benchmarks tests
+	$(BIN)/ruff format keras_dl keras_dl_petastorm_hook.py keras_dl_keras_hook.py recipes benchmarks tests
 
 clean:
 	rm -rf $(VENV) runs mlflow.db mlartifacts data spark-warehouse

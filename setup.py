@@ -2,10 +2,11 @@
 
 Everything else is declared in setup.cfg. The .pth file makes every Python process of the
 environment (Petastorm's process-pool workers, Spark's Python workers, Horovod ranks) register
-the Petastorm import hook at start-up, before anything imports Petastorm: on pyarrow >= 16
-``import petastorm`` fails without it. The hook is the top-level module keras_dl_petastorm_hook
-(setup.cfg ``py_modules``): the .pth file imports it and not keras_dl, and it does nothing until
-Petastorm is imported.
+the import hooks at start-up: the Petastorm one before anything imports Petastorm (on pyarrow
+>= 16 ``import petastorm`` fails without it), and the one that defers Keras' scikit-learn and
+matplotlib extras to their first use. The hooks are the top-level modules
+keras_dl_petastorm_hook and keras_dl_keras_hook (setup.cfg ``py_modules``): the .pth file imports
+them and not keras_dl, and each does nothing until Petastorm or Keras is imported.
 """
 
 from pathlib import Path

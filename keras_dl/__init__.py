@@ -9,6 +9,7 @@ MirroredStrategy or Horovod) -> MLflow. Import what you need from the submodules
     from keras_dl.train import fit
 """
 
+import keras_dl_keras_hook
 import keras_dl_petastorm_hook
 
 __version__ = "0.1.0"
@@ -18,6 +19,8 @@ __version__ = "0.1.0"
 # registers the hook at interpreter start; this covers a keras_dl used from a source tree
 # (PYTHONPATH) without it. Cheap: nothing is imported until Petastorm is.
 keras_dl_petastorm_hook.register()
+# Keras' scikit-learn and matplotlib extras load on first use, not with Keras (keras_dl_keras_hook).
+keras_dl_keras_hook.register()
 
 
 def tune(exp, space):

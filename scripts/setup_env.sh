@@ -8,7 +8,16 @@ VENV=.venv
 STAMP="$VENV/.keras-dl-env"
 want=$(cat setup.cfg pyproject.toml requirements/*.txt scripts/setup_env.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
 
+# The package's .pth file (the import hooks every Python process of the venv registers at start).
+copy_pth() {
+  local site
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  cmp -s keras_dl_petastorm_compat.pth "$site/keras_dl_petastorm_compat.pth" \
+    || cp keras_dl_petastorm_compat.pth "$site/"
+}
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c 'import keras_dl' 2>/dev/null; then
+  copy_pth
   exit 0
 fi
 
@@ -41,10 +50,9 @@ echo ">>> installing keras-dl[$extra,dev,bench] with the pins in requirements/co
 "$VENV/bin/pip" install -q -c requirements/constraints.txt -e ".[$extra,dev,bench]"
 # An editable install does not ship the package's .pth file (a wheel does): copy it, so every
 # Python process of the venv (Petastorm's process pool, Spark's Python workers, Horovod ranks)
-# registers the Petastorm import hook (the top-level keras_dl_petastorm_hook, not keras_dl)
-# before anything imports Petastorm.
-site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-cp keras_dl_petastorm_compat.pth "$site/"
+# registers the import hooks (the top-level keras_dl_petastorm_hook and keras_dl_keras_hook, not
+# keras_dl) before anything imports Petastorm or Keras.
+copy_pth
 bash scripts/build_horovod.sh "$VENV"
 "$VENV/bin/python" -c 'import tensorflow, keras, petastorm, deltalake, mlflow, pyspark, keras_dl' \
   || { echo "ERROR: the environment in $VENV does not import its core packages." >&2; exit 1; }

@@ -17,6 +17,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 # (file, function): why it loads a module by a name built at run time, or from above keras_dl:
@@ -27,6 +29,8 @@ ALLOWED = {
     "name; recipes sit above keras_dl and this is the one place that loads them",
 }
 ABOVE_KERAS_DL = ("recipes", "tests", "notebooks")
+# The top-level import hooks the .pth file loads (outside the package, so no layer holds them).
+HOOKS = ("keras_dl_petastorm_hook.py", "keras_dl_keras_hook.py")
 
 
 def test_no_module_is_loaded_by_string_against_the_layers():
@@ -65,7 +69,7 @@ def test_every_module_is_in_a_layer_of_importlinter():
     # whose modules sit in several layers); every module in it is placed. keras_dl.data's
     # modules are placed in the data contract's layers as well.
     contracts = list(_contracts())
-    modules = [_module_name(p) for p in _sources() if p.name != "keras_dl_petastorm_hook.py"]
+    modules = [_module_name(p) for p in _sources() if p.name not in HOOKS]
     folders = {m for m in modules if any(n.startswith(m + ".") for n in modules)}
     unplaced = [m for m in modules if not any(_layer_of(m, ls) for _, ls in contracts)]
     assert set(unplaced) <= folders, f"in no layer of .importlinter: {set(unplaced) - folders}"
@@ -80,12 +84,13 @@ def test_every_module_is_in_a_layer_of_importlinter():
     assert hook["forbidden_modules"].split() == ["keras_dl_petastorm_hook"]
 
 
-def test_the_petastorm_hook_imports_only_the_standard_library():
+@pytest.mark.parametrize("hook", [h.removesuffix(".py") for h in HOOKS])
+def test_the_import_hooks_import_only_the_standard_library(hook):
     # -S: no site-packages, so no .pth file loads anything first.
     code = (
         "import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); "
-        "import keras_dl_petastorm_hook; "
-        "print(' '.join(sorted(set(sys.modules) - before - {'keras_dl_petastorm_hook'})))"
+        f"import {hook}; "
+        f"print(' '.join(sorted(set(sys.modules) - before - {{'{hook}'}})))"
     )
     out = subprocess.run(
         [sys.executable, "-S", "-c", code, str(REPO)], capture_output=True, text=True, timeout=60
@@ -194,7 +199,8 @@ def _contracts():
 
 
 def _sources():
-    yield REPO / "keras_dl_petastorm_hook.py"
+    for hook in HOOKS:
+        yield REPO / hook
     for root, _, files in os.walk(REPO / "keras_dl"):
         for name in sorted(files):
             if name.endswith(".py"):
