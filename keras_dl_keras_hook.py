@@ -9,9 +9,10 @@ bare ``import keras`` takes here (``/usr/bin/time python -c "import keras"``, th
 Horovod rank, every Spark Python worker that scores a model, every ``python -m recipes.NAME``.
 
 :func:`register` puts :class:`KerasExtrasFinder` first on ``sys.meta_path``. It loads the
-modules named in :data:`DEFERRED` with :class:`importlib.util.LazyLoader`: the module object is
-created when Keras imports it, and its code runs (importing scikit-learn or matplotlib) on the
-first attribute anyone reads from it. ``keras.wrappers.SKLearnClassifier`` and
+modules named in :data:`DEFERRED` with :class:`DeferredLoader` (:class:`importlib.util.LazyLoader`
+that leaves a module's identity readable): the module object is created when Keras imports it,
+and its code runs (importing scikit-learn or matplotlib) on the first other attribute anyone
+reads from it. ``keras.wrappers.SKLearnClassifier`` and
 ``from keras.visualization import plot_image_gallery`` work as before; only their cost moves to
 their first use. A module this hook cannot find, or whose loader cannot be made lazy, is loaded
 the usual way, so a Keras that renames these modules is not broken, only not sped up.
@@ -26,9 +27,9 @@ process that imported Keras before registering it.
 from __future__ import annotations
 
 import importlib.abc
-import importlib.util
 import sys
 import threading
+import types
 
 # Keras modules whose code only defines optional extras, each imported by Keras' own __init__.
 DEFERRED = frozenset(
@@ -64,8 +65,74 @@ class KerasExtrasFinder(importlib.abc.MetaPathFinder):
             self._busy.on = False
         if spec is None or not hasattr(spec.loader, "exec_module"):
             return None  # the usual import, whatever it finds
-        spec.loader = importlib.util.LazyLoader(spec.loader)
+        spec.loader = DeferredLoader(spec.loader)
         return spec
+
+
+class DeferredLoader(importlib.abc.Loader):
+    """Create the module now; run its code on the first read of anything but its identity.
+
+    Like :class:`importlib.util.LazyLoader`, except that reading the attributes the import
+    system set before the module's code runs (``__name__``, ``__file__``, ``__spec__``...) does
+    not run it: TensorFlow's autograph reads every loaded module's ``__file__`` each time it
+    converts a function (``inspect_utils._fix_linecache_record``), which would load them all
+    on a training run's first ``tf.data`` map.
+    """
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__spec__.loader = self.loader
+        module.__loader__ = self.loader
+        state = {"__dict__": dict(module.__dict__), "lock": threading.RLock()}
+        module.__spec__.loader_state = state
+        module.__class__ = _DeferredModule
+
+    def __getattr__(self, name):  # get_code, get_source, is_package... (runpy, inspect)
+        return getattr(self.loader, name)
+
+
+# What the import system sets on a module before its code runs: read without running it.
+_IDENTITY = frozenset(
+    {"__name__", "__file__", "__spec__", "__loader__", "__package__", "__cached__", "__class__"}
+)
+
+
+class _DeferredModule(types.ModuleType):
+    def __getattribute__(self, attr):
+        if attr in _IDENTITY:
+            own = object.__getattribute__(self, "__dict__")
+            if attr in own:
+                return own[attr]
+            if attr == "__class__":
+                return _DeferredModule
+        _load(self)
+        return getattr(self, attr)
+
+    def __delattr__(self, attr):
+        _load(self)
+        delattr(self, attr)
+
+
+def _load(module) -> None:
+    """Run ``module``'s code once (the first thread to get here; the others wait for it).
+
+    What was set on the module meanwhile (the import system binds a submodule on its parent)
+    is put back over what its code sets, as :class:`importlib.util.LazyLoader` does."""
+    own = object.__getattribute__(module, "__dict__")
+    state = own["__spec__"].loader_state
+    with state["lock"]:
+        if type(module) is not _DeferredModule:
+            return
+        then = state["__dict__"]
+        set_since = {k: v for k, v in own.items() if k not in then or then[k] is not v}
+        module.__class__ = types.ModuleType
+        own["__spec__"].loader.exec_module(module)
+        own.update(set_since)
 
 
 def _spec_from_other_finders(finder, fullname, path, target):

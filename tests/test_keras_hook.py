@@ -15,8 +15,15 @@ import sys
 CODE = """
 import json, sys
 import keras
-seen = {"with_keras": sorted(m for m in ("sklearn", "matplotlib.pyplot") if m in sys.modules)}
+EXTRAS = ("sklearn", "matplotlib.pyplot")
+seen = {"with_keras": sorted(m for m in EXTRAS if m in sys.modules)}
 import tensorflow as tf
+# Autograph reads every loaded module's __file__ when it converts a function: still deferred.
+def double(x):
+    return x * 2 if x > 0 else x  # a Python `if` on a tensor: autograph must convert it
+ds = tf.data.Dataset.range(3).map(double)
+seen["autograph"] = [int(v) for v in ds] == [0, 2, 4]
+seen["after_autograph"] = sorted(m for m in EXTRAS if m in sys.modules)
 from keras.wrappers import SKLearnClassifier
 import sklearn.base
 seen["classifier_is_an_estimator"] = issubclass(SKLearnClassifier, sklearn.base.BaseEstimator)
@@ -30,15 +37,19 @@ print(json.dumps(seen))
 """
 
 
-def test_keras_imports_without_its_extras_and_they_load_on_first_use():
+def test_keras_imports_without_its_extras_and_they_load_on_first_use(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = tmp_path / "probe.py"  # a file: autograph converts only functions with a source
+    probe.write_text(CODE)
     out = subprocess.run(
-        [sys.executable, "-c", CODE], capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, str(probe)], capture_output=True, text=True, timeout=300, env=env
     )
     assert out.returncode == 0, out.stderr[-4000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == {
         "with_keras": [],  # neither scikit-learn nor pyplot came with `import keras`
+        "autograph": True,
+        "after_autograph": [],  # nor with a tf.data map's autograph conversion
         "classifier_is_an_estimator": True,  # the wrapper, loaded when asked for, is whole
         "tf_keras_same_class": True,
         "gallery_plt": "matplotlib.pyplot",
