@@ -23,6 +23,7 @@ keras_dl setting:
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -161,7 +162,18 @@ def credentials_said(account: AzureAccount) -> str:
 
 
 def azure_filesystem(account: AzureAccount):
-    """A ``pyarrow.fs.AzureFileSystem`` on ``account`` (its credential and endpoint)."""
+    """A ``pyarrow.fs.AzureFileSystem`` on ``account`` (its credential and endpoint), one per
+    account and identity variables, shared as ``filesystems._s3_filesystem`` says why."""
+    identity = tuple(os.environ.get(k) for k in _IDENTITY_VARIABLES)
+    return _azure_filesystem(account, identity)
+
+
+# What Azure's default credential reads from the environment (no key or SAS token given).
+_IDENTITY_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET")
+
+
+@functools.lru_cache(maxsize=16)
+def _azure_filesystem(account: AzureAccount, identity: tuple):
     import pyarrow.fs as pafs
 
     kwargs: dict = {"account_name": account.name}
@@ -195,7 +207,7 @@ def delta_options(uri: str) -> dict[str, str]:
         out["AZURE_STORAGE_ACCOUNT_KEY"] = account.key
     elif account.sas_token:
         out["AZURE_STORAGE_SAS_TOKEN"] = account.sas_token
-    for key in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET"):
+    for key in _IDENTITY_VARIABLES:
         if os.environ.get(key) and not (account.key or account.sas_token):
             out[key] = os.environ[key]
     if account.endpoint:
