@@ -5,7 +5,7 @@ through it SciPy) to define ``SKLearnClassifier``, and ``keras.src.visualization
 imports ``matplotlib.pyplot``. Both are installed in a keras-dl environment because MLflow
 requires them, so every process that imports Keras pays for them: 1.6-1.8 CPU-s of the 5.5-6 a
 bare ``import keras`` takes here (``/usr/bin/time python -c "import keras"``, three runs each:
-5.2-6.0 CPU-s without this hook, 3.9-4.0 with it). keras-dl starts many such processes: every
+5.5-6.0 CPU-s without this hook, 3.9-4.0 with it). keras-dl starts many such processes: every
 Horovod rank, every Spark Python worker that scores a model, every ``python -m recipes.NAME``.
 
 :func:`register` puts :class:`KerasExtrasFinder` first on ``sys.meta_path``. It loads the
