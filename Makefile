@@ -12,14 +12,11 @@ DEMO_TABLE ?= data/digits
 # worker no work under loadgroup and waited for it, until CI's time limit.
 PYTEST_ARGS ?= -n 4 --dist loadgroup --max-worker-restart=0
 
-# The venv (scripts/setup_env.sh), Debian's Chromium for the report test when it is missing,
-# Azurite (npm, Azure Storage's emulator) for the Azure tests, and Debian's Prometheus and
-# Pushgateway for the monitoring tests.
+# The venv (scripts/setup_env.sh) and, beside it in the background (scripts/setup.sh), Debian's
+# Chromium for the report test when it is missing, Azurite (npm, Azure Storage's emulator) for the
+# Azure tests, and Debian's Prometheus and Pushgateway for the monitoring tests.
 setup:
-	@bash scripts/setup_env.sh
-	@bash scripts/setup_browser.sh
-	@bash scripts/setup_azurite.sh
-	@bash scripts/setup_prometheus.sh
+	@bash scripts/setup.sh
 
 # Ingest scikit-learn's digits into a local Delta table (once), train the digits recipe on it,
 # log and register it in ./mlflow.db.

@@ -20,5 +20,9 @@ apt_install() {
     fi
   fi
   echo ">>> installing $what"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+  # Wait for dpkg's lock rather than fail: make setup runs this beside setup_env.sh, which takes
+  # the lock to install Java when it is missing.
+  local wait_lock=(-o DPkg::Lock::Timeout=600)
+  $sudo apt-get "${wait_lock[@]}" update -qq \
+    && DEBIAN_FRONTEND=noninteractive $sudo apt-get "${wait_lock[@]}" install -y -qq "$@" >/dev/null
 }
