@@ -20,7 +20,7 @@ script_hash=$(cat "$0" "$ROOT/requirements/horovod.txt" | sha256sum | cut -c1-12
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/keras-dl/horovod-$HVD_VERSION-$key-$script_hash"
 
 if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
-  echo ">>> building Horovod $HVD_VERSION against $key (3-8 minutes on 2 cores)"
+  echo ">>> building Horovod $HVD_VERSION against $key (about 1.5 minutes on 2 cores)"
   command -v g++ >/dev/null || { echo "ERROR: g++ is needed to build Horovod (apt-get install g++)." >&2; exit 1; }
   if ! command -v cmake >/dev/null; then
     # Horovod's CMakeLists predate CMake 4's removal of old policies: take a 3.x.
@@ -35,6 +35,14 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
   sed -i '/xla_mpi_ops\.cc/d' "$src/horovod/tensorflow/CMakeLists.txt"
   if grep -q xla_mpi_ops "$src/horovod/tensorflow/CMakeLists.txt"; then
     echo "ERROR: could not drop xla_mpi_ops.cc from Horovod's CMakeLists.txt" >&2; exit 1
+  fi
+  # Horovod builds RelWithDebInfo (-O3 -g): keep -O3, drop the debug info. Measured on 2 cores:
+  # 112 s and a 14.8 MB wheel with it, 90 s and 1.0 MB without; the code is the same.
+  sed -i 's|^string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO .*|&\
+string(REPLACE "-g" "" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")\
+string(REPLACE "-g" "" CMAKE_C_FLAGS_RELWITHDEBINFO "${CMAKE_C_FLAGS_RELWITHDEBINFO}")|' "$src/CMakeLists.txt"
+  if ! grep -q 'REPLACE "-g" "" CMAKE_CXX_FLAGS_RELWITHDEBINFO' "$src/CMakeLists.txt"; then
+    echo "ERROR: could not drop -g from Horovod's CMakeLists.txt" >&2; exit 1
   fi
   (cd "$src" && PATH="$VENV/bin:$PATH" \
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
