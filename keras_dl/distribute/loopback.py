@@ -28,6 +28,9 @@ from collections.abc import Iterator
 from keras_dl.errors import DistributedError
 
 LOOPBACK = "127.0.0.1"
+# Spark's Python worker daemon for keras_dl's sessions: pyspark's, with TensorFlow, Keras and
+# MLflow imported once before it forks the workers (see the module).
+DAEMON = "keras_dl.distribute.spark_daemon"
 _lock = threading.Lock()
 
 
@@ -96,9 +99,11 @@ def spark_conf(master: str | None, *, bind_address: str = LOOPBACK, ui: bool = F
         ui: Start Spark's web UI (it listens on every interface). Defaults to False.
 
     Returns:
-        ``{key: value}`` to pass to ``SparkSession.builder.config``.
+        ``{key: value}`` to pass to ``SparkSession.builder.config``. On every master, Spark's
+        Python workers fork from :mod:`keras_dl.distribute.spark_daemon`, which has imported
+        TensorFlow, Keras and MLflow once.
     """
-    conf = {"spark.ui.enabled": "true" if ui else "false"}
+    conf = {"spark.ui.enabled": "true" if ui else "false", "spark.python.daemon.module": DAEMON}
     if _is_local(master if master is not None else _configured_master()):
         conf["spark.driver.bindAddress"] = bind_address
         # The address the driver advertises to its (in-JVM) executors and block manager.

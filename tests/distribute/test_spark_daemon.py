@@ -1,0 +1,67 @@
+"""keras_dl's Spark sessions fork their Python workers from a daemon that imported TensorFlow,
+Keras and MLflow once (keras_dl.distribute.spark_daemon), and that daemon keeps Spark's channel
+clean. Scoring, tuning and the estimator on these workers are the other Spark tests."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from keras_dl.distribute.loopback import DAEMON
+
+
+def _probe(_):
+    """On a Spark worker: its parent (the daemon)'s command line, and whether the parent has
+    TensorFlow's library mapped (the worker's own modules prove nothing: a reused worker may
+    have imported TensorFlow itself)."""
+    import os
+
+    parent = os.getppid()
+    with open(f"/proc/{parent}/cmdline", "rb") as f:
+        command = f.read().split(b"\0")
+    with open(f"/proc/{parent}/maps") as f:
+        maps = f.read()
+    yield [c.decode() for c in command if c], "libtensorflow_framework" in maps
+
+
+@pytest.mark.classic_only
+def test_workers_fork_from_the_daemon_that_imported_tensorflow(spark):
+    rows = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(_probe).collect()
+    assert len(rows) == 2
+    for command, tensorflow_loaded in rows:
+        assert command[1:3] == ["-m", DAEMON], command
+        assert tensorflow_loaded, f"the daemon {command} did not import TensorFlow"
+
+
+PRELOAD = textwrap.dedent(
+    """
+    import sys
+    from keras_dl.distribute import spark_daemon
+
+    def noisy():
+        print("printed by an import")
+        sys.stdout.flush()
+
+    def broken():
+        raise ImportError("no such package")
+
+    spark_daemon._PRELOADS = (("noisy", noisy), ("broken", broken))
+    failed = spark_daemon.preload()
+    sys.stdout.write("AFTER " + ",".join(failed))
+    """
+)
+
+
+def test_preload_keeps_the_daemons_stdout_for_spark_and_leaves_failures_to_the_workers():
+    out = subprocess.run(
+        [sys.executable, "-c", PRELOAD],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "YES"},
+    )
+    # Spark reads the daemon's port from its stdout: nothing an import prints may precede it.
+    assert out.stdout == "AFTER broken"
+    assert "printed by an import" in out.stderr
