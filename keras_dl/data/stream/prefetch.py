@@ -13,7 +13,10 @@ keeps at most ``data.workers`` requests in flight and waits two round trips per 
   the network with the interpreter lock released), and it stops fetching ahead while
   ``max_bytes`` bytes are requested and not yet decoded (one row group larger than that is
   fetched alone);
-- each file's footer is fetched once, ahead, by the same pool.
+- each file's footer is fetched once, ahead, by the same pool, and kept with the file's size
+  for the next epochs' prefetches of the same snapshot (:func:`opened_files`): an epoch after
+  the first starts with its first range request, not with two round trips (the size, then the
+  footer) per file.
 
 A worker takes its row group with :meth:`RowGroupPrefetch.fetched`: a file object serving the
 fetched bytes, and the file's footer. Which rows are read, and in which order, stays the plan's:
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,6 +43,7 @@ from keras_dl.storage.ranges import RangeFile, coalesce
 from keras_dl.storage.retry import retrying
 
 FOOTER_BYTES = 64 << 10  # the file's tail fetched for its footer, as pyarrow reads it
+KEPT_FILES = 4096  # per snapshot: the opened files (size, footer) kept for the next epochs
 
 
 def open_prefetch(
@@ -72,6 +77,37 @@ class _Entry:
     parts: list[Future] | None = None  # one future (offset, bytes) per range
 
 
+_OPENED: dict[int, tuple[weakref.ref, dict]] = {}
+_opened_lock = threading.Lock()
+
+
+def opened_files(snapshot: TableSnapshot) -> dict[tuple[int, tuple[str, ...]], _File]:
+    """The files prefetches of ``snapshot`` opened (``(file index, columns)`` -> handle, size,
+    footer, planned chunks), shared by the prefetches of every epoch while the snapshot lives.
+
+    A snapshot is one version of the table, as a run reads it: its files are the ones it names
+    for as long as it is read (Delta never rewrites a data file; a plain Parquet file rewritten
+    in place mid-run already breaks the plan cut from its footer). A new snapshot (the next run,
+    or the next version) opens its files again.
+    """
+    key = id(snapshot)
+    with _opened_lock:
+        kept = _OPENED.get(key)
+        if kept is not None and kept[0]() is snapshot:
+            return kept[1]
+        files: dict = {}
+        ref = weakref.ref(snapshot, lambda _, key=key: _forget(key))
+        _OPENED[key] = (ref, files)
+        return files
+
+
+def _forget(key: int) -> None:
+    with _opened_lock:
+        kept = _OPENED.get(key)
+        if kept is not None and kept[0]() is None:
+            del _OPENED[key]
+
+
 class RowGroupPrefetch:
     """The planned row groups' column chunks, fetched ahead in planned order (see the module).
 
@@ -90,6 +126,7 @@ class RowGroupPrefetch:
         self.cond = threading.Condition()
         self.entries: dict[tuple[int, int], _Entry] = {}  # scheduled, not yet taken
         self.files: dict[int, Future] = {}
+        self.opened = opened_files(snapshot)  # earlier epochs' opens of this snapshot's files
         self.held = 0  # bytes requested and not yet released by a decoder
         self.next = 0  # the position in ``order`` the scheduler is at
         self.closed = False
@@ -192,6 +229,11 @@ class RowGroupPrefetch:
             return failed
 
     def _submit_open(self, index: int) -> None:
+        file = self.opened.get((index, self.columns))
+        if file is not None:
+            self.files[index] = done = Future()
+            done.set_result(file)  # opened by an earlier epoch: no round trip
+            return
         self.files[index] = self._submit(self._open, index)
 
     def _open(self, index: int) -> _File:
@@ -206,6 +248,8 @@ class RowGroupPrefetch:
         meta = pq.read_metadata(RangeFile(size, tail, lambda o, k: self._read_at(handle, o, k)))
         file = _File(handle, size, meta, None)
         file.chunks = FileChunks(self.snapshot, index, meta, self.columns)
+        if len(self.opened) < KEPT_FILES:
+            self.opened[(index, self.columns)] = file
         return file
 
     def _fetch(self, file: _File, span: tuple[int, int]) -> tuple[int, bytes]:

@@ -205,3 +205,40 @@ def test_the_first_epoch_opens_a_remote_tables_footers_at_once_each_once(s3, mon
         out.write(b"not parquet")
     with pytest.raises(DataError, match=snap.files[2].rsplit("/", 1)[1]):
         list(iter_epoch(snap, ["x"], stats))
+
+
+def test_later_epochs_start_with_the_files_the_first_one_opened(s3, fetches, monkeypatch):
+    """A file's size and footer cost two round trips: fetched by the first epoch's prefetch,
+    kept for the next epochs' prefetches of the same snapshot, and fetched again by the next
+    snapshot of the table (a new run, or a new version)."""
+    from keras_dl.data import open_table
+    from keras_dl.data.ingest import write_table
+    from keras_dl.data.stream import prefetch as prefetch_module
+
+    uri = s3.uri("epochs")
+    for part in range(3):
+        ids = np.arange(part * 40, part * 40 + 40)
+        write_table(pa.table({"x": ids}), uri, mode="error" if part == 0 else "append",
+                    rows_per_group=15)  # fmt: skip
+    opens = []
+    real = prefetch_module.filesystem
+    monkeypatch.setattr(prefetch_module, "filesystem", lambda u: opens.append(u) or real(u))
+
+    def epoch(snap, seed):
+        stats = count_rows(snap, ["x"])
+        rows = [i for t in iter_epoch(snap, ["x"], stats, shuffle=True, seed=seed, io=IoOptions(4))
+                for i in t.column("x").to_pylist()]  # fmt: skip
+        assert sorted(rows) == list(range(120))
+        return rows, fetches[-1]
+
+    snap = open_table(uri)
+    first, one = epoch(snap, 1)
+    assert sorted(opens) == sorted(snap.files)  # each file opened once
+    opens.clear()
+    second, two = epoch(snap, 2)
+    assert opens == [] and second != first  # reshuffled, from the kept files
+    assert two.requests == one.requests - 3  # the three footers not fetched again
+    assert epoch(snap, 2)[0] == second  # the same plan reads the same rows, in order
+    again = open_table(uri)
+    epoch(again, 1)
+    assert sorted(opens) == sorted(again.files)  # a new snapshot opens its files again
