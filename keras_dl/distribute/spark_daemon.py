@@ -11,7 +11,9 @@ by :func:`keras_dl.distribute.loopback.spark_conf`): it imports those packages o
 pyspark's own daemon, so every forked worker starts with them already in memory
 (copy-on-write). Only imports run here, no TensorFlow op: no device, thread pool or session
 exists before the fork, and each task still picks its GPUs (``CUDA_VISIBLE_DEVICES``) before
-TensorFlow first touches one. The daemon's stdout is its channel to Spark (it writes its port
+TensorFlow first touches one. On a host with an NVIDIA device (``/dev/nvidiactl``) TensorFlow and
+Keras are left to each worker all the same: CUDA cannot serve a process forked after it was
+initialized, and keras_dl does not bet on TensorFlow's import leaving it alone. The daemon's stdout is its channel to Spark (it writes its port
 there), so whatever the imports print goes to stderr. A package that fails to import is left to
 the worker that needs it, which reports the error as it would without this module.
 """
@@ -22,13 +24,14 @@ import os
 import sys
 
 
-def preload() -> list[str]:
-    """Import the packages keras_dl's Python tasks use; the names of those that failed."""
+def preload(loads=None) -> list[str]:
+    """Import the packages keras_dl's Python tasks use (``loads``: ``(name, function)`` pairs,
+    by default :func:`preloads` of this host); the names of those that failed."""
     failed = []
     saved = os.dup(1)
     os.dup2(2, 1)  # the imports' prints and logs stay off the daemon's channel to Spark
     try:
-        for name, load in _PRELOADS:
+        for name, load in preloads(os.path.exists("/dev/nvidiactl")) if loads is None else loads:
             try:
                 load()
             except Exception:  # noqa: BLE001 - the worker that needs it raises it again
@@ -57,12 +60,10 @@ def _arrow_and_pandas():
     import pyarrow  # noqa: F401
 
 
-_PRELOADS = (
-    ("pyarrow, pandas", _arrow_and_pandas),
-    ("tensorflow", _tensorflow),
-    ("keras", _keras),
-    ("mlflow", _mlflow),
-)
+def preloads(gpu_host: bool) -> tuple:
+    """What the daemon imports: not TensorFlow nor Keras on a host with a GPU (see the module)."""
+    frameworks = () if gpu_host else (("tensorflow", _tensorflow), ("keras", _keras))
+    return (("pyarrow, pandas", _arrow_and_pandas), *frameworks, ("mlflow", _mlflow))
 
 
 def main() -> None:

@@ -47,8 +47,7 @@ PRELOAD = textwrap.dedent(
     def broken():
         raise ImportError("no such package")
 
-    spark_daemon._PRELOADS = (("noisy", noisy), ("broken", broken))
-    failed = spark_daemon.preload()
+    failed = spark_daemon.preload((("noisy", noisy), ("broken", broken)))
     sys.stdout.write("AFTER " + ",".join(failed))
     """
 )
@@ -65,3 +64,12 @@ def test_preload_keeps_the_daemons_stdout_for_spark_and_leaves_failures_to_the_w
     # Spark reads the daemon's port from its stdout: nothing an import prints may precede it.
     assert out.stdout == "AFTER broken"
     assert "printed by an import" in out.stderr
+
+
+def test_a_gpu_host_leaves_tensorflow_to_each_worker():
+    from keras_dl.distribute.spark_daemon import preloads
+
+    names = [name for name, _ in preloads(gpu_host=False)]
+    assert names == ["pyarrow, pandas", "tensorflow", "keras", "mlflow"]
+    # CUDA cannot serve a process forked after it was initialized.
+    assert [name for name, _ in preloads(gpu_host=True)] == ["pyarrow, pandas", "mlflow"]
