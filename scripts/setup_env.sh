@@ -50,7 +50,7 @@ extra=cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then extra=gpu; fi
 echo ">>> installing keras-dl[$extra,dev,bench] with the pins in requirements/constraints.txt"
 # With uv (pinned like everything else), which downloads and unpacks the wheels in parallel: on a
-# fresh machine the same install took pip 112 s and uv 35 s. --compile-bytecode as pip does, so
+# fresh machine the same install took pip 112 s and uv 44 s (bytecode included). --compile-bytecode as pip does, so
 # the suite's first parallel imports do not each compile TensorFlow. pip stays in the venv for
 # build_horovod.sh and for users.
 "$VENV/bin/pip" install -q -c requirements/constraints.txt uv

@@ -13,8 +13,9 @@ pyspark's own daemon, so every forked worker starts with them already in memory
 exists before the fork, and each task still picks its GPUs (``CUDA_VISIBLE_DEVICES``) before
 TensorFlow first touches one. On a host with an NVIDIA device (``/dev/nvidiactl``) TensorFlow and
 Keras are left to each worker all the same: CUDA cannot serve a process forked after it was
-initialized, and keras_dl does not bet on TensorFlow's import leaving it alone. The daemon's stdout is its channel to Spark (it writes its port
-there), so whatever the imports print goes to stderr. A package that fails to import is left to
+initialized, and keras_dl does not bet on TensorFlow's import leaving it alone. The daemon's
+stdout is its channel to Spark (it writes its port there), so whatever the imports print goes
+to stderr. A package that fails to import is left to
 the worker that needs it, which reports the error as it would without this module.
 """
 
