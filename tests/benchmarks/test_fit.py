@@ -11,9 +11,10 @@ pytestmark = pytest.mark.slow
 
 
 @STARTS_FIRST
+@pytest.mark.timeout(1800)  # a hang guard: 120 s quiet, over 600 on a CI machine loaded 5x
 def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
     out = tmp_path / "fit.json"
-    done = run_cli("bench", "fit", "--quick", "--out", str(out), timeout=600)
+    done = run_cli("bench", "fit", "--quick", "--out", str(out), timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report

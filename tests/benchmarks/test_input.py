@@ -73,7 +73,7 @@ RAY = {"ray_to_tf", "ray_iter"}
 
 def _quick_bench(tmp_path, *args):
     out = tmp_path / "bench.json"
-    done = run_cli("bench", "input", "--quick", *args, "--out", str(out), timeout=900)
+    done = run_cli("bench", "input", "--quick", *args, "--out", str(out), timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert json.loads(done.stdout[done.stdout.index("{") :]) == report
@@ -135,6 +135,7 @@ def _check_targets(report, expected):
 
 @STARTS_FIRST
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a hang guard: about 120 s quiet, over 900 on a CI machine loaded 5x
 def test_quick_bench_narrow_beside_ray_and_stock_tf_data_with_its_memory(tmp_path):
     done, report = _quick_bench(tmp_path, "--tables", "narrow")
     assert set(report) == {"config", "narrow", "rss", "targets"} and report["config"]["ray"]
@@ -160,6 +161,7 @@ def test_quick_bench_narrow_beside_ray_and_stock_tf_data_with_its_memory(tmp_pat
 
 @STARTS_FIRST
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a hang guard: about 120 s quiet, over 900 on a CI machine loaded 5x
 def test_quick_bench_wide_and_images_report_every_path_beside_its_baseline(tmp_path):
     done, report = _quick_bench(tmp_path, "--tables", "wide,images", "--no-ray")
     assert set(report) == {"config", "wide", "images", "targets"}

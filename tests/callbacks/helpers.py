@@ -47,7 +47,7 @@ class MlflowServer:
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 300) -> None:
         mlflow_bin = Path(sys.executable).with_name("mlflow")
         cmd = [
             str(mlflow_bin),

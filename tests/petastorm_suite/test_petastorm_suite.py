@@ -60,7 +60,7 @@ LEFT_OUT = {
 
 @STARTS_FIRST
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 12 min at load 12-15 on the 2 shared cores here; 7.7 CPU-minutes
+@pytest.mark.timeout(2700)  # 7 min quiet, 12 at load 12-15 here, 25 on a CI machine loaded 4x
 def test_petastorm_suite_passes_on_the_layer(tmp_path):
     package = Path(importlib.util.find_spec("petastorm").submodule_search_locations[0])
     report = tmp_path / "report.json"
@@ -80,10 +80,10 @@ def test_petastorm_suite_passes_on_the_layer(tmp_path):
     cmd = [
         sys.executable, "-m", "pytest", "-p", "tests.petastorm_suite.plugin",
         "-c", os.devnull, "--rootdir", str(tmp_path), "-p", "no:cacheprovider",
-        "-q", "-rfEX", "-o", "timeout=300", "-n", "2", "--dist", "worksteal",
+        "-q", "-rfEX", "-o", "timeout=600", "-n", "2", "--dist", "worksteal",
         *(str(package / f) for f in CURATED),
     ]  # fmt: skip
-    out = _run_as_a_group(cmd, cwd=tmp_path, env=env, timeout=1700)
+    out = _run_as_a_group(cmd, cwd=tmp_path, env=env, timeout=2600)
     tail = (out.stdout + out.stderr)[-8000:]
     assert report.exists(), tail
     summary = json.loads(report.read_text())

@@ -76,6 +76,24 @@ def test_parquet_dataset_pieces_and_partitions_match_the_legacy_layout(tmp_path)
     assert dataset.common_metadata is None and dataset.metadata is None
 
 
+def test_local_files_open_to_read_as_arrow_files_and_to_write_as_python_files(tmp_path):
+    # A Python file's bytes reach Arrow in buffers whose release needs the interpreter's lock:
+    # a decode thread releasing one as the process exits aborted it (see LocalFileSystem).
+    from keras_dl.data.petastorm_compat.filesystem import LocalFileSystem
+
+    fs, path = LocalFileSystem.get_instance(), tmp_path / "t.parquet"
+    with fs.open(path, "wb") as out:
+        assert not isinstance(out, pa.NativeFile)
+        pq.write_table(pa.table({"id": [1, 2]}), out)
+    with fs.open(path) as f:
+        assert isinstance(f, pa.NativeFile) and f.seekable()
+        assert pq.ParquetFile(f).read().column("id").to_pylist() == [1, 2]
+    with pytest.raises(FileNotFoundError):
+        fs.open(tmp_path / "missing.parquet")
+    piece = parquet_dataset.ParquetDatasetPiece(str(path), open_file_func=fs.open, row_group=0)
+    assert piece.read().column("id").to_pylist() == [1, 2]
+
+
 def test_make_batch_reader_prunes_hive_partitions_with_filters(tmp_path):
     for part, ids in (("a", [1, 2]), ("b", [3, 4, 5])):
         os.makedirs(tmp_path / f"p={part}")
