@@ -15,8 +15,8 @@ TensorFlow first touches one. On a host with an NVIDIA device (``/dev/nvidiactl`
 Keras are left to each worker all the same: CUDA cannot serve a process forked after it was
 initialized, and keras_dl does not bet on TensorFlow's import leaving it alone. The daemon's
 stdout is its channel to Spark (it writes its port there), so whatever the imports print goes
-to stderr. A package that fails to import is left to
-the worker that needs it, which reports the error as it would without this module.
+to stderr. A package that fails to import is left to the worker that needs it, which reports the
+error as it would without this module.
 """
 
 from __future__ import annotations

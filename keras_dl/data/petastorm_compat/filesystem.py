@@ -83,18 +83,18 @@ class FileSystem:
 
 
 class LocalFileSystem(FileSystem):
-    """``pyarrow.LocalFileSystem`` / ``pyarrow.localfs``: a file opened to read is an Arrow
-    ``OSFile`` (seekable, like the legacy class's Python file, and a context manager); to write,
-    Python's ``open``, as the legacy class did.
+    """``pyarrow.LocalFileSystem`` / ``pyarrow.localfs``: a file opened to read is the Arrow file
+    every :class:`FileSystem` opens (seekable, like the legacy class's Python file, and a context
+    manager); to write, Python's ``open``, as the legacy class did.
 
     Not a Python file to read: Arrow wraps a Python file's bytes in buffers whose release takes
     the interpreter's lock, and its decode threads (``use_threads``) can drop the last reference
     just after a read returns. When the process exits at that moment, the thread finds the
     interpreter finalizing and is ended by ``pthread_exit`` inside a C++ destructor: the process
     aborts with "terminate called without an active exception" after its work is done (a
-    Petastorm reader stopped mid-read, then exit: 1 run in 374 on a loaded machine here, its core
-    dump showing ``arrow::py::PyBuffer::~PyBuffer`` on a ``DecodeRowGroups`` thread). An ``OSFile``'s
-    buffers are Arrow's own.
+    Petastorm reader stopped mid-read, then exit: 1 run in 374 on a loaded machine here, its
+    core dump showing ``arrow::py::PyBuffer::~PyBuffer`` on a ``DecodeRowGroups`` thread). An
+    Arrow file's buffers are Arrow's own.
     """
 
     _instance = None
@@ -112,7 +112,7 @@ class LocalFileSystem(FileSystem):
 
     def open(self, path, mode: str = "rb"):
         if mode == "rb":
-            return pa.OSFile(str(path), "r")
+            return super().open(path, mode)
         return builtins.open(str(path), mode)
 
     def __reduce__(self):
