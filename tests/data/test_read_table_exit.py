@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,7 +15,6 @@ import pytest
 from deltalake import write_deltalake
 
 from tests.conftest import REPO, write_delta
-from tests.warm_python import REAL_PYTHON
 
 SCRIPT = """
 import sys
@@ -33,7 +33,7 @@ def test_twenty_scripts_calling_read_table_all_exit_zero(tmp_path):
 
     def run(_):
         return subprocess.run(
-            [REAL_PYTHON, "-c", SCRIPT, path],
+            [sys.executable, "-c", SCRIPT, path],
             env=env,
             capture_output=True,
             text=True,

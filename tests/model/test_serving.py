@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,9 +19,8 @@ import pytest
 from sklearn.datasets import load_digits
 
 from keras_dl.model.registry import promote
-from tests.warm_python import REAL_PYTHON
 
-BIN = Path(REAL_PYTHON).parent
+BIN = Path(sys.executable).parent
 
 
 def _free_port() -> int:
