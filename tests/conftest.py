@@ -32,6 +32,24 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HOROVOD_CYCLE_TIME", "5")
 REPO = Path(__file__).resolve().parent.parent
 
+
+def pytest_configure(config):
+    """Each process that runs tests forks its Python subprocesses from a warm interpreter
+    (tests/warm_python.py: about 5 CPU-s of imports saved per process); the xdist controller,
+    which runs none, does not."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    from tests import warm_python
+
+    config._warm_python = warm_python.start()
+
+
+def pytest_unconfigure(config):
+    from tests import warm_python
+
+    warm_python.stop(getattr(config, "_warm_python", None))
+
+
 # The tests that must not share the machine with one another: multi-process Horovod jobs (Gloo
 # rendezvous and runtime.stall_timeout), kill -9 / SIGTERM recovery, and loose time bounds. Under
 # `pytest -n N --dist loadgroup` (make test) they all run on one xdist worker, one at a time,

@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.warm_python import REAL_PYTHON
 
 # (file, function): why it loads a module by a name built at run time, or from above keras_dl:
 # the one documented lookup. The CLI imports its commands and the restricted unpickler its few
@@ -93,7 +94,7 @@ def test_the_import_hooks_import_only_the_standard_library(hook):
         f"print(' '.join(sorted(set(sys.modules) - before - {{'{hook}'}})))"
     )
     out = subprocess.run(
-        [sys.executable, "-S", "-c", code, str(REPO)], capture_output=True, text=True, timeout=60
+        [REAL_PYTHON, "-S", "-c", code, str(REPO)], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     loaded = out.stdout.split()

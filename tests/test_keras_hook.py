@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+
+from tests.warm_python import REAL_PYTHON
 
 CODE = """
 import json, sys
@@ -42,7 +43,7 @@ def test_keras_imports_without_its_extras_and_they_load_on_first_use(tmp_path):
     probe = tmp_path / "probe.py"  # a file: autograph converts only functions with a source
     probe.write_text(CODE)
     out = subprocess.run(
-        [sys.executable, str(probe)], capture_output=True, text=True, timeout=300, env=env
+        [REAL_PYTHON, str(probe)], capture_output=True, text=True, timeout=300, env=env
     )
     assert out.returncode == 0, out.stderr[-4000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])

@@ -6,11 +6,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from tests.warm_python import REAL_PYTHON
 
 
 def tiny_model(seed: int = 0, classes: int = 3):
@@ -48,7 +49,7 @@ class MlflowServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 300) -> None:
-        mlflow_bin = Path(sys.executable).with_name("mlflow")
+        mlflow_bin = Path(REAL_PYTHON).with_name("mlflow")
         cmd = [
             str(mlflow_bin),
             "server",

@@ -15,6 +15,7 @@ import pytest
 
 from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from tests.conftest import HEAVY_IO, REPO, runs_in, seed_store
+from tests.warm_python import real_pid, wait_ended
 
 pytestmark = HEAVY_IO  # see tests/conftest.py
 
@@ -60,11 +61,12 @@ def _kill_9_once(cmd: list[str], log_path: Path, ready, what: str) -> int:
             time.sleep(0.3)  # land somewhere inside a later step
             proc.send_signal(signal.SIGKILL)
             assert proc.wait(30) == -signal.SIGKILL
+            wait_ended(proc)  # a warm command's own process too (tests/warm_python.py)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return proc.pid
+    return real_pid(proc.pid)
 
 
 @pytest.mark.slow

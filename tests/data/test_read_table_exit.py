@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 from deltalake import write_deltalake
 
 from tests.conftest import REPO, write_delta
+from tests.warm_python import REAL_PYTHON
 
 SCRIPT = """
 import sys
@@ -33,7 +33,7 @@ def test_twenty_scripts_calling_read_table_all_exit_zero(tmp_path):
 
     def run(_):
         return subprocess.run(
-            [sys.executable, "-c", SCRIPT, path],
+            [REAL_PYTHON, "-c", SCRIPT, path],
             env=env,
             capture_output=True,
             text=True,

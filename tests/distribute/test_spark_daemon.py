@@ -4,12 +4,12 @@ clean. Scoring, tuning and the estimator on these workers are the other Spark te
 
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from keras_dl.distribute.loopback import DAEMON
+from tests.warm_python import REAL_PYTHON
 
 
 def _probe(_):
@@ -55,7 +55,7 @@ PRELOAD = textwrap.dedent(
 
 def test_preload_keeps_the_daemons_stdout_for_spark_and_leaves_failures_to_the_workers():
     out = subprocess.run(
-        [sys.executable, "-c", PRELOAD],
+        [REAL_PYTHON, "-c", PRELOAD],
         capture_output=True,
         text=True,
         check=True,

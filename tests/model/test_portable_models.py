@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import STARTS_FIRST, train_digits, write_delta
+from tests.warm_python import REAL_PYTHON
 
 pytestmark = pytest.mark.slow
 
@@ -157,7 +158,7 @@ def fresh_venv(recipe_models):
     assert len(requirements) == 1, requirements
     text = requirements.pop()
     assert "keras_dl" not in text
-    key = hashlib.sha256(f"{sys.version}\n{sys.executable}\n{text}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{sys.version}\n{REAL_PYTHON}\n{text}".encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "keras-dl")
     venv = cache / f"portable-venv-{key}"
     python = venv / "bin" / "python"
@@ -182,7 +183,7 @@ def _build_venv(venv: Path, requirements: str, cache: Path) -> None:
     # uv (a dev dependency) builds the venv and installs the file: seconds, where pip took
     # 4-5 minutes of the suite installing TensorFlow. What lands in the venv is the same.
     uv = [sys.executable, "-m", "uv"]
-    subprocess.run([*uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    subprocess.run([*uv, "venv", "-q", "--python", REAL_PYTHON, str(venv)], check=True)
     (venv / "requirements.txt").write_text(requirements)
     install = subprocess.run(
         [*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r",

@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,8 +18,9 @@ import pytest
 from sklearn.datasets import load_digits
 
 from keras_dl.model.registry import promote
+from tests.warm_python import REAL_PYTHON
 
-BIN = Path(sys.executable).parent
+BIN = Path(REAL_PYTHON).parent
 
 
 def _free_port() -> int:

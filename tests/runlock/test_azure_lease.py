@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from keras_dl.errors import KerasDLError
 from keras_dl.runlock import AzureLease, RunLockedError, open_run_lock
 from tests.conftest import REPO
+from tests.warm_python import REAL_PYTHON
 
 _HOLD = """
 import sys, time
@@ -30,7 +30,7 @@ time.sleep(600)
 
 def _hold(uri: str, seconds: float) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, uri, str(seconds)],
+        [REAL_PYTHON, "-c", _HOLD, uri, str(seconds)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -5,13 +5,13 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
 from keras_dl.runlock import FileLock, RunLockedError, open_run_lock
 from tests.conftest import REPO, runs_in, train_digits
+from tests.warm_python import REAL_PYTHON
 
 _HOLD = """
 import sys, time
@@ -28,7 +28,7 @@ time.sleep(600)
 def holder(tmp_path):
     """Another process that holds ``tmp_path/run``'s lock until killed."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(tmp_path / "run")],
+        [REAL_PYTHON, "-c", _HOLD, str(tmp_path / "run")],
         stdout=subprocess.PIPE,
         text=True,
         env={"PYTHONPATH": str(REPO)},
@@ -96,7 +96,7 @@ def _hold_s3(uri: str, seconds: float) -> subprocess.Popen:
     import os
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_S3, uri, str(seconds)],
+        [REAL_PYTHON, "-c", _HOLD_S3, uri, str(seconds)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},

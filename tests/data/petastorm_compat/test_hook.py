@@ -11,13 +11,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.conftest import PETASTORM_FILES
+from tests.warm_python import REAL_PYTHON
 
 FILES, GROUPS, ROWS = PETASTORM_FILES
 
@@ -32,7 +32,7 @@ def run_fresh(code: str, *args: str) -> dict:
     # No PYTHONPATH: the installed keras-dl (its .pth file, its hook) is what a user gets.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
+        [REAL_PYTHON, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
     )
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from tests.conftest import REPO, write_delta
+from tests.warm_python import REAL_PYTHON
 
 HANG_SECONDS = 120  # a script that has not exited by then is hung (they take ~15 s here)
 
@@ -77,7 +77,7 @@ def _run(script: str, *args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", script, *map(str, args)],
+            [REAL_PYTHON, "-c", script, *map(str, args)],
             env=env,
             capture_output=True,
             text=True,

@@ -7,17 +7,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from keras_dl.data.tables.disk_cache import DiskCache
+from tests.warm_python import REAL_PYTHON
 
 CHILD = os.path.join(os.path.dirname(__file__), "cache_child.py")
 
 
 def _child(root, max_bytes, key, size, mode, **kw) -> subprocess.Popen:
-    cmd = [sys.executable, CHILD, str(root), str(max_bytes), key, str(size), mode]
+    cmd = [REAL_PYTHON, CHILD, str(root), str(max_bytes), key, str(size), mode]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
 
 
