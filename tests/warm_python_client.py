@@ -11,7 +11,8 @@ with the child's status (or by the child's signal), and if it dies the server ki
 Anything it cannot run that way exactly runs on the real interpreter instead (``os.execv``):
 interpreter options (``-u``, ``-B``, ``-X ...``), no command, a process that leads its own
 process group (a signal to the group must reach the command's descendants too), a closed
-standard stream, a server that is not there, and what the server refuses (a different
+standard stream, ``KERAS_DL_COLD_PYTHON`` set (a bench counts its descendants' CPU), a server
+that is not there, and what the server refuses (a different
 ``PYTHONPATH`` or an environment variable read at import, :mod:`tests.warm_python`).
 """
 
@@ -51,7 +52,7 @@ def cold(real: str, args: list) -> None:
 
 def main(server: str, real: str) -> None:
     args = sys.argv[1:]
-    if not warmable(args) or os.getpgrp() == os.getpid():
+    if not warmable(args) or os.getpgrp() == os.getpid() or os.environ.get("KERAS_DL_COLD_PYTHON"):
         cold(real, args)
     try:
         for fd in (0, 1, 2):

@@ -7,6 +7,7 @@ import pytest
 
 from benchmarks.timing import measure_rounds, summarize
 from tests.conftest import STARTS_FIRST, run_cli
+from tests.warm_python import REAL_PYTHON
 
 TABULAR = {
     "raw_pyarrow",
@@ -233,13 +234,12 @@ def test_bench_plan_plans_every_rank_from_the_log_alone(tmp_path):
 def test_cpu_of_child_processes_counts_only_within_counting_descendants():
     """Ray's workers are processes of their own: their CPU per row must be counted."""
     import subprocess
-    import sys
     import time
 
     from benchmarks import timing
 
     burn = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
-    child = subprocess.Popen([sys.executable, "-c", burn])
+    child = subprocess.Popen([REAL_PYTHON, "-c", burn])  # its own child
     try:
         time.sleep(0.3)  # the child is running
         before = timing.cpu_seconds()
@@ -261,14 +261,13 @@ def test_a_child_that_exits_keeps_its_cpu_counted():
     """A Ray worker exiting inside a timed window made the window's CPU negative (CI saw
     ray_iter at -75.5 µs per row): the sum over live descendants dropped by its whole CPU."""
     import subprocess
-    import sys
     import time
 
     from benchmarks import timing
 
     burn = "import time\nend = time.time() + 0.5\nwhile time.time() < end: pass"
     with timing.counting_descendants():
-        child = subprocess.Popen([sys.executable, "-c", burn])
+        child = subprocess.Popen([REAL_PYTHON, "-c", burn])  # its own child
         readings = []
         while child.poll() is None:
             readings.append(timing.cpu_seconds())
