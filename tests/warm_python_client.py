@@ -13,7 +13,7 @@ interpreter options (``-u``, ``-B``, ``-X ...``), no command, a process that lea
 process group (a signal to the group must reach the command's descendants too), a closed
 standard stream, ``KERAS_DL_COLD_PYTHON`` set (a bench counts its descendants' CPU), a server
 that is not there, and what the server refuses (a different
-``PYTHONPATH`` or an environment variable read at import, :mod:`tests.warm_python`).
+``PYTHONPATH`` or an environment variable read at import, :mod:`tests.warm_python_server`).
 """
 
 import json
