@@ -1,6 +1,6 @@
 """The warm interpreter's server: it imports what the suite's subprocesses import, then forks a
 child per command a launcher (:mod:`tests.warm_python_client`) sends, and the child becomes
-that command's process (:func:`run`). Started and stopped by :mod:`tests.warm_python`, one per
+that command's process (:mod:`tests.warm_python_child`). Started and stopped by :mod:`tests.warm_python`, one per
 xdist worker, as ``python -m tests.warm_python_server SOCKET LAUNCHER``.
 
 What it refuses, so the launcher runs the command cold on the real interpreter: a
@@ -10,6 +10,7 @@ differs from its own (:func:`refusal`).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -93,6 +94,10 @@ def serve(path: str, launcher: str) -> Job:
     """Import, then fork a child per request; returns only in a child, with its command."""
     for name in PRELOAD:
         __import__(name)
+    # What is imported now is shared by every child; frozen, the children's collections do not
+    # walk it (a walk writes to each object's header: a copy-on-write fault per page it touches).
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     listener.listen(128)
@@ -211,67 +216,12 @@ def _request(conn: socket.socket, launcher: str):
     return Job(request, fds, launcher)
 
 
-def run(job: Job) -> None:
-    """In the child: become the command's process, as ``python ARGS`` would start it."""
-    import runpy
-    import types
-
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for target, fd in enumerate(job.fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    import resource
-
-    os.chdir(job.cwd)
-    os.umask(job.umask)
-    for name, (soft, hard) in job.limits.items():
-        if resource.getrlimit(getattr(resource, name)) != (soft, hard):
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-    os.environ.clear()
-    os.environ.update(job.env)
-    unbuffered = bool(job.env.get("PYTHONUNBUFFERED"))
-    sys.stdout.reconfigure(line_buffering=unbuffered or os.isatty(1), write_through=unbuffered)
-    sys.executable = job.launcher
-    if "numpy" in sys.modules:  # a fresh process seeds its global generator from the OS
-        sys.modules["numpy"].random.seed()
-    flag, rest = job.args[0], job.args[1:]
-    if flag == "-m":
-        sys.argv = ["-m", *rest[1:]]
-        sys.path[0] = os.getcwd()
-        sys.modules.pop(
-            rest[0], None
-        )  # `python -m X` runs X as __main__, apart from an import of X
-        runpy.run_module(rest[0], run_name="__main__", alter_sys=True)
-    elif flag == "-c":
-        sys.argv = ["-c", *rest[1:]]
-        sys.path[0] = ""
-        main = types.ModuleType("__main__")
-        sys.modules["__main__"] = main
-        exec(compile(rest[0], "<string>", "exec"), main.__dict__)
-    else:
-        sys.argv = list(job.args)
-        sys.path[0] = os.path.dirname(os.path.realpath(flag))
-        runpy.run_path(flag, run_name="__main__")
-
-
 def _main() -> None:
     job = serve(sys.argv[1], sys.argv[2])
-    try:
-        run(job)
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # printed as a fresh interpreter would: from the command's frame
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, _RUNPY):
-            tb = tb.tb_next
-        tb = tb or exc.__traceback__
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-        sys.exit(1)
+    from tests import warm_python_child  # in the child only: the server never runs a command
 
+    warm_python_child.main(job)
 
-_RUNPY = __import__("runpy").__file__
 
 if __name__ == "__main__":
     _main()
