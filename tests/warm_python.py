@@ -41,6 +41,7 @@ def start() -> subprocess.Popen | None:
     """This process's server, and ``sys.executable`` pointed at its launcher."""
     if os.environ.get("KERAS_DL_COLD_PYTHON"):
         return None
+    _settle_the_environment()
     folder = tempfile.mkdtemp(prefix="warm-python-")
     path, launcher = f"{folder}/server.sock", f"{folder}/python"
     Path(launcher).write_text(
@@ -52,7 +53,7 @@ def start() -> subprocess.Popen | None:
     )
     os.chmod(launcher, 0o755)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO)}
-    with open(f"{folder}/server.log", "w") as log:
+    with open(f"{folder}/server.log", "a") as log:  # the launchers append to it too
         server = subprocess.Popen(
             [REAL_PYTHON, "-m", "tests.warm_python_server", path, launcher],
             cwd=REPO,
@@ -69,6 +70,19 @@ def start() -> subprocess.Popen | None:
     sys.executable = launcher
     server.folder = folder
     return server
+
+
+def _settle_the_environment() -> None:
+    """Import, before the server copies this process's environment, what changes
+    ``os.environ`` when first imported: OpenCV's ``cv2`` puts its library folder on
+    ``LD_LIBRARY_PATH`` (for subprocesses). Imported later by a test (an image example, a JPEG
+    codec), it made every command this process started afterwards differ from the server in
+    an import-time variable and run cold, with every rank or worker those started. A command
+    that imports ``cv2`` itself still sets it for its own subprocesses, as a cold one would."""
+    try:
+        import cv2  # noqa: F401
+    except ImportError:  # not installed: nothing of it to settle
+        pass
 
 
 def real_pid(pid: int) -> int:

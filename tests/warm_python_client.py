@@ -8,7 +8,8 @@ already imported TensorFlow, Keras and MLflow; the child runs the command as a f
 interpreter would. This process stands in for it: signals sent to it are passed on, it exits
 with the child's status (or by the child's signal), and if it dies the server kills the child.
 
-Anything it cannot run that way exactly runs on the real interpreter instead (``os.execv``):
+Anything it cannot run that way exactly runs on the real interpreter instead (``os.execv``; the
+reason goes to the server's log, which ``$KERAS_DL_WARM_PYTHON_LOG`` keeps):
 interpreter options (``-u``, ``-B``, ``-X ...``), no command, a process that leads its own
 process group (a signal to the group must reach the command's descendants too), a closed
 standard stream, ``KERAS_DL_COLD_PYTHON`` set (a bench counts its descendants' CPU), a server
@@ -46,19 +47,34 @@ def warmable(args: list) -> bool:
     return not args[0].startswith("-")
 
 
-def cold(real: str, args: list) -> None:
+def cold(real: str, args: list, server: str = "", why: str = "") -> None:
+    """Run on the real interpreter, in this process; what the client decided here (the
+    server logs its own refusals) goes to the server's log."""
+    if why:
+        try:
+            log = os.open(
+                os.path.join(os.path.dirname(server), "server.log"), os.O_WRONLY | os.O_APPEND
+            )
+            os.write(log, f"warm python: cold: {args[:3]}: {why}\n".encode())
+            os.close(log)
+        except OSError:
+            pass
     os.execv(real, [real, *args])
 
 
 def main(server: str, real: str) -> None:
     args = sys.argv[1:]
-    if not warmable(args) or os.getpgrp() == os.getpid() or os.environ.get("KERAS_DL_COLD_PYTHON"):
-        cold(real, args)
+    if not warmable(args):
+        cold(real, args, server, "interpreter options")
+    if os.getpgrp() == os.getpid():
+        cold(real, args, server, "leads its process group")
+    if os.environ.get("KERAS_DL_COLD_PYTHON"):
+        cold(real, args, server, "KERAS_DL_COLD_PYTHON")
     try:
         for fd in (0, 1, 2):
             os.fstat(fd)
     except OSError:
-        cold(real, args)
+        cold(real, args, server, "a standard stream is closed")
     child = [0]
     pending = []
 
@@ -74,7 +90,7 @@ def main(server: str, real: str) -> None:
     try:
         conn.connect(server)
     except OSError:
-        cold(real, args)
+        cold(real, args, server, "no server")
     umask = os.umask(0o022)
     os.umask(umask)
     limits = {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS}
