@@ -65,7 +65,7 @@ def cold(real: str, args: list, server: str = "", why: str = "") -> None:
 def main(server: str, real: str) -> None:
     args = sys.argv[1:]
     if not warmable(args):
-        cold(real, args, server, "interpreter options")
+        cold(real, args, server, "interpreter options or no command")
     if os.getpgrp() == os.getpid():
         cold(real, args, server, "leads its process group")
     if os.environ.get("KERAS_DL_COLD_PYTHON"):
@@ -100,12 +100,15 @@ def main(server: str, real: str) -> None:
         socket.send_fds(conn, [struct.pack("!I", len(request))], [0, 1, 2])
         conn.sendall(request)
     except OSError:
-        cold(real, args)
+        cold(real, args, server, "the server did not take the request")
     replies = conn.makefile("r")
     first = replies.readline().split()
-    if not first or first[0] != "pid":  # refused ("cold REASON") or the server went away
+    if first[:1] == ["cold"]:  # refused: the server logged why
         conn.close()
         cold(real, args)
+    if first[:1] != ["pid"]:
+        conn.close()
+        cold(real, args, server, "the server went away before replying")
     child[0] = int(first[1])
     for signum in pending:
         os.kill(child[0], signum)
