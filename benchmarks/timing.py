@@ -126,12 +126,12 @@ def summarize(
     """
     medians = {n: statistics.median(v) for n, v in samples.items()}
     out = {
-        unit: {n: round(m) for n, m in medians.items()},
-        "spread": {n: [round(min(v)), round(max(v))] for n, v in samples.items()},
+        unit: {n: _rate(m) for n, m in medians.items()},
+        "spread": {n: [_rate(min(v)), _rate(max(v))] for n, v in samples.items()},
         "mb_per_s": {n: _significant(m * scale / 1e6) for n, m in medians.items()},
         "ratios": {},
         "ratio_spread": {},
-        "rounds": {n: [round(x) for x in v] for n, v in samples.items()},
+        "rounds": {n: [_rate(x) for x in v] for n, v in samples.items()},
     }
     for subject in subjects:
         mine = samples.get(subject)
@@ -158,6 +158,12 @@ def summarize(
             if name not in subjects and m > 0
         }
     return out
+
+
+def _rate(x: float) -> float:
+    """A rate as printed: whole units from 100 a second up, else 3 significant figures, so a
+    slow path's rate (a peer stalled on a loaded machine: 0.4 samples/s) never prints as 0."""
+    return round(x) if abs(x) >= 100 else _significant(x)
 
 
 def _significant(x: float, digits: int = 3) -> float:

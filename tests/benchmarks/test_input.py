@@ -47,6 +47,11 @@ def test_summary_has_medians_spreads_and_per_round_ratios():
     # non-zero MB/s: significant figures, not one decimal place, which rounded it to 0.0.
     slow = summarize({"keras_dl": [4000.0], "ray": [3000.0, 3100.0]}, scale=16.0)
     assert slow["mb_per_s"] == {"keras_dl": 0.064, "ray": 0.0488}
+    # Nor does a rate: a peer stalled for minutes in a quick bench's one round (Ray's second
+    # epoch on a loaded CI machine: `bench fit --quick` printed its samples/s as 0).
+    stalled = summarize({"keras_dl": [1795.4], "ray": [0.4213]}, unit="samples_per_s")
+    assert stalled["samples_per_s"] == {"keras_dl": 1795, "ray": 0.421}
+    assert stalled["spread"]["ray"] == [0.421, 0.421] and stalled["rounds"]["ray"] == [0.421]
 
 
 def test_cpu_per_unit_comes_from_the_timed_window():
