@@ -44,6 +44,28 @@ def pytest_configure(config):
     config._warm_python = warm_python.start()
 
 
+def pytest_sessionstart(session):
+    """A whole run (``make test``, the xdist controller) probes its machine as it starts and
+    prints what it found last (tests/machine_probe.py): CI's machine is one we cannot log into."""
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(
+        session.config, "workerinput"
+    ):
+        from tests import machine_probe
+
+        machine_probe.start()
+
+
+@pytest.hookimpl(trylast=True)  # after --durations: the run's very last lines but its summary
+def pytest_terminal_summary(terminalreporter):
+    from tests import machine_probe
+
+    lines = machine_probe.summary()
+    if lines:
+        terminalreporter.write_sep("=", "the machine that ran the suite")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_unconfigure(config):
     from tests import warm_python
 
