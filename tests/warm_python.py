@@ -13,9 +13,11 @@ working directory, its exit status or signal passed back, interpreter shutdown (
 MLflow ending its run) as usual. Only the imports it shares were done before it started.
 
 Refused (run cold, on the real interpreter, as a fresh process): interpreter options, a
-process that leads its own group, a ``PYTHONPATH`` other than the server's, and any environment
-variable read at import time (``PYTHON*``, ``TF_*``, ``KERAS_BACKEND``, ``KERAS_HOME``, ``CUDA*``, ``LD_*``, thread
-counts, ``HOME``) that differs from the server's. Tests of a fresh interpreter itself use
+process that leads its own group, a ``PYTHONPATH`` other than the server's (but for the zips and
+jars of the pyspark it imported, which Spark's daemons put first), a ``PYTHONHASHSEED`` other
+than 0 (the server's), and any environment variable read at import time (CPython's
+``PYTHON*``, ``TF_*``, ``KERAS_BACKEND``, ``KERAS_HOME``, ``CUDA*``, ``LD_*``, thread counts,
+``HOME``) that differs from the server's. Tests of a fresh interpreter itself use
 :data:`REAL_PYTHON`. ``KERAS_DL_COLD_PYTHON=1`` turns the server off for a run.
 """
 
@@ -52,7 +54,13 @@ def start() -> subprocess.Popen | None:
         f"warm_python_client.main({path!r}, {REAL_PYTHON!r})\n"
     )
     os.chmod(launcher, 0o755)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO),
+        # Its children hash strings as seed 0 does, what Spark asks of its Python workers
+        # (tests/warm_python_server.py HASH_SEEDS): their partitions of strings agree.
+        "PYTHONHASHSEED": "0",
+    }
     with open(f"{folder}/server.log", "a") as log:  # the launchers append to it too
         server = subprocess.Popen(
             [REAL_PYTHON, "-m", "tests.warm_python_server", path, launcher],

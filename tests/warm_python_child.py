@@ -35,6 +35,10 @@ def run(job) -> None:
             resource.setrlimit(getattr(resource, name), (soft, hard))
     os.environ.clear()
     os.environ.update(job.env)
+    if job.pythonpath != job.server_pythonpath:  # where a fresh interpreter puts PYTHONPATH
+        rest = [p for p in sys.path[1:] if p not in job.server_pythonpath]
+        sys.path[1:] = [*job.pythonpath, *rest]
+    sys.dont_write_bytecode = bool(job.env.get("PYTHONDONTWRITEBYTECODE"))
     unbuffered = bool(job.env.get("PYTHONUNBUFFERED"))
     sys.stdout.reconfigure(line_buffering=unbuffered or os.isatty(1), write_through=unbuffered)
     sys.executable = job.launcher

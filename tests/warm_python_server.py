@@ -4,13 +4,16 @@ that command's process (:mod:`tests.warm_python_child`). Started and stopped by 
 xdist worker, as ``python -m tests.warm_python_server SOCKET LAUNCHER``.
 
 What it refuses, so the launcher runs the command cold on the real interpreter: a
-``PYTHONPATH`` other than its own, and any environment variable read at import time that
+``PYTHONPATH`` other than its own (but for the zips and jars of the very pyspark it imports,
+which Spark's daemons put first), a ``PYTHONHASHSEED`` other than 0 (the server's: every child
+hashes strings as seed 0 does), and any other environment variable read at import time that
 differs from its own (:func:`refusal`).
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import selectors
@@ -48,14 +51,33 @@ AT_IMPORT = (
     "MALLOC",
     "HOME",
 )
-LAZY = {"PYTHONUNBUFFERED", "TF_CONFIG", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"}
+# Set in the child (tests/warm_python_child.py) or read when used, not at import.
+LAZY = {
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "TF_CONFIG",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+}
+# The children hash strings as the server does: tests/warm_python.py starts it with seed 0, what
+# Spark gives its Python workers (their partitions of strings must agree); a child asking for no
+# seed gets one fixed draw, as every child of one server shared one before.
+HASH_SEEDS = (None, "0")
+_PYSPARK = importlib.util.find_spec("pyspark")
+PYSPARK = os.path.realpath(_PYSPARK.submodule_search_locations[0]) if _PYSPARK else None
 
 
 def _import_env(env: dict) -> dict:
+    """The variables read at import time. CPython's own have no underscore after ``PYTHON``
+    (``PYTHON_WORKER_FACTORY_SECRET`` and ``PYTHON_UDF_BATCH_SIZE`` are Spark's, read when used);
+    ``PYTHONPATH`` and ``PYTHONHASHSEED`` are :func:`refusal`'s own checks."""
     return {
         k: v
         for k, v in env.items()
-        if k.startswith(AT_IMPORT) and k not in LAZY and k != "PYTHONPATH"
+        if k.startswith(AT_IMPORT)
+        and not k.startswith("PYTHON_")
+        and k not in LAZY
+        and k not in ("PYTHONPATH", "PYTHONHASHSEED")
     }
 
 
@@ -64,10 +86,21 @@ def _pythonpath(env: dict) -> list:
     return list(dict.fromkeys(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p))
 
 
+def _pyspark_own(entry: str) -> bool:
+    """Whether ``entry`` lies inside the pyspark package the server imports: Spark's daemons
+    and workers start with its ``python/lib/pyspark.zip``, py4j's zip and a jar first on their
+    path, the same code the server imported from the package itself."""
+    real = os.path.realpath(entry)
+    return PYSPARK is not None and os.path.commonpath([real, PYSPARK]) == PYSPARK
+
+
 def refusal(env: dict) -> str | None:
     """Why a command with this environment must run cold, or None."""
-    if _pythonpath(env) != _pythonpath(os.environ):
+    path, mine_path = _pythonpath(env), _pythonpath(os.environ)
+    if path != mine_path and not all(p in mine_path or _pyspark_own(p) for p in path):
         return f"PYTHONPATH {env.get('PYTHONPATH', '')!r}"
+    if env.get("PYTHONHASHSEED") not in HASH_SEEDS:
+        return f"PYTHONHASHSEED {env['PYTHONHASHSEED']!r}"
     mine, theirs = _import_env(os.environ), _import_env(env)
     if mine != theirs:
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
@@ -81,6 +114,8 @@ class Job:
         self.umask, self.limits = request["umask"], request["limits"]
         self.fds, self.launcher = fds, launcher
         self.client = request["client"]
+        # The child's sys.path: the command's PYTHONPATH in place of the server's.
+        self.pythonpath, self.server_pythonpath = _pythonpath(self.env), _pythonpath(os.environ)
 
 
 def _reply(conn: socket.socket, text: str) -> None:

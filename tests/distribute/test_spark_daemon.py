@@ -13,26 +13,28 @@ from tests.warm_python import REAL_PYTHON
 
 
 def _probe(_):
-    """On a Spark worker: its parent (the daemon)'s command line, and whether the parent has
-    TensorFlow's library mapped (the worker's own modules prove nothing: a reused worker may
-    have imported TensorFlow itself)."""
+    """On a Spark worker: the module its daemon runs as ``__main__`` (a forked worker keeps its
+    daemon's), and whether the parent (the daemon) has TensorFlow's library mapped (the
+    worker's own modules prove nothing: a reused worker may have imported TensorFlow itself).
+    The module, not the daemon's command line: under the suite's warm interpreter
+    (tests/warm_python.py) the daemon is a child forked from the xdist worker's server, which
+    runs it as ``python -m`` would, under the server's command line."""
     import os
+    import sys
 
-    parent = os.getppid()
-    with open(f"/proc/{parent}/cmdline", "rb") as f:
-        command = f.read().split(b"\0")
-    with open(f"/proc/{parent}/maps") as f:
+    main = getattr(sys.modules["__main__"], "__spec__", None)
+    with open(f"/proc/{os.getppid()}/maps") as f:
         maps = f.read()
-    yield [c.decode() for c in command if c], "libtensorflow_framework" in maps
+    yield main and main.name, "libtensorflow_framework" in maps
 
 
 @pytest.mark.classic_only
 def test_workers_fork_from_the_daemon_that_imported_tensorflow(spark):
     rows = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(_probe).collect()
     assert len(rows) == 2
-    for command, tensorflow_loaded in rows:
-        assert command[1:3] == ["-m", DAEMON], command
-        assert tensorflow_loaded, f"the daemon {command} did not import TensorFlow"
+    for module, tensorflow_loaded in rows:
+        assert module == DAEMON, module
+        assert tensorflow_loaded, f"the daemon {module} did not import TensorFlow"
 
 
 PRELOAD = textwrap.dedent(
