@@ -2,6 +2,8 @@
 a command it serves must start as the real interpreter would start it."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +54,31 @@ def test_what_cpython_or_a_library_reads_at_import_is_sent_cold(mine):
     ):
         why = server.refusal({**mine, name: "x"})
         assert why == f"import-time variables differ: {name}", why
+
+
+LEADER = """
+import os, subprocess, sys
+print(os.getpid(), os.getpgrp(), sys.executable, sys.argv[1:])
+sys.stdout.flush()
+subprocess.run([sys.executable, "-c", "import os; print(os.getpid(), os.getppid())"], check=True)
+"""
+
+
+def test_a_group_leader_runs_cold_and_its_python_subprocesses_warm():
+    """A command leading its own group is the real process the test signals (its pid, its
+    group), and what it starts with ``sys.executable`` forks from the server."""
+    if os.environ.get("KERAS_DL_COLD_PYTHON"):
+        pytest.skip("no warm interpreter in this run")
+    out = subprocess.run(
+        [sys.executable, "-c", LEADER, "an", "argument"],
+        capture_output=True, text=True, timeout=120, start_new_session=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (pid, group, executable, argv), (child, parent) = [
+        line.split(" ", 3) for line in out.stdout.splitlines()
+    ]
+    assert pid == group  # the leader itself: the test's signals to its group reach it
+    assert executable == sys.executable and argv == "['an', 'argument']"
+    assert parent != pid and child != pid
+    with open(f"/proc/{parent}/cmdline", "rb") as f:
+        assert b"tests.warm_python_server" in f.read()  # forked by the warm server

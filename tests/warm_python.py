@@ -13,7 +13,8 @@ working directory, its exit status or signal passed back, interpreter shutdown (
 MLflow ending its run) as usual. Only the imports it shares were done before it started.
 
 Refused (run cold, on the real interpreter, as a fresh process): interpreter options, a
-process that leads its own group, a ``PYTHONPATH`` other than the server's (but for the zips and
+process that leads its own group (whose Python subprocesses are served:
+:mod:`tests.warm_python_leader`), a ``PYTHONPATH`` other than the server's (but for the zips and
 jars of the pyspark it imported, which Spark's daemons put first), a ``PYTHONHASHSEED`` other
 than 0 (the server's), and any environment variable read at import time (CPython's
 ``PYTHON*``, ``TF_*``, ``KERAS_BACKEND``, ``KERAS_HOME``, ``CUDA*``, ``LD_*``, thread counts,

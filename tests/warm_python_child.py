@@ -44,7 +44,13 @@ def run(job) -> None:
     sys.executable = job.launcher
     if "numpy" in sys.modules:  # a fresh process seeds its global generator from the OS
         sys.modules["numpy"].random.seed()
-    flag, rest = job.args[0], job.args[1:]
+    run_command(job.args)
+
+
+def run_command(args: list) -> None:
+    """Run ``args`` in this process as ``python ARGS`` runs them: ``-m MODULE``, ``-c CODE`` or
+    ``SCRIPT``, with their ``sys.argv`` and ``sys.path[0]``."""
+    flag, rest = args[0], args[1:]
     if flag == "-m":
         sys.argv = ["-m", *rest[1:]]
         sys.path[0] = os.getcwd()
@@ -57,7 +63,7 @@ def run(job) -> None:
         sys.modules["__main__"] = main
         exec(compile(rest[0], "<string>", "exec"), main.__dict__)
     else:
-        sys.argv = list(job.args)
+        sys.argv = list(args)
         sys.path[0] = os.path.dirname(os.path.realpath(flag))
         runpy.run_path(flag, run_name="__main__")
 

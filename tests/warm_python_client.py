@@ -11,7 +11,8 @@ with the child's status (or by the child's signal), and if it dies the server ki
 Anything it cannot run that way exactly runs on the real interpreter instead (``os.execv``; the
 reason goes to the server's log, which ``$KERAS_DL_WARM_PYTHON_LOG`` keeps):
 interpreter options (``-u``, ``-B``, ``-X ...``), no command, a process that leads its own
-process group (a signal to the group must reach the command's descendants too), a closed
+process group (a signal to the group must reach the command itself; its Python subprocesses
+are still served, :mod:`tests.warm_python_leader`), a closed
 standard stream, ``KERAS_DL_COLD_PYTHON`` set (a bench counts its descendants' CPU), a server
 that is not there, and what the server refuses (a different
 ``PYTHONPATH`` or an environment variable read at import, :mod:`tests.warm_python_server`).
@@ -47,9 +48,9 @@ def warmable(args: list) -> bool:
     return not args[0].startswith("-")
 
 
-def cold(real: str, args: list, server: str = "", why: str = "") -> None:
-    """Run on the real interpreter, in this process; what the client decided here (the
-    server logs its own refusals) goes to the server's log."""
+def cold(real: str, args: list, server: str = "", why: str = "", run: list | None = None) -> None:
+    """Run on the real interpreter, in this process (``run``: what it runs instead of ``args``);
+    what the client decided here (the server logs its own refusals) goes to the server's log."""
     if why:
         try:
             log = os.open(
@@ -59,15 +60,17 @@ def cold(real: str, args: list, server: str = "", why: str = "") -> None:
             os.close(log)
         except OSError:
             pass
-    os.execv(real, [real, *args])
+    os.execv(real, [real, *(args if run is None else run)])
 
 
 def main(server: str, real: str) -> None:
     args = sys.argv[1:]
     if not warmable(args):
         cold(real, args, server, "interpreter options or no command")
-    if os.getpgrp() == os.getpid():
-        cold(real, args, server, "leads its process group")
+    if os.getpgrp() == os.getpid():  # cold itself, with warm descendants
+        launcher = os.path.join(os.path.dirname(server), "python")
+        leader = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_python_leader.py")
+        cold(real, args, server, "leads its process group", run=[leader, launcher, *args])
     if os.environ.get("KERAS_DL_COLD_PYTHON"):
         cold(real, args, server, "KERAS_DL_COLD_PYTHON")
     try:
