@@ -7,13 +7,15 @@ same. The summary says which kind of work was slow there, beside the same figure
 - ``probe``, once as the run starts (before the workers load the machine) and once as it ends:
   a pure-Python loop (compute), touching fresh anonymous pages (page faults, which a nested VM
   pays the host for), ``fork`` and ``exec`` of ``/bin/true``, ``stat`` calls (syscalls) and
-  round trips over a loopback TCP socket (Horovod's, Spark's and py4j's channel);
+  round trips over a loopback TCP socket (Horovod's, Spark's and py4j's channel), and a fresh
+  interpreter importing pandas and pyarrow (``import keras`` took twice its usual CPU here on a
+  day the loop and the fault took their usual time);
 - ``run``: the machine's CPU over the run from ``/proc/stat``: cores busy with user and system
   work, iowait and **steal** (time the hypervisor gave the machine's CPUs to someone else), page
   faults, context switches and processes started;
 - ``host``: the kernel and the CPU model.
 
-The probe takes about 2 s of one core, at each end. Linux only (``/proc``); elsewhere it prints
+The probe takes about 2 s at each end. Linux only (``/proc``); elsewhere it prints
 nothing.
 """
 
@@ -24,6 +26,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -57,6 +60,12 @@ def probe() -> dict[str, float]:
     out["stat_us"] = 1e6 * (time.perf_counter() - t) / 20_000
 
     out["loopback_rtt_us"] = _loopback_rtt_us(2_000)
+
+    # A fresh interpreter importing pandas and pyarrow: what every cold test process pays, in
+    # file-backed pages mapped and relocated (slow on days a plain loop and fault are not).
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import pandas, pyarrow"], check=True)
+    out["import_ms"] = 1000 * (time.perf_counter() - t)
     return out
 
 
@@ -135,7 +144,8 @@ def summary() -> list[str]:
             f"probe at the {when}: python loop {figures['python_loop_ms']:.0f} ms, "
             f"page fault {figures['fault_us']:.2f} us, spawn {figures['spawn_ms']:.2f} ms, "
             f"stat {figures['stat_us']:.2f} us, loopback round trip "
-            f"{figures['loopback_rtt_us']:.1f} us"
+            f"{figures['loopback_rtt_us']:.1f} us, import pandas and pyarrow "
+            f"{figures['import_ms']:.0f} ms"
         )
     return lines
 

@@ -18,4 +18,4 @@ def test_the_summary_gives_the_host_the_run_s_cpu_and_a_probe_at_each_end(monkey
     assert [p.split(":")[0] for p in probes] == ["probe at the start", "probe at the end"]
     for line in probes:
         figures = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?) (?:ms|us)", line)]
-        assert len(figures) == 5 and all(f > 0 for f in figures), line
+        assert len(figures) == 6 and all(f > 0 for f in figures), line
