@@ -33,11 +33,16 @@ os.environ.setdefault("HOROVOD_CYCLE_TIME", "5")
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _xdist_controller(config) -> bool:
+    """Whether this process is the controller of an xdist run: it runs no test itself."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
     """Each process that runs tests forks its Python subprocesses from a warm interpreter
     (tests/warm_python.py: about 5 CPU-s of imports saved per process); the xdist controller,
     which runs none, does not."""
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+    if _xdist_controller(config):
         return
     from tests import warm_python
 
@@ -47,9 +52,7 @@ def pytest_configure(config):
 def pytest_sessionstart(session):
     """A whole run (``make test``, the xdist controller) probes its machine as it starts and
     prints what it found last (tests/machine_probe.py): CI's machine is one we cannot log into."""
-    if getattr(session.config.option, "numprocesses", None) and not hasattr(
-        session.config, "workerinput"
-    ):
+    if _xdist_controller(session.config):
         from tests import machine_probe
 
         machine_probe.start()
