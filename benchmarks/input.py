@@ -137,6 +137,8 @@ def run(args) -> int:
     report["config"]["ray"] = ray
     try:
         with peers.ray_session() if ray else contextlib.nullcontext():
+            if ray:
+                report["config"]["ray_worker_niceness"] = peers.worker_niceness()
             if "narrow" in wanted:
                 t = tables.write_narrow(f"{work}/narrow", size["narrow"], groups["narrow"])
                 report["narrow"] = paths.measure_tabular(t, batches, None, rounds, ray)

@@ -49,6 +49,12 @@ def ray_session():
     except ImportError as exc:
         raise RuntimeError(RAY_MISSING) from exc
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Ray starts its workers at nice 15; keras_dl and the other feeds run at this process's
+    # priority. On a machine with other work (a CI machine running tests beside the bench) the
+    # niced workers starve: each Ray Data execution starts new worker processes, and one
+    # importing pandas at nice 15 behind four busy processes took minutes. Same priority for
+    # every feed: a fair comparison, and a bench that finishes.
+    os.environ.setdefault("RAY_worker_niceness", str(os.getpriority(os.PRIO_PROCESS, 0)))
     ray.init(
         num_cpus=os.cpu_count() or 1,
         include_dashboard=False,
@@ -66,6 +72,17 @@ def ray_session():
         yield ray
     finally:
         ray.shutdown()
+
+
+def worker_niceness() -> int:
+    """The niceness Ray's worker processes run at, as a task reads it in its own process."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    return ray.get(niceness.remote())
 
 
 def ray_dataset(files: list[str]):

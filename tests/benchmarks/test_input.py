@@ -1,6 +1,7 @@
 """`keras-dl bench input --quick`: every path measured on generated tables, JSON out."""
 
 import json
+import os
 import re
 
 import pytest
@@ -145,6 +146,8 @@ def _check_targets(report, expected):
 def test_quick_bench_narrow_beside_ray_and_stock_tf_data_with_its_memory(tmp_path):
     done, report = _quick_bench(tmp_path, "--tables", "narrow")
     assert set(report) == {"config", "narrow", "rss", "targets"} and report["config"]["ray"]
+    # Ray's workers (nice 15 by Ray's default) run at the bench's own priority, as every feed
+    assert report["config"]["ray_worker_niceness"] == os.getpriority(os.PRIO_PROCESS, 0)
     _check_paths(report, "narrow", TABULAR)
     rss = report["rss"]
     assert rss["rows_8x"] == 8 * rss["rows_1x"] and rss["peak_rss_mb_1x"] > 100
