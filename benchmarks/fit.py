@@ -84,13 +84,10 @@ def run(args) -> int:
         }
     }
     ray = not args.no_ray
-    report["config"]["ray"] = ray
     try:
-        from benchmarks.input_peers import ray_session, worker_niceness
+        from benchmarks.input_peers import ray_for_report
 
-        with ray_session() if ray else contextlib.nullcontext():
-            if ray:
-                report["config"]["ray_worker_niceness"] = worker_niceness()
+        with ray_for_report(report["config"], ray):
             for name in args.models.split(","):
                 report[name] = measure_setup(name, work, args.quick, rounds, args.steps, ray)
         report["targets"] = [

@@ -19,7 +19,6 @@ printed to stderr as a table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -134,11 +133,8 @@ def run(args) -> int:
         }
     }
     ray = not args.no_ray and bool({"narrow", "wide"} & set(wanted))
-    report["config"]["ray"] = ray
     try:
-        with peers.ray_session() if ray else contextlib.nullcontext():
-            if ray:
-                report["config"]["ray_worker_niceness"] = peers.worker_niceness()
+        with peers.ray_for_report(report["config"], ray):
             if "narrow" in wanted:
                 t = tables.write_narrow(f"{work}/narrow", size["narrow"], groups["narrow"])
                 report["narrow"] = paths.measure_tabular(t, batches, None, rounds, ray)

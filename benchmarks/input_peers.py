@@ -74,6 +74,19 @@ def ray_session():
         ray.shutdown()
 
 
+@contextlib.contextmanager
+def ray_for_report(config: dict, wanted: bool):
+    """:func:`ray_session` if ``wanted``, else nothing; a bench report's ``config`` says which
+    (``ray``) and, with Ray, the niceness a Ray task read (``ray_worker_niceness``)."""
+    config["ray"] = wanted
+    if not wanted:
+        yield
+        return
+    with ray_session():
+        config["ray_worker_niceness"] = worker_niceness()
+        yield
+
+
 def worker_niceness() -> int:
     """The niceness Ray's worker processes run at, as a task reads it in its own process."""
     import ray
