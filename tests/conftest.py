@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import jvm_options
 from tests.servers import LoopbackServer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Every JVM the tests start (each session's local Spark, the standalone cluster's daemons and
-# executors, Connect servers, the CLI's Spark drivers) compiles with C1 only: 35 % less CPU to
-# start a local session and run a few jobs, and 30 % less over a 3-minute session of 180 small
-# jobs (measured here). The suite's data are tiny and its JVMs short-lived; C2's optimizations
-# never pay for themselves. Users' JVMs keep Java's defaults.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# executors, Connect servers, the CLI's Spark drivers) compiles with C1 only, collects with the
+# serial collector and, once a run has built it, maps Spark's classes from a shared archive
+# (tests/jvm_options.py: a short-lived JVM used about half the CPU). Users' JVMs keep Java's
+# defaults.
+os.environ.setdefault("JDK_JAVA_OPTIONS", jvm_options.options())
 # TensorFlow's op kernels, and the BLAS/OpenMP pools under numpy, scikit-learn and oneDNN, run on
 # one thread in every test process: on 2 cores shared by 4 workers, more threads only spin and
 # wait for each other (a digits fit took 5-14 % less CPU with TF_NUM_INTRAOP_THREADS=1, measured
@@ -41,12 +42,20 @@ def _xdist_controller(config) -> bool:
 def pytest_configure(config):
     """Each process that runs tests forks its Python subprocesses from a warm interpreter
     (tests/warm_python.py: about 5 CPU-s of imports saved per process); the xdist controller,
-    which runs none, does not."""
+    which runs none, does not. The run's first process (the controller, or a plain run) starts
+    building the JVMs' class archive when it is missing (tests/jvm_options.py)."""
+    if not hasattr(config, "workerinput"):
+        config._jvm_archive = jvm_options.prepare()
     if _xdist_controller(config):
         return
     from tests import warm_python
 
     config._warm_python = warm_python.start()
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start a JVM
+def pytest_runtest_setup(item):
+    jvm_options.refresh()
 
 
 def pytest_sessionstart(session):
