@@ -122,9 +122,21 @@ def pytest_collection_modifyitems(config, items):
         names = {
             str(m.args[0] if m.args else m.kwargs.get("name", "default"))
             for m in item.iter_markers("xdist_group")
-        }
+        } or _module_group(item)
         if names and not item.nodeid.endswith(f"@{'_'.join(sorted(names))}"):
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(names))}")
+
+
+def _module_group(item) -> set:
+    """A test of no group that uses a module-scoped fixture runs on the worker that runs the
+    module's other tests (its group is the module): xdist hands out single tests, and each
+    worker that ran one built the module's fixture anew (tests/test_train.py's one training of
+    digits ran on all four workers, 13 CPU-s each)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d and d[-1].scope in ("module", "class", "package") for d in defs):
+        return {f"module:{item.module.__name__}"}
+    return set()
 
 
 @pytest.fixture(scope="session", autouse=True)
