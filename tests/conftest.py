@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import jvm_options
+from tests import jvm_options, mlflow_template
+from tests.mlflow_template import seed_store  # noqa: F401  (the tests import it from here)
 from tests.servers import LoopbackServer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -141,75 +142,13 @@ def _module_group(item) -> set:
 
 @pytest.fixture(scope="session", autouse=True)
 def _sqlite_stores_start_migrated(tmp_path_factory):
-    """New SQLite MLflow stores this process opens start as a copy of one already migrated.
-
-    MLflow builds a new SQLite store by running all its Alembic migrations (measured 13-29 s a
-    store at load 20 on 2 cores; 0.07 s for a copy), and most tests make a fresh store in their
-    tmp_path. Here the migrations run once per pytest process; a store file that does not exist
-    yet is then a copy of that empty, fully migrated one (no experiment: MLflow still creates
-    its Default experiment itself, with this store's own artifact root). Stores made by
-    subprocesses (CLI, recipes, Horovod ranks) are built by MLflow as usual; ``seed_store``
-    copies the template for the tests that hand a fresh store to one.
-    """
-    global _STORE_TEMPLATE
-    import mlflow.store.model_registry.sqlalchemy_store as registry
-    import mlflow.store.tracking.sqlalchemy_store as tracking
-
-    folder = tmp_path_factory.mktemp("mlflow_template")
-    tracking.SqlAlchemyStore(f"sqlite:///{folder / 'build.db'}", (folder / "art").as_uri())
-    import sqlite3
-
-    with sqlite3.connect(folder / "build.db") as db:
-        db.execute("DELETE FROM experiments")
-    db.close()
-    (folder / "build.db").rename(folder / "template.db")
-    _STORE_TEMPLATE = folder / "template.db"
-    originals = [
-        (cls, cls.__init__) for cls in (tracking.SqlAlchemyStore, registry.SqlAlchemyStore)
-    ]
-    for cls, init in originals:
-        cls.__init__ = _seeding(init)
+    """New SQLite MLflow stores this process opens start as a copy of one already migrated
+    (tests/mlflow_template.py; the commands forked from the warm interpreter get theirs from
+    it). ``seed_store`` copies the template for the tests that hand a fresh store to a command
+    that runs cold."""
+    uninstall = mlflow_template.install(mlflow_template.build(tmp_path_factory.mktemp("mlflow")))
     yield
-    for cls, init in originals:
-        cls.__init__ = init
-    _STORE_TEMPLATE = None
-
-
-_STORE_TEMPLATE: Path | None = None
-
-
-def _seeding(init):
-    import functools
-
-    @functools.wraps(init)
-    def wrapper(self, db_uri, *args, **kwargs):
-        if db_uri.startswith("sqlite:///"):
-            seed_store(db_uri)
-        init(self, db_uri, *args, **kwargs)
-
-    return wrapper
-
-
-def seed_store(store: str | os.PathLike) -> str:
-    """Make the SQLite store ``store`` (a ``sqlite:///`` URI or a path) a copy of the migrated
-    empty template, unless it exists already. Returns its ``sqlite:///`` URI."""
-    import shutil
-    import uuid
-
-    text = os.fspath(store)
-    db = Path(text[len("sqlite:///") :] if text.startswith("sqlite:///") else text)
-    uri = f"sqlite:///{db}"
-    if _STORE_TEMPLATE is None or db.exists() or not db.parent.is_dir():
-        return uri
-    part = db.with_name(f".{db.name}.{uuid.uuid4().hex}")
-    shutil.copyfile(_STORE_TEMPLATE, part)
-    try:
-        os.link(part, db)  # atomic, and never over a store another process just made
-    except FileExistsError:
-        pass
-    finally:
-        part.unlink()
-    return uri
+    uninstall()
 
 
 @pytest.fixture(scope="session")
