@@ -181,14 +181,23 @@ def driver_target(request, spark_cluster, tmp_path_factory):
 
 def _run_driver(env: dict, *args: str, module: str = "tests.distribute.spark_driver"):
     """Run ``python -m module args`` (a Spark driver): its RESULT and its whole output."""
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+    except subprocess.TimeoutExpired as exc:  # what it was doing, not a truncated repr
+        out, err = (
+            x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+            for x in (exc.stdout, exc.stderr)
+        )
+        pytest.fail(
+            f"the driver did not end in 400 s; its stdout:\n{out[-4000:]}\nstderr:\n{err[-8000:]}"
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     return json.loads(line[len("RESULT ") :]), proc.stdout + proc.stderr
