@@ -82,6 +82,10 @@ def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
     # pyspark's Connect switch is on while the suite's Connect session is the live one, also
     # between tests (tests/conftest.py): a classic driver started with it goes remote.
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    # Nor the token of the suite's own Connect server, which a Connect test run earlier on this
+    # worker sets: with a token, pyspark's Connect client to a host other than "localhost" speaks
+    # TLS, and the cluster's Connect server (no token, plaintext) never answers it.
+    env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
     port, ui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
