@@ -7,9 +7,9 @@ classes is most of what a short-lived one costs. Every JVM of a run gets:
 
 - ``-XX:TieredStopAtLevel=1``: C1 only. The data are tiny and the JVMs short-lived; C2's
   optimizations never pay for themselves (35 % less CPU to start a session and run a few jobs).
-- ``-XX:+UseSerialGC``: no G1 threads and regions; a local session doing small jobs touched a
-  third fewer pages (about 140 k page faults instead of 205 k) with a peak RSS of 485-530 MB
-  instead of 525-740.
+- ``-XX:+UseSerialGC``: no G1 threads and regions; a local session doing small jobs made fewer
+  page faults (140 k instead of 205 k over 30 jobs; 115-119 k instead of 127-145 k over 5) with a
+  lower peak RSS (465-530 MB instead of 474-740).
 - ``-XX:SharedArchiveFile=ARCHIVE`` when :data:`ARCHIVE` exists: a dynamic CDS archive of the
   classes a local session loads (Java 17's AppCDS), built once per venv in the background of a
   run's first minute (:func:`prepare`, from the xdist controller or a plain ``pytest``; each test
