@@ -62,6 +62,30 @@ def _wait_for_workers(ui_port: int, count: int, timeout: float = 300) -> None:
     raise TimeoutError(f"the master has not {count} alive workers after {timeout} s: {alive}")
 
 
+def cluster_env(home: Path, log_dir: Path, environ: dict | None = None) -> dict:
+    """The environment of the loopback cluster's daemons and drivers: the test process's own
+    (``environ``, ``os.environ`` by default) but for what would make the cluster something else."""
+    env = {
+        **(os.environ if environ is None else environ),
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(log_dir),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # what tasks see of GPUs comes from Spark alone
+    # Nothing of the suite's own Connect session, which a Connect test run earlier on this
+    # worker leaves in os.environ (tests/conftest.py): pyspark's Connect switch
+    # (SPARK_CONNECT_MODE_ENABLED) makes a classic driver go remote, and with the server's token
+    # (SPARK_CONNECT_AUTHENTICATE_TOKEN) pyspark's Connect client to a host other than
+    # "localhost" speaks TLS, which the cluster's plaintext Connect server never answers (the
+    # driver then retried until its 400 s ran out).
+    for name in [n for n in env if n.startswith("SPARK_CONNECT_")]:
+        del env[name]
+    return env
+
+
 @contextlib.contextmanager
 def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
     """Yield ``(spark://127.0.0.1:PORT, env)``: a standalone master on loopback and one worker per
@@ -69,23 +93,7 @@ def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
     import pyspark
 
     home = Path(pyspark.__file__).parent
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(tmp),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    env.pop("CUDA_VISIBLE_DEVICES", None)  # what tasks see of GPUs comes from Spark alone
-    # pyspark's Connect switch is on while the suite's Connect session is the live one, also
-    # between tests (tests/conftest.py): a classic driver started with it goes remote.
-    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    # Nor the token of the suite's own Connect server, which a Connect test run earlier on this
-    # worker sets: with a token, pyspark's Connect client to a host other than "localhost" speaks
-    # TLS, and the cluster's Connect server (no token, plaintext) never answers it.
-    env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+    env = cluster_env(home, tmp)
     port, ui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
