@@ -72,6 +72,10 @@ def pytest_sessionstart(session):
 def pytest_terminal_summary(terminalreporter):
     from tests import machine_probe
 
+    problem = jvm_options.build_problem(getattr(terminalreporter.config, "_jvm_archive", None))
+    if problem:
+        terminalreporter.write_sep("=", "the JVMs' class archive")
+        terminalreporter.write_line(problem)
     lines = machine_probe.summary()
     if lines:
         terminalreporter.write_sep("=", "the machine that ran the suite")

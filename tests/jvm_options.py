@@ -57,14 +57,37 @@ def prepare(archive: Path = ARCHIVE) -> subprocess.Popen | None:
     if archive.exists() or not _ours(os.environ.get("JDK_JAVA_OPTIONS"), archive):
         return None
     env = dict(os.environ, JDK_JAVA_OPTIONS=" ".join(BASE))
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.jvm_options", "--build", str(archive)],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not in the run's process group: a ^C leaves it to finish
+    with open(build_log(archive), "w") as log:  # the child keeps its own handle
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.jvm_options", "--build", str(archive)],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # not in the run's process group: a ^C leaves it to finish
+        )
+
+
+def build_log(archive: Path = ARCHIVE) -> Path:
+    """Where the build :func:`prepare` starts writes what it says (beside the archive)."""
+    return archive.with_name(f"{archive.name}.log")
+
+
+def build_problem(process: subprocess.Popen | None, archive: Path = ARCHIVE) -> str | None:
+    """What a run should say of the build :func:`prepare` started: nothing while it runs or once
+    it built the archive; else that it failed, with the end of its log. A failed build costs
+    the run only speed (its JVMs load Spark's classes from the jars), so nothing else shows it."""
+    if process is None or process.poll() in (None, 0):
+        return None
+    log = build_log(archive)
+    said = log.read_text(errors="replace").strip() if log.exists() else "(no log)"
+    if len(said) > 2000:  # its first words say what failed, its last the error it ended on
+        said = f"{said[:500]}\n[...]\n{said[-1500:]}"
+    return (
+        f"the JVMs' class archive {archive} was not built (exit {process.returncode}): the "
+        f"run's JVMs loaded Spark's classes from its jars; the next run tries again. "
+        f"{log} says:\n{said}"
     )
 
 

@@ -66,3 +66,19 @@ def test_the_options_follow_the_archive_and_leave_the_callers_own(tmp_path, monk
     jvm_options.refresh(archive)
     assert os.environ["JDK_JAVA_OPTIONS"] == "-Xmx2g"
     assert jvm_options.prepare(tmp_path / "other.jsa") is None  # the caller's: nothing built
+
+
+def test_a_build_that_fails_says_why_at_the_end_of_the_run(tmp_path, monkeypatch):
+    archive = tmp_path / "classes.jsa"
+    monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))  # Spark's launcher finds no java
+    build = jvm_options.prepare(archive)
+    assert build is not None
+    build.wait(timeout=300)
+
+    problem = jvm_options.build_problem(build, archive)
+
+    assert build.returncode != 0 and not archive.exists()
+    assert problem is not None and str(archive) in problem
+    assert "the class archive's session failed" in problem  # the build's own words, from its log
+    assert jvm_options.build_problem(None, archive) is None
