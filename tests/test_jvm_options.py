@@ -66,6 +66,9 @@ def test_the_options_follow_the_archive_and_leave_the_callers_own(tmp_path, monk
     jvm_options.refresh(archive)
     assert os.environ["JDK_JAVA_OPTIONS"] == "-Xmx2g"
     assert jvm_options.prepare(tmp_path / "other.jsa") is None  # the caller's: nothing built
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", base)
+    # Nowhere to write the archive (or its build's log): nothing started, the run goes on.
+    assert jvm_options.prepare(tmp_path / "missing" / "classes.jsa") is None
 
 
 def test_a_build_that_fails_says_why_at_the_end_of_the_run(tmp_path, monkeypatch):
