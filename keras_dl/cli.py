@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
 
     t = sub.add_parser("train", help="train a recipe (see `keras-dl recipes`)")
-    t.add_argument("recipe", help="recipe name: a module under recipes/")
+    t.add_argument("recipe", help="a module under recipes/, or your own (mypkg.recipes.churn)")
     _add_config_args(t)
     t.set_defaults(func=_cmd_train)
 

@@ -8,6 +8,7 @@ its default experiment. The module system is the registry: ``load_recipe("digits
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -150,27 +151,29 @@ def check_num_classes(exp: Experiment) -> None:
 
 
 def load_recipe(name: str) -> Recipe:
-    """Import ``recipes.NAME`` and return its ``RECIPE``.
+    """Import ``recipes.NAME`` (or the module a dotted ``NAME`` names) and return its ``RECIPE``.
+
+    A dotted name such as ``mypkg.recipes.churn`` is a recipe in a package of the user's own,
+    imported as it is; the recipe's default experiment then names it so (``recipe`` is the
+    dotted name), so Horovod ranks, Spark tasks and resumes load the same module.
 
     Raises:
         ConfigError: When there is no such recipe, listing the ones there are.
     """
-    if not name.isidentifier():
+    if not all(part.isidentifier() for part in name.split(".")):
         raise ConfigError(
-            f"Recipe name {name!r} is not valid. Recipes: {', '.join(list_recipes())}."
+            f"Recipe name {name!r} is not valid: use a module under recipes/ ("
+            f"{', '.join(list_recipes())}) or a dotted module path such as mypkg.recipes.churn."
         )
-    try:
-        module = importlib.import_module(f"recipes.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name not in (f"recipes.{name}", "recipes"):
-            raise
-        raise ConfigError(
-            f"There is no recipe {name!r}. Recipes: {', '.join(list_recipes())} "
-            "(or add recipes/{name}.py defining RECIPE)."
-        ) from None
+    module = _import_recipe(name)
     recipe = getattr(module, "RECIPE", None)
     if not isinstance(recipe, Recipe):
-        raise ConfigError(f"recipes/{name}.py does not define RECIPE = Recipe(...).")
+        where = f"recipes/{name}.py" if "." not in name else f"Module {name!r}"
+        raise ConfigError(f"{where} does not define RECIPE = Recipe(...).")
+    if "." in name and recipe.defaults.recipe != name:
+        recipe = dataclasses.replace(
+            recipe, defaults=dataclasses.replace(recipe.defaults, recipe=name)
+        )
     return recipe
 
 
@@ -181,3 +184,26 @@ def list_recipes() -> list[str]:
     return sorted(
         m.name for m in pkgutil.iter_modules(recipes.__path__) if not m.name.startswith("_")
     )
+
+
+def _import_recipe(name: str):
+    """The module of recipe ``name``: ``recipes.NAME``, or a dotted path as it is."""
+    module_name = name if "." in name else f"recipes.{name}"
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not (module_name == missing or module_name.startswith(missing + ".")):
+            raise  # the recipe exists and one of its own imports is missing
+        if "." in name:
+            raise ConfigError(
+                f"There is no module {name!r} to load the recipe from ({missing!r} is not "
+                "importable). Install the package that holds it, or run from the folder "
+                "that contains it; built-in recipes: "
+                f"{', '.join(list_recipes())}."
+            ) from None
+        raise ConfigError(
+            f"There is no recipe {name!r}. Recipes: {', '.join(list_recipes())} "
+            f"(or add recipes/{name}.py defining RECIPE, or name a module of your own package, "
+            "e.g. mypkg.recipes.churn)."
+        ) from None

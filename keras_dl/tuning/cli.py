@@ -17,7 +17,7 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recipe", help="recipe name: a module under recipes/")
+    p.add_argument("recipe", help="a module under recipes/, or your own (mypkg.recipes.churn)")
     p.add_argument(
         "--space",
         action="append",
