@@ -54,8 +54,26 @@ def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
             assert t["target"] == 0.95 and t["met"] == (t["value"] >= 0.95)
         elif ratio.endswith("cpu_ms_per_sample - 1"):  # CPU per sample within 3 % of in-memory
             cpu = report[setup]["cpu_ms_per_sample"]
-            assert t["value"] == round(cpu["keras_dl"] / cpu["in_memory"] - 1, 3)
-            assert t["met"] == (t["value"] <= 0.03)
+            if cpu["in_memory"] > 0:
+                assert t["value"] == round(cpu["keras_dl"] / cpu["in_memory"] - 1, 3)
+                assert t["met"] == (t["value"] <= 0.03)
+            else:  # too short a run to measure in-memory's CPU: no ratio, not met
+                assert t["value"] is None and t["met"] is False
         else:
             assert t["target"] == 1.0 and t["met"] == (t["value"] >= 1.0)
     assert "ray_to_tf" in done.stderr  # the targets, printed with the run
+
+
+def test_an_in_memory_cpu_figure_of_zero_gives_no_ratio_and_misses_the_target():
+    from benchmarks.fit import targets
+
+    figures = {
+        "ratios": {"keras_dl/in_memory": 1.0},
+        "ratio_spread": {"keras_dl/in_memory": [1.0, 1.0]},
+        "cpu_ms_per_sample": {"keras_dl": 0.004, "in_memory": 0.0},  # rounded to 0 ms
+    }
+    cpu = {t["ratio"]: t for t in targets("wide", figures)}[
+        "keras_dl/in_memory cpu_ms_per_sample - 1"
+    ]
+    assert cpu["value"] is None and cpu["met"] is False
+    assert "measured as 0" in cpu["target"]
