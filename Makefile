@@ -1,5 +1,5 @@
 # The two commands a user needs: `make demo` and `make test`. Both set up .venv on first use.
-.PHONY: setup demo test lint format clean
+.PHONY: setup demo test check lint format clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -28,6 +28,12 @@ demo: setup
 test: setup
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The quick tier for daily work: the import contracts and the tests not marked slow (no
+# multi-process Horovod job, no full training), on the same workers.
+check: setup
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check keras_dl keras_dl_petastorm_hook.py keras_dl_keras_hook.py recipes benchmarks tests
