@@ -9,14 +9,26 @@ collective with the dead peer if it noticed (seconds), else at the end of whatev
 outside a collective (a long validation or checkpoint), or after ``runtime.stall_timeout``
 (120 s) when the dead peer's connections stayed open. Stopping a rank is Horovod's
 ``abort_command`` to its task service: SIGTERM to the rank, SIGKILL 5 s later.
+
+:func:`stream_task_output`: each line a rank writes reaches the driver as it is written. The
+task service sends it at once (``safe_shell_exec.prefix_connection`` writes line by line), but
+the driver's client read it with ``shutil.copyfileobj(StreamReader(sock.makefile("rb")),
+stream)`` (``horovod/runner/common/util/network.py``, ``BasicClient._send_one``): copyfileobj
+asks for 64 KiB and a buffered socket file returns only once it holds 64 KiB or the connection
+ends. The lines came in 64 KiB bursts (236 epochs' lines within one second, a rank's start-up
+lines minutes late, or only when the job ended).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import socket
 import sys
 import threading
 from collections.abc import Iterator
+
+_CHUNK = 65536  # the most a rank's output read takes at once (what has arrived, up to this)
 
 
 @contextlib.contextmanager
@@ -35,6 +47,69 @@ def stop_all_on_first_failure() -> Iterator[None]:
         yield
     finally:
         spark_gloo._exec_command_fn = original
+
+
+@contextlib.contextmanager
+def stream_task_output() -> Iterator[None]:
+    """Within this block, the driver writes each line of a rank's output (``horovod.spark.run``'s
+    ``stdout=`` / ``stderr=`` streams) as soon as it arrives, and flushes the stream."""
+    from horovod.runner.common.util import network
+
+    original = network.BasicClient._send_one
+
+    def send_one(self, addr, req, stream=None):
+        if stream is None:  # every request but the two output streams: Horovod's own
+            return original(self, addr, req)
+        return _send_streaming(self, addr, req, stream, network.AckStreamResponse)
+
+    network.BasicClient._send_one = send_one
+    try:
+        yield
+    finally:
+        network.BasicClient._send_one = original
+
+
+def _send_streaming(client, addr, req, stream, ack) -> object:
+    """``BasicClient._send_one`` for a request answered by a stream: the same wire and retries,
+    but the stream is copied as it arrives (``read1``), whole lines at a time."""
+    for attempt in range(client._attempts):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.connect(addr)
+            rfile, wfile = sock.makefile("rb"), sock.makefile("wb")
+            try:
+                client._wire.write(req, wfile)
+                resp = client._wire.read(rfile)
+                if isinstance(resp, ack):
+                    _copy_lines(rfile, stream)
+                return resp
+            finally:
+                rfile.close()
+                wfile.close()
+        except Exception:
+            if attempt == client._attempts - 1:
+                raise
+        finally:
+            sock.close()
+    return None
+
+
+def _copy_lines(rfile, stream) -> None:
+    """Write what ``rfile`` (UTF-8 bytes) brings to ``stream`` up to its last line end (a "\r"
+    too: progress bars), flushing each time; the rest once the connection ends."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while chunk := rfile.read1(_CHUNK):
+        pending += decoder.decode(chunk)
+        cut = max(pending.rfind("\n"), pending.rfind("\r")) + 1
+        if cut:
+            stream.write(pending[:cut])
+            stream.flush()
+            pending = pending[cut:]
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        stream.write(pending)
+        stream.flush()
 
 
 def _stopping_the_rest(exec_command):

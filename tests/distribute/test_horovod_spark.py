@@ -276,10 +276,12 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
 
 
 @pytest.mark.slow
-def test_a_killed_rank_stops_a_classic_job_within_seconds(spark_cluster, tmp_path):
-    """horovod.spark.run, as a classic session runs it: a rank SIGKILLed mid-job stops the job
-    within seconds, while the other rank is outside any collective (it would have slept on for
-    300 s)."""
+def test_a_classic_jobs_rank_output_comes_as_written_and_a_killed_rank_stops_the_job(
+    spark_cluster, tmp_path
+):
+    """horovod.spark.run, as a classic session runs it: each line of a rank reaches the driver
+    as it is written, and a rank SIGKILLed mid-job stops the job within seconds, while the other
+    rank is outside any collective (it would have slept on for 300 s)."""
     master, env = spark_cluster
     pidfile = tmp_path / "rank1.pid"
     driver = subprocess.Popen(
@@ -305,6 +307,14 @@ def test_a_killed_rank_stops_a_classic_job_within_seconds(spark_cluster, tmp_pat
             driver.wait()
     assert driver.returncode == 0, out[-6000:]
     result = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
+
+    for rank in (0, 1):
+        (first,) = [t for t, line in result["lines"] if f"line 1 of rank {rank}" in line]
+        (second,) = [line for _, line in result["lines"] if f"line 2 of rank {rank}" in line]
+        written = float(second.rsplit(" ", 1)[1])
+        # Seen on the driver before the rank wrote its next line, 8 s later (the bursts were
+        # 64 KiB: both lines came when the job ended).
+        assert first < written, (rank, first, written)
 
     assert re.search(r"rank 1 died: killed by signal 9 \(SIGKILL\)", result["error"]), result
     # Within seconds of the kill (measured 4.2 s here); the bound is far below the other
