@@ -18,12 +18,14 @@ Two ways out, both optional:
   Prometheus to scrape, from the first step until ``fit`` ends; at the end it waits up to
   ``final_scrape_seconds`` for one more scrape, so the final values are not lost;
 - ``pushgateway``: rank 0 pushes at each epoch end and at the end of ``fit`` (finished, failed
-  or preempted), one group per rank (job ``keras_dl``, ``run_id``, ``rank``). The groups are
+  or preempted), one group per rank (job ``keras_dl``, ``run_id``, ``rank``, and ``host``, the
+  rank's host: under Horovod one allgather of the names at the start of ``fit``). The groups are
   left on the gateway at the end: a batch job's executors are gone by the time anyone looks,
   and the gateway is then the only place that holds the run's final state
   (``keras_dl_running`` 0, the last loss, the preemptions). A run killed outright leaves
   ``keras_dl_running`` at 1 with a last step growing old, which is what the no-step alert
-  catches. Delete a group with ``curl -X DELETE <gateway>/metrics/job/keras_dl/run_id/<id>/rank/<r>``.
+  catches. Delete a group with ``curl -X DELETE
+  <gateway>/metrics/job/keras_dl/run_id/<id>/rank/<r>/host/<host>``.
 """
 
 from __future__ import annotations
@@ -95,6 +97,10 @@ class PrometheusMetrics(keras.callbacks.Callback):
         self._step = int(keras.ops.convert_to_numpy(optimizer.iterations)) if optimizer else 0
         self._last_step = None
         self._epoch = 0
+        if self.pushgateway and self._world.size > 1:
+            hosts = _gather_hosts()  # collective: every rank has this callback
+            if self.metrics is not None:
+                self.metrics.hosts = dict(enumerate(hosts))
         m = self.metrics
         if m is None:
             return
@@ -173,3 +179,12 @@ class PrometheusMetrics(keras.callbacks.Callback):
             progress = {k: got[k] for k in ("step", "epoch", "last_step") if k in got}
             self.metrics.set_progress(r, **progress)
             self.metrics.set_epoch(r, {k: v for k, v in got.items() if k in THROUGHPUT})
+
+
+def _gather_hosts() -> list[str]:
+    """Every rank's host name, in rank order (a Horovod allgather: every rank calls it)."""
+    import socket
+
+    import horovod.tensorflow as hvd
+
+    return [str(h) for h in hvd.allgather_object(socket.gethostname(), name="prometheus.hosts")]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import time
 import warnings
@@ -75,6 +76,8 @@ class RunMetrics:
         self.registry.register(self)
         self._server = None
         self._push_warned = False
+        # rank -> the host it runs on, for its Pushgateway group (rank 0's: this host's).
+        self.hosts: dict[int, str] = {0: socket.gethostname()}
 
     # -- setting figures (any thread) ---------------------------------------------------------
     def set_progress(self, rank: int, **values: float) -> None:
@@ -181,7 +184,8 @@ class RunMetrics:
             self._server = None
 
     def push(self, gateway: str, job: str = "keras_dl", timeout: float = 5.0) -> bool:
-        """Push each rank's series to ``gateway`` in its own group: job/run_id/rank.
+        """Push each rank's series to ``gateway`` in its own group: job/run_id/rank/host (the
+        host from :attr:`hosts`, "unknown" for a rank it lacks).
 
         A gateway that fails is warned about once and never stops training.
 
@@ -198,7 +202,11 @@ class RunMetrics:
                     gateway,
                     job=job,
                     registry=_OneRank(self, rank),
-                    grouping_key={"run_id": self.run_id, "rank": str(rank)},
+                    grouping_key={
+                        "run_id": self.run_id,
+                        "rank": str(rank),
+                        "host": self.hosts.get(rank, "unknown"),
+                    },
                     timeout=timeout,
                 )
         except Exception as exc:  # noqa: BLE001 - monitoring never ends a run

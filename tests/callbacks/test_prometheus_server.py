@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -178,6 +179,10 @@ def test_a_fit_pushes_one_group_per_rank_to_a_real_pushgateway_and_leaves_it(tmp
         assert sorted(by_rank) == ["0", "1"]
         zero = by_rank["0"]
         assert zero["labels"]["job"] == "keras_dl"
+        # Each group names its rank's host: rank 0's is this one; rank 1's came without the
+        # allgather of a Horovod job's start, so it is not known here.
+        assert zero["labels"]["host"] == socket.gethostname()
+        assert by_rank["1"]["labels"]["host"] == "unknown"
 
         def value(group, name, **labels):
             (m,) = [
