@@ -15,6 +15,7 @@ while rank 0's step, epoch and seconds since the last step move at every step.
 Two ways out, both optional:
 
 - ``port``: rank 0 serves ``http://<bind>:<port>/metrics`` (0: a free port, printed) for a
+  (under a Horovod launcher, ``feed`` instead: the launcher serves it, fed by rank 0)
   Prometheus to scrape, from the first step until ``fit`` ends; at the end it waits up to
   ``final_scrape_seconds`` for one more scrape, so the final values are not lost;
 - ``pushgateway``: rank 0 pushes at each epoch end and at the end of ``fit`` (finished, failed
@@ -36,6 +37,7 @@ import keras
 import numpy as np
 
 from keras_dl.callbacks.prometheus_export import THROUGHPUT, RunMetrics
+from keras_dl.callbacks.prometheus_feed import FeedSender
 from keras_dl.distribute.world import current_world
 
 # What each rank sends at an epoch end, by index: (rank, field index, value) rows.
@@ -60,6 +62,8 @@ class PrometheusMetrics(keras.callbacks.Callback):
         throughput: The run's ``Throughput`` callback, whose epoch figures are exported.
         preemption: The run's ``Preemption`` callback, whose signal is counted.
         restarts: The launcher's automatic restarts of this run so far. Defaults to 0.
+        feed: The launcher's feed URL: rank 0 sends it its figures as JSON, once a second and
+            at the end (:mod:`~keras_dl.callbacks.prometheus_feed`). Defaults to "" (none).
     """
 
     def __init__(
@@ -73,9 +77,12 @@ class PrometheusMetrics(keras.callbacks.Callback):
         throughput=None,
         preemption=None,
         restarts: int = 0,
+        feed: str = "",
     ):
         super().__init__()
         self.port, self.bind, self.pushgateway = port, bind, pushgateway
+        self.feed = feed
+        self._sender: FeedSender | None = None
         self.final_scrape_seconds = final_scrape_seconds
         self.throughput, self.preemption = throughput, preemption
         # Built now, on rank 0: SystemMetrics hands it samples from before this on_train_begin.
@@ -107,6 +114,9 @@ class PrometheusMetrics(keras.callbacks.Callback):
         self._open = True
         m.running = 1.0
         m.set_progress(0, step=self._step)
+        if self.feed and self._sender is None:
+            self._sender = FeedSender(self.feed, m.snapshot)
+            self._sender.start()
         if self.port is not None and self.served_port is None:
             self.served_port = m.serve(self.port, self.bind)
             print(
@@ -150,6 +160,9 @@ class PrometheusMetrics(keras.callbacks.Callback):
             m.preemptions += 1
         if self.pushgateway:
             m.push(self.pushgateway)
+        if self._sender is not None:
+            self._sender.close()  # the end state; the launcher gives the scraper its last look
+            self._sender = None
         if self.served_port is not None:
             m.wait_for_scrape(self.final_scrape_seconds)
             m.stop_serving()
