@@ -15,15 +15,18 @@ while rank 0's step, epoch and seconds since the last step move at every step.
 Two ways out, both optional:
 
 - ``port``: rank 0 serves ``http://<bind>:<port>/metrics`` (0: a free port, printed) for a
+  (under a Horovod launcher, ``feed`` instead: the launcher serves it, fed by rank 0)
   Prometheus to scrape, from the first step until ``fit`` ends; at the end it waits up to
   ``final_scrape_seconds`` for one more scrape, so the final values are not lost;
 - ``pushgateway``: rank 0 pushes at each epoch end and at the end of ``fit`` (finished, failed
-  or preempted), one group per rank (job ``keras_dl``, ``run_id``, ``rank``). The groups are
+  or preempted), one group per rank (job ``keras_dl``, ``run_id``, ``rank``, and ``host``, the
+  rank's host: under Horovod one allgather of the names at the start of ``fit``). The groups are
   left on the gateway at the end: a batch job's executors are gone by the time anyone looks,
   and the gateway is then the only place that holds the run's final state
   (``keras_dl_running`` 0, the last loss, the preemptions). A run killed outright leaves
   ``keras_dl_running`` at 1 with a last step growing old, which is what the no-step alert
-  catches. Delete a group with ``curl -X DELETE <gateway>/metrics/job/keras_dl/run_id/<id>/rank/<r>``.
+  catches. Delete a group with ``curl -X DELETE
+  <gateway>/metrics/job/keras_dl/run_id/<id>/rank/<r>/host/<host>``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import keras
 import numpy as np
 
 from keras_dl.callbacks.prometheus_export import THROUGHPUT, RunMetrics
+from keras_dl.callbacks.prometheus_feed import FeedSender
 from keras_dl.distribute.world import current_world
 
 # What each rank sends at an epoch end, by index: (rank, field index, value) rows.
@@ -58,6 +62,8 @@ class PrometheusMetrics(keras.callbacks.Callback):
         throughput: The run's ``Throughput`` callback, whose epoch figures are exported.
         preemption: The run's ``Preemption`` callback, whose signal is counted.
         restarts: The launcher's automatic restarts of this run so far. Defaults to 0.
+        feed: The launcher's feed URL: rank 0 sends it its figures as JSON, once a second and
+            at the end (:mod:`~keras_dl.callbacks.prometheus_feed`). Defaults to "" (none).
     """
 
     def __init__(
@@ -71,9 +77,12 @@ class PrometheusMetrics(keras.callbacks.Callback):
         throughput=None,
         preemption=None,
         restarts: int = 0,
+        feed: str = "",
     ):
         super().__init__()
         self.port, self.bind, self.pushgateway = port, bind, pushgateway
+        self.feed = feed
+        self._sender: FeedSender | None = None
         self.final_scrape_seconds = final_scrape_seconds
         self.throughput, self.preemption = throughput, preemption
         # Built now, on rank 0: SystemMetrics hands it samples from before this on_train_begin.
@@ -95,12 +104,19 @@ class PrometheusMetrics(keras.callbacks.Callback):
         self._step = int(keras.ops.convert_to_numpy(optimizer.iterations)) if optimizer else 0
         self._last_step = None
         self._epoch = 0
+        if self.pushgateway and self._world.size > 1:
+            hosts = _gather_hosts()  # collective: every rank has this callback
+            if self.metrics is not None:
+                self.metrics.hosts = dict(enumerate(hosts))
         m = self.metrics
         if m is None:
             return
         self._open = True
         m.running = 1.0
         m.set_progress(0, step=self._step)
+        if self.feed and self._sender is None:
+            self._sender = FeedSender(self.feed, m.snapshot)
+            self._sender.start()
         if self.port is not None and self.served_port is None:
             self.served_port = m.serve(self.port, self.bind)
             print(
@@ -144,6 +160,9 @@ class PrometheusMetrics(keras.callbacks.Callback):
             m.preemptions += 1
         if self.pushgateway:
             m.push(self.pushgateway)
+        if self._sender is not None:
+            self._sender.close()  # the end state; the launcher gives the scraper its last look
+            self._sender = None
         if self.served_port is not None:
             m.wait_for_scrape(self.final_scrape_seconds)
             m.stop_serving()
@@ -173,3 +192,12 @@ class PrometheusMetrics(keras.callbacks.Callback):
             progress = {k: got[k] for k in ("step", "epoch", "last_step") if k in got}
             self.metrics.set_progress(r, **progress)
             self.metrics.set_epoch(r, {k: v for k, v in got.items() if k in THROUGHPUT})
+
+
+def _gather_hosts() -> list[str]:
+    """Every rank's host name, in rank order (a Horovod allgather: every rank calls it)."""
+    import socket
+
+    import horovod.tensorflow as hvd
+
+    return [str(h) for h in hvd.allgather_object(socket.gethostname(), name="prometheus.hosts")]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import time
 import warnings
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "keras_dl_"
 LABELS = ("run_id", "recipe", "rank")
+_FIGURES = ("progress", "throughput", "epoch_metrics", "system")  # per rank, in snapshots
 # Throughput's keys in the epoch logs, and the series they become (with a scale).
 THROUGHPUT = {
     "samples_per_sec": ("samples_per_second", 1.0, "Training samples per second, last epoch."),
@@ -75,6 +77,8 @@ class RunMetrics:
         self.registry.register(self)
         self._server = None
         self._push_warned = False
+        # rank -> the host it runs on, for its Pushgateway group (rank 0's: this host's).
+        self.hosts: dict[int, str] = {0: socket.gethostname()}
 
     # -- setting figures (any thread) ---------------------------------------------------------
     def set_progress(self, rank: int, **values: float) -> None:
@@ -98,6 +102,40 @@ class RunMetrics:
     def set_system(self, rank: int, values: dict) -> None:
         with self._lock:
             self.system.setdefault(rank, {}).update(values)
+
+    # -- relaying (rank 0 -> the driver, as JSON) -------------------------------------------
+    def snapshot(self) -> dict:
+        """Every figure held, as JSON-ready data (ranks as strings), for :meth:`load`."""
+        with self._lock:
+            figures = {
+                name: {str(r): dict(v) for r, v in getattr(self, name).items()} for name in _FIGURES
+            }
+            hosts = {str(r): h for r, h in self.hosts.items()}
+        return {
+            **figures,
+            "hosts": hosts,
+            "running": self.running,
+            "preemptions": self.preemptions,
+            "restarts": self.restarts,
+        }
+
+    def load(self, snapshot: dict) -> None:
+        """Take the figures of another process's :meth:`snapshot` (the driver from rank 0);
+        what is not a number is left out."""
+        with self._lock:
+            for name in _FIGURES:
+                for r, values in (snapshot.get(name) or {}).items():
+                    numbers = {
+                        str(k): float(v)
+                        for k, v in values.items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    }
+                    getattr(self, name).setdefault(int(r), {}).update(numbers)
+            for r, host in (snapshot.get("hosts") or {}).items():
+                self.hosts[int(r)] = str(host)
+            for key in ("running", "preemptions", "restarts"):
+                if isinstance(snapshot.get(key), (int, float)):
+                    setattr(self, key, snapshot[key])
 
     # -- exposition ---------------------------------------------------------------------------
     def collect(self, rank: int | None = None):
@@ -181,7 +219,8 @@ class RunMetrics:
             self._server = None
 
     def push(self, gateway: str, job: str = "keras_dl", timeout: float = 5.0) -> bool:
-        """Push each rank's series to ``gateway`` in its own group: job/run_id/rank.
+        """Push each rank's series to ``gateway`` in its own group: job/run_id/rank/host (the
+        host from :attr:`hosts`, "unknown" for a rank it lacks).
 
         A gateway that fails is warned about once and never stops training.
 
@@ -198,7 +237,11 @@ class RunMetrics:
                     gateway,
                     job=job,
                     registry=_OneRank(self, rank),
-                    grouping_key={"run_id": self.run_id, "rank": str(rank)},
+                    grouping_key={
+                        "run_id": self.run_id,
+                        "rank": str(rank),
+                        "host": self.hosts.get(rank, "unknown"),
+                    },
                     timeout=timeout,
                 )
         except Exception as exc:  # noqa: BLE001 - monitoring never ends a run

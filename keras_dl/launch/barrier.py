@@ -16,6 +16,7 @@ prints it and applies ``start_timeout`` (:mod:`keras_dl.launch.rank_output`).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -36,6 +37,13 @@ from keras_dl.launch.rank_output import (
 
 _SCHEMA = "rank int, code int, stopped boolean, result binary, output string"
 _ABORT_SCOPE = "keras_dl_failed"  # set by a failed rank's task, polled by the others
+# A failed rank's PUT there: 5 attempts, 0.25 s after the first failure doubling to 2 s (3.75 s
+# of waits, each attempt at most 5 s): the other ranks poll it once a second.
+_PUT_ATTEMPTS = 5
+_PUT_FIRST_DELAY = 0.25
+_PUT_TIMEOUT = 5
+
+log = logging.getLogger(__name__)
 
 
 def run_barrier(
@@ -78,9 +86,25 @@ def run_barrier(
         finally:
             tail.remove()
     rows = sorted(rows, key=lambda r: r.rank)
+    _check_rows(rows, logs, printed=folder is not None)
+    return [cloudpickle.loads(r.result) if r.result else None for r in rows]
+
+
+def _check_rows(rows: list, logs: str, printed: bool) -> None:
+    """Keep the ranks' output (rows in rank order) in ``logs``; print it unless ``printed``
+    already (live); raise if a rank failed.
+
+    A failed rank's row carries its exit status and its whole output, its failure report
+    included, whether or not it could tell the other ranks (:func:`_put`): this is what the
+    driver explains the failure from.
+
+    Raises:
+        RuntimeError: In Horovod's words ("Process name: R Exit code: C"): the first rank, in
+            rank order, that failed on its own (not stopped by its task).
+    """
     with open(Path(logs) / "spark.out", "w") as copy:
         for row in rows:
-            if folder is None:
+            if not printed:
                 sys.stdout.write(row.output)
             copy.write(row.output)
     sys.stdout.flush()
@@ -91,7 +115,6 @@ def run_barrier(
             f"Horovod detected that one or more processes exited with non-zero status. "
             f"Process name: {first.rank} Exit code: {first.code}"
         )
-    return [cloudpickle.loads(r.result) if r.result else None for r in rows]
 
 
 def _task_function(payload: bytes, env: dict, folder: str | None, store_env: dict):
@@ -247,7 +270,19 @@ def _run_child(rank: int, payload: bytes, env: dict, server: tuple[str, int], wr
         for t in pumps:
             t.join()
         if code != 0 and not stopped:
-            _put(server, "first", f"{rank} {code}")
+            error = _put(server, "first", f"{rank} {code}")
+            if error is not None:  # in this rank's output: the driver gets it with the row
+                note = (
+                    f"[{rank}]<stderr>:keras_dl: rank {rank} (exit status {code}) could not "
+                    f"tell the other ranks it failed: {error}. They stop when a collective "
+                    "with it fails, or after runtime.stall_timeout; the driver still gets this "
+                    "rank's exit status and output with its task's result.\n"
+                )
+                log.warning("%s", note.split(":", 1)[1].strip())
+                lines.append(note)
+                if writer is not None:
+                    writer.add(note)
+                sys.stderr.write(note)
         result = Path(tmp, "result").read_bytes() if Path(tmp, "result").exists() else b""
     return code, stopped, result, "".join(lines)
 
@@ -276,12 +311,27 @@ def _url(server: tuple[str, int], key: str) -> str:
     return f"http://{server[0]}:{server[1]}/{_ABORT_SCOPE}/{key}"
 
 
-def _put(server: tuple[str, int], key: str, value: str) -> None:
-    request = urllib.request.Request(_url(server, key), data=value.encode(), method="PUT")
-    try:
-        urllib.request.urlopen(request, timeout=10).close()
-    except OSError:
-        pass  # the other ranks then stop on their own (a collective with a dead peer fails)
+def _put(server: tuple[str, int], key: str, value: str) -> str | None:
+    """Store ``value`` under ``key`` in the rendezvous server's key-value store, retrying with
+    a bounded backoff (a server busy or restarting answers 503, or refuses the connection).
+
+    Returns:
+        None once stored; else what the last attempt got, naming the URL (the other ranks then
+        stop only on their own: a collective with the failed peer fails, or the stall timeout).
+    """
+    url = _url(server, key)
+    delay = _PUT_FIRST_DELAY
+    for attempt in range(1, _PUT_ATTEMPTS + 1):
+        request = urllib.request.Request(url, data=value.encode(), method="PUT")
+        try:
+            urllib.request.urlopen(request, timeout=_PUT_TIMEOUT).close()
+            return None
+        except OSError as exc:  # HTTPError (503, ...), URLError (refused, reset), timeout
+            error = exc
+        if attempt < _PUT_ATTEMPTS:
+            time.sleep(delay)
+            delay *= 2
+    return f"PUT {url} failed {_PUT_ATTEMPTS} times, last with {type(error).__name__}: {error}"
 
 
 def _someone_failed(server: tuple[str, int]) -> bool:

@@ -9,19 +9,24 @@ when a rank is lost (:mod:`keras_dl.distribute.recovery`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from keras_dl import storage
-from keras_dl.distribute.loopback import spark_conf
+from keras_dl.connect import is_connect
+from keras_dl.distribute.loopback import LOOPBACK, spark_conf
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import active_session
+from keras_dl.launch.metrics_relay import MetricsRelay
 from keras_dl.launch.runner import HorovodRunner
 from keras_dl.run import open_run
 from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
 from keras_dl.storage import retry
+
+log = logging.getLogger(__name__)
 
 
 def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
@@ -81,11 +86,19 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
         with open_run(exp, run_id=run_id, lock_run_dir=True, driver=True) as run:
             spark = start_spark(exp.runtime) if exp.runtime.np > 0 else None
             run_id = run.start({"keras_dl.np": str(exp.runtime.np)})
-            return run_with_recovery(
-                lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
-                exp.runtime.max_restarts,
-                lambda count, cause: _log_restart(exp, run_id, count, cause),
-            )
+            # tracking.prometheus_port is served here, where a scraper finds it, fed by rank 0.
+            relay = _metrics_relay(exp, run_id)
+            if relay is not None:
+                runner.env.update(relay.start())
+            try:
+                return run_with_recovery(
+                    lambda: runner.run(main or train_rank, exp=exp, run_id=run_id),
+                    exp.runtime.max_restarts,
+                    lambda count, cause: _log_restart(exp, run_id, count, cause),
+                )
+            finally:
+                if relay is not None:
+                    relay.close()
     finally:
         if spark is not None:
             spark.stop()
@@ -131,6 +144,38 @@ def train_rank(exp, run_id: str | None = None):
     result = fit(exp, run_id=run_id)
     result.model = None
     return result
+
+
+def _metrics_relay(exp, run_id: str) -> MetricsRelay | None:
+    """The driver's Prometheus endpoint for ``tracking.prometheus_port``, or None: no port, or a
+    Spark Connect session (its executors need not reach this process: rank 0 serves it)."""
+    t = exp.tracking
+    if t.prometheus_port is None:
+        return None
+    feed_bind = LOOPBACK
+    if exp.runtime.np > 0:
+        session = active_session()
+        if session is None or is_connect(session):
+            log.info(
+                "On Spark Connect the executors may not reach this process: rank 0 serves "
+                "tracking.prometheus_port on its own host."
+            )
+            return None
+        feed_bind = session.conf.get("spark.driver.host", LOOPBACK) or LOOPBACK
+        if feed_bind != LOOPBACK:
+            log.warning(
+                "The ranks send their Prometheus figures to this process on %s "
+                "(spark.driver.host, the address the executors reach the driver at).",
+                feed_bind,
+            )
+    return MetricsRelay(
+        run_id,
+        exp.recipe,
+        t.prometheus_port,
+        t.prometheus_bind,
+        feed_bind,
+        t.prometheus_final_scrape_seconds,
+    )
 
 
 def _log_restart(exp, run_id: str, count: int, cause: str) -> None:

@@ -39,6 +39,7 @@ from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.errors import DistributedError, Preempted
 from keras_dl.launch.rank import HOROVOD_SETTINGS, KEPT, rank_main
+from keras_dl.launch.spark_run import stop_all_on_first_failure, stream_task_output
 
 
 class HorovodRunner:
@@ -169,7 +170,9 @@ class HorovodRunner:
         widened = self.bind_address != LOOPBACK
         scope = bound_to(self.bind_address) if widened else contextlib.nullcontext()
         try:
-            with scope:
+            # Horovod's Spark launcher leaves the other ranks running after one died, and
+            # forwards their output in 64 KiB bursts (keras_dl.launch.spark_run).
+            with scope, stop_all_on_first_failure(), stream_task_output():
                 return horovod.spark.run(
                     rank_main,
                     args=(payload,),

@@ -4,6 +4,7 @@ these read the run: its config, world, MLflow run and folder)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from keras_dl.callbacks.plots import Plots
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.progress_bar import ProgressBar
 from keras_dl.callbacks.prometheus import PrometheusMetrics
+from keras_dl.callbacks.prometheus_feed import FEED_ENV
 from keras_dl.callbacks.rows_trained import RowsTrained
 from keras_dl.callbacks.system_metrics import SystemMetrics
 from keras_dl.callbacks.tensorboard import RunTensorBoard
@@ -104,10 +106,13 @@ def make_callbacks(run, data) -> RunCallbacks:
     # Last among the batch-end hooks, so the step it stops after is logged like any other.
     preemption = Preemption(checkpoint)
     if t.prometheus_port is not None or t.prometheus_pushgateway:
+        # Under a launcher that serves the port itself, rank 0 sends it the figures instead.
+        feed = os.environ.get(FEED_ENV, "")
         prometheus = PrometheusMetrics(
             run_id=run_id,
             recipe=exp.recipe,
-            port=t.prometheus_port,
+            port=None if feed else t.prometheus_port,
+            feed=feed,
             bind=t.prometheus_bind,
             pushgateway=t.prometheus_pushgateway,
             final_scrape_seconds=t.prometheus_final_scrape_seconds,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -157,6 +158,71 @@ def test_prometheus_scrapes_every_figure_of_both_ranks_and_runs_the_dashboard(
         prometheus.stop()
 
 
+@pytest.mark.slow
+@HEAVY
+def test_a_horovod_jobs_port_is_served_by_the_launcher_with_every_ranks_figures(
+    digits_table, tmp_path
+):
+    """The launcher's process (this one) serves tracking.prometheus_port while the ranks train,
+    with rank 1's figures too (rank 0 feeds it): a scraper's target does not move with rank 0."""
+    import os
+    import threading
+
+    import psutil
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from keras_dl.launch import launch
+    from tests.distribute.conftest import digits_experiment
+
+    port = _free_port()
+    exp = digits_experiment(
+        digits_table,
+        tmp_path,
+        "runtime.strategy=horovod",
+        "runtime.np=-2",
+        "train.epochs=3",
+        "tracking.log_model=false",
+        "tracking.registered_model=none",
+        f"tracking.prometheus_port={port}",
+    )
+    scrapes: list[dict] = []
+    owners: set[int] = set()
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(0.5):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            owners.update(
+                os.getpid()
+                for c in psutil.Process().net_connections(kind="tcp")
+                if c.laddr.port == port and c.status == psutil.CONN_LISTEN
+            )
+            scrapes.append(
+                {
+                    (s.name, s.labels.get("rank")): s.value
+                    for family in text_string_to_metric_families(text)
+                    for s in family.samples
+                }
+            )
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    try:
+        launch(exp)
+    finally:
+        stop.set()
+        scraper.join(30)
+    assert owners == {os.getpid()}  # the port listened in the launcher's own process
+    running = [s for s in scrapes if s.get(("keras_dl_running", "0")) == 1.0]
+    assert running, f"no scrape while the ranks trained ({len(scrapes)} scrapes)"
+    assert any(s.get(("keras_dl_step", "1"), 0) > 0 for s in running), running[-1]
+    assert any(s.get(("keras_dl_epoch", "1"), 0) >= 1 for s in running)
+
+
 def test_a_fit_pushes_one_group_per_rank_to_a_real_pushgateway_and_leaves_it(tmp_path):
     from keras_dl.callbacks import Throughput
     from keras_dl.callbacks.prometheus import PrometheusMetrics
@@ -178,6 +244,10 @@ def test_a_fit_pushes_one_group_per_rank_to_a_real_pushgateway_and_leaves_it(tmp
         assert sorted(by_rank) == ["0", "1"]
         zero = by_rank["0"]
         assert zero["labels"]["job"] == "keras_dl"
+        # Each group names its rank's host: rank 0's is this one; rank 1's came without the
+        # allgather of a Horovod job's start, so it is not known here.
+        assert zero["labels"]["host"] == socket.gethostname()
+        assert by_rank["1"]["labels"]["host"] == "unknown"
 
         def value(group, name, **labels):
             (m,) = [

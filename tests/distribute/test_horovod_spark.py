@@ -273,3 +273,51 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
     assert ".lease.json" not in keys  # the driver held the lease for the job and released it
     counted = [k for k in keys if re.fullmatch(r"checkpoints/ckpt-\d{9}\.json", k)]
     assert counted and all(k[:-5] + ".npz" in keys for k in counted), keys
+
+
+@pytest.mark.slow
+def test_a_classic_jobs_rank_output_comes_as_written_and_a_killed_rank_stops_the_job(
+    spark_cluster, tmp_path
+):
+    """horovod.spark.run, as a classic session runs it: each line of a rank reaches the driver
+    as it is written, and a rank SIGKILLed mid-job stops the job within seconds, while the other
+    rank is outside any collective (it would have slept on for 300 s)."""
+    master, env = spark_cluster
+    pidfile = tmp_path / "rank1.pid"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.distribute.spark_ranks_driver", master, str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not pidfile.exists() and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pidfile.exists(), "rank 1 never wrote its pid"
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        killed_at = time.time()
+        out, _ = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 0, out[-6000:]
+    result = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
+
+    for rank in (0, 1):
+        (first,) = [t for t, line in result["lines"] if f"line 1 of rank {rank}" in line]
+        (second,) = [line for _, line in result["lines"] if f"line 2 of rank {rank}" in line]
+        written = float(second.rsplit(" ", 1)[1])
+        # Seen on the driver before the rank wrote its next line, 8 s later (the bursts were
+        # 64 KiB: both lines came when the job ended).
+        assert first < written, (rank, first, written)
+
+    assert re.search(r"rank 1 died: killed by signal 9 \(SIGKILL\)", result["error"]), result
+    # Within seconds of the kill (measured 4.2 s here); the bound is far below the other
+    # rank's 300 s asleep and runtime.stall_timeout's 120 s, loose for a loaded machine.
+    print(f"the job failed {result['failed_at'] - killed_at:.1f} s after the kill")
+    assert result["failed_at"] - killed_at < 45, result
