@@ -16,6 +16,7 @@ from typing import Any
 
 from keras_dl import storage
 from keras_dl.distribute.loopback import spark_conf
+from keras_dl.distribute.np_check import check_local_np
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import active_session
 from keras_dl.launch.runner import HorovodRunner
@@ -78,6 +79,7 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
     # the MLflow run (or continues the interrupted one the folder records, or ``run_id``), and
     # ends it FAILED or KILLED (preempted: rerunning the command resumes it) if the job fails.
     try:
+        check_local_np(exp.runtime.np)  # before the run exists and before any rank starts
         with open_run(exp, run_id=run_id, lock_run_dir=True, driver=True) as run:
             spark = start_spark(exp.runtime) if exp.runtime.np > 0 else None
             run_id = run.start({"keras_dl.np": str(exp.runtime.np)})
