@@ -93,3 +93,10 @@ def test_a_refused_np_creates_no_run_and_starts_nothing(digits_exp, tmp_path):
         launch(exp)
     # Refused before the driver opened the run: no store, no run folder.
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run").exists()
+
+
+def test_horovod_runner_refuses_it_before_starting_a_rank(cache):
+    from keras_dl.launch import HorovodRunner
+
+    with pytest.raises(DistributedError, match=r"runtime.np=-99999 starts 99999 Horovod ranks"):
+        HorovodRunner(np=-99999).run(print)
