@@ -163,9 +163,10 @@ def _configured(spark) -> str:
 def _executors(sc) -> str:
     """``N executor(s) on HOST, HOST: C cores for tasks`` for the session's executors now."""
     jsc = sc._jsc.sc()
-    driver = str(jsc.env().blockManager().blockManagerId().hostPort())  # listed with them
-    infos = jsc.statusTracker().getExecutorInfos()
-    hosts = [str(e.host()) for e in infos if f"{e.host()}:{e.port()}" != driver]
+    hosts = [str(e.host()) for e in jsc.statusTracker().getExecutorInfos()]
+    driver = sc.getConf().get("spark.driver.host", None)
+    if len(hosts) > jsc.getExecutorIds().size() and driver in hosts:
+        hosts.remove(driver)  # the driver's own entry, listed with the executors
     profile = jsc.resourceProfileManager().defaultResourceProfile()
     cpus = int(sc.getConf().get("spark.task.cpus", "1"))
     cores = int(jsc.maxNumConcurrentTasks(profile)) * cpus
