@@ -202,6 +202,12 @@ class RuntimeConfig:
         profile_steps: ``START,END``: rank 0 traces training steps START to END (from 1, in
             each ``fit``) with TensorFlow's profiler; the trace goes to the run with the
             TensorBoard logs (it turns those on). Defaults to () (no trace).
+        check_shared_storage: With ``np > 0``: before training, check that every host of the
+            Spark cluster sees the local folders rank 0 writes to (``run_dir``, a SQLite or file
+            ``tracking.uri``, a local artifact root) as this one does, and refuse them by name
+            otherwise (:mod:`keras_dl.launch.shared_storage`). Set it to False only where the
+            check's Spark stage cannot run and the folders are known to be shared.
+            Defaults to True.
     """
 
     strategy: Strategy = "auto"
@@ -218,6 +224,7 @@ class RuntimeConfig:
     spark_ui: bool = False
     lease_seconds: float = 60.0
     profile_steps: tuple[int, ...] = ()
+    check_shared_storage: bool = True
 
 
 @dataclass(frozen=True)

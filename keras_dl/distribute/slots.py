@@ -105,6 +105,7 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
         _check_configured_slots(spark, np)
         return
     sc = spark.sparkContext
+    _check_configured_total(spark, sc.master, np)
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
     while True:
@@ -115,6 +116,13 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
         if (total, free) != last:
             last, since = (total, free), now
         if (total > 0 and now - since >= settle) or now >= deadline:
+            if total < np:  # not a busy cluster: one too small for the job
+                raise DistributedError(
+                    f"runtime.np={np} needs {np} free Spark task slots, but the cluster at "
+                    f"{sc.master} has {free} free of {total} in all ({_executors(sc)}; "
+                    "one Horovod process per task, scheduled all at once). Use runtime.np <= "
+                    f"{max(total, 1)}, or add workers or cores to the cluster."
+                )
             raise DistributedError(
                 f"runtime.np={np} needs {np} free Spark task slots, but the cluster at "
                 f"{sc.master} has {free} free of {total} (one Horovod process per task, "
@@ -122,6 +130,50 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
                 f"{max(free, 1)}, add executors or cores, or wait for running jobs to finish."
             )
         time.sleep(0.5)
+
+
+def _check_configured_total(spark, master: str, np: int) -> None:
+    """Refuse at once an ``np`` above the slots the session's configuration allows in all
+    (``spark.cores.max``, ...): no executor that registers later can make room for it."""
+    total = configured_task_slots(spark)
+    if total is not None and total < np:
+        raise DistributedError(
+            f"runtime.np={np} needs {np} free Spark task slots, but the cluster at {master} "
+            f"has {total} free of {total} at most: {_configured(spark)} (one Horovod process "
+            f"per task, scheduled all at once). Use runtime.np <= {max(total, 1)}, or raise "
+            "those settings on a cluster with more cores."
+        )
+
+
+def _configured(spark) -> str:
+    """The settings :func:`configured_task_slots` counts from, as ``key=value`` text."""
+    keys = ("spark.master", "spark.cores.max", "spark.executor.instances")
+    keys += ("spark.executor.cores", "spark.task.cpus")
+    shown = []
+    for key in keys:
+        try:
+            value = spark.conf.get(key, None)
+        except Exception:  # a key the server refuses to show
+            value = None
+        if value is not None:
+            shown.append(f"{key}={value}")
+    return ", ".join(shown)
+
+
+def _executors(sc) -> str:
+    """``N executor(s) on HOST, HOST: C cores for tasks`` for the session's executors now."""
+    jsc = sc._jsc.sc()
+    hosts = [str(e.host()) for e in jsc.statusTracker().getExecutorInfos()]
+    driver = sc.getConf().get("spark.driver.host", None)
+    if len(hosts) > jsc.getExecutorIds().size() and driver in hosts:
+        hosts.remove(driver)  # the driver's own entry, listed with the executors
+    profile = jsc.resourceProfileManager().defaultResourceProfile()
+    cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    cores = int(jsc.maxNumConcurrentTasks(profile)) * cpus
+    return (
+        f"{len(hosts)} executor(s) on {', '.join(hosts) or 'no host'}: {cores} core(s) for "
+        f"tasks, spark.task.cpus={cpus}"
+    )
 
 
 def _check_configured_slots(spark, np: int) -> None:

@@ -18,10 +18,12 @@ from typing import Any
 from keras_dl import storage
 from keras_dl.connect import is_connect
 from keras_dl.distribute.loopback import LOOPBACK, spark_conf
+from keras_dl.distribute.np_check import check_local_np
 from keras_dl.distribute.recovery import run_with_recovery
-from keras_dl.distribute.slots import active_session
+from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.launch.metrics_relay import MetricsRelay
 from keras_dl.launch.runner import HorovodRunner
+from keras_dl.launch.shared_storage import check_shared_storage
 from keras_dl.run import open_run
 from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
 from keras_dl.storage import retry
@@ -83,8 +85,14 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
     # the MLflow run (or continues the interrupted one the folder records, or ``run_id``), and
     # ends it FAILED or KILLED (preempted: rerunning the command resumes it) if the job fails.
     try:
+        # A runtime.np the job cannot run, or folders rank 0 cannot reach from its host, are
+        # refused before the run exists and before any rank starts.
+        check_local_np(exp.runtime.np)
+        if exp.runtime.np > 0:
+            spark = start_spark(exp.runtime)
+            wait_for_free_slots(exp.runtime.np, timeout=exp.runtime.start_timeout, settle=10.0)
+            check_shared_storage(active_session(), exp)
         with open_run(exp, run_id=run_id, lock_run_dir=True, driver=True) as run:
-            spark = start_spark(exp.runtime) if exp.runtime.np > 0 else None
             run_id = run.start({"keras_dl.np": str(exp.runtime.np)})
             # tracking.prometheus_port is served here, where a scraper finds it, fed by rank 0.
             relay = _metrics_relay(exp, run_id)

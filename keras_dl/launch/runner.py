@@ -36,6 +36,7 @@ from keras_dl.connect import is_connect
 from keras_dl.distribute.failures import explain_failure
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
+from keras_dl.distribute.np_check import check_local_np
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.errors import DistributedError, Preempted
 from keras_dl.launch.rank import HOROVOD_SETTINGS, KEPT, rank_main
@@ -98,14 +99,16 @@ class HorovodRunner:
 
         Raises:
             DistributedError: When it is called from a script outside
-                ``if __name__ == "__main__":`` (np < 0), ``main`` does not pickle, Horovod is
-                missing, there are not enough free Spark task slots, or a rank fails (naming
-                it and the cause).
+                ``if __name__ == "__main__":`` (np < 0), ``-np`` ranks need more memory or
+                GPUs than this host has (:mod:`keras_dl.distribute.np_check`), ``main`` does
+                not pickle, Horovod is missing, there are not enough free Spark task slots, or
+                a rank fails (naming it and the cause).
             KerasDLError: A rank raised a keras_dl error (``DataError``, ``ConfigError``,
                 ``DivergenceError``, ...): the same class, naming the rank.
         """
         if self.np < 0:
             check_main_guard()  # the local launcher re-imports the main script
+            check_local_np(self.np)  # ranks this host's memory and GPUs can hold
         payload = _check_pickles(main, kwargs)
         from keras_dl.distribute.horovod import import_horovod
 

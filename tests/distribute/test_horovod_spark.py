@@ -87,9 +87,11 @@ def cluster_env(home: Path, log_dir: Path, environ: dict | None = None) -> dict:
 
 
 @contextlib.contextmanager
-def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
+def standalone_cluster(tmp: Path, workers: list[tuple]):
     """Yield ``(spark://127.0.0.1:PORT, env)``: a standalone master on loopback and one worker per
-    ``(cores, extra env)`` of ``workers``, each daemon in its own process group, all stopped after."""
+    ``(cores, extra env)`` of ``workers``, each daemon in its own process group, all stopped after.
+    A third item, a command prefix (e.g. ``unshare ...``), starts that worker under it (it must
+    exec the command it is given, so that the worker keeps its process)."""
     import pyspark
 
     home = Path(pyspark.__file__).parent
@@ -104,8 +106,9 @@ def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
             env,
         )
     ]
-    for i, (cores, extra) in enumerate(workers):
-        cmd = [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", str(cores)]
+    for i, (cores, extra, *prefix) in enumerate(workers):
+        cmd = [*(prefix[0] if prefix else []), spark_class, "org.apache.spark.deploy.worker.Worker"]
+        cmd += ["--cores", str(cores)]
         cmd += ["--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(_free_port())]
         daemons.append(([*cmd, "--work-dir", str(tmp / f"work{i}"), master], {**env, **extra}))
     procs = []

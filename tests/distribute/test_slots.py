@@ -1,0 +1,23 @@
+"""More Spark tasks than the cluster can ever run at once are refused at once, naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from keras_dl.distribute.slots import wait_for_free_slots
+from keras_dl.errors import DistributedError
+
+
+def test_more_tasks_than_the_clusters_slots_in_all_are_refused_at_once(spark):
+    # settle and timeout far beyond the test's run: a refusal here did not wait for them.
+    with pytest.raises(DistributedError) as caught:
+        wait_for_free_slots(3, timeout=3600, settle=3600)
+    text = str(caught.value)
+    assert text.startswith("runtime.np=3 needs 3 free Spark task slots, but the ")
+    assert "has 2 free of 2 at most" in text and "Use runtime.np <= 2" in text
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        assert "the cluster at local[2]" in text and "spark.master=local[2]" in text
+
+
+def test_tasks_the_cluster_has_free_slots_for_pass(spark):
+    wait_for_free_slots(2, timeout=3600, settle=3600)
