@@ -138,9 +138,9 @@ def count_local_gpus() -> int:
 
 
 def default_cache() -> Path:
-    """``$XDG_CACHE_HOME/keras_dl/rank-footprint.json`` (``~/.cache`` when it is unset)."""
+    """``$XDG_CACHE_HOME/keras-dl/rank-footprint.json`` (``~/.cache`` when it is unset)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root, "keras_dl", "rank-footprint.json")
+    return Path(root, "keras-dl", "rank-footprint.json")
 
 
 # -- private helpers ---------------------------------------------------------------------------
