@@ -95,6 +95,8 @@ def standalone_cluster(tmp: Path, workers: list[tuple[int, dict]]):
     home = Path(pyspark.__file__).parent
     env = cluster_env(home, tmp)
     port, ui = _free_port(), _free_port()
+    # Where a driver finds the master's web UI (keras_dl.distribute.driver_address reads it).
+    env["SPARK_MASTER_WEBUI_PORT"] = str(ui)
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     daemons = [
@@ -273,3 +275,22 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
     assert ".lease.json" not in keys  # the driver held the lease for the job and released it
     counted = [k for k in keys if re.fullmatch(r"checkpoints/ckpt-\d{9}\.json", k)]
     assert counted and all(k[:-5] + ".npz" in keys for k in counted), keys
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
+def test_executors_that_cannot_reach_the_driver_name_its_advertised_address(driver_target):
+    """Was "runtime.np=2 needs 2 free Spark task slots, but the cluster ... has 0 free of 0"."""
+    master, env = driver_target
+    out, _ = _run_driver(env, master, "2", module="tests.distribute.unreachable_driver")
+    port = out["port"]
+    error = out["error"]
+    assert error.startswith(
+        f"DistributedError: runtime.np=2 needs 2 Spark task slots, but the executors could not "
+        f"connect back to the driver at 127.0.0.2:{port} (its advertised address: "
+        f"spark.driver.host=127.0.0.2, spark.driver.port={port})"
+    ), error
+    assert "free Spark task slots" not in error
+    assert f"From this host, 127.0.0.2:{port} refuses connections" in error
+    assert "the driver listens on 127.0.0.1 (spark.driver.bindAddress)" in error
+    assert f"The master at {master} (its web UI's JSON) granted this application" in error
