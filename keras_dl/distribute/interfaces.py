@@ -76,13 +76,14 @@ def check_spark_interfaces(sc, np: int) -> None:
     infos = sc._jsc.sc().statusTracker().getExecutorInfos()
     if len({info.host() for info in infos}) < 2:
         return
-    probes = (
-        sc.parallelize(range(np), np)
-        .barrier()
-        .mapPartitions(lambda _: [task_interfaces()])
-        .collect()
-    )
-    check_common_interfaces(probes)
+    check_common_interfaces(probe_spark_interfaces(sc, np))
+
+
+def probe_spark_interfaces(sc, np: int) -> list[dict]:
+    """:func:`task_interfaces` of each of ``np`` tasks of one barrier stage (all at once, as
+    Horovod's tasks will run)."""
+    stage = sc.parallelize(range(np), np).barrier()
+    return stage.mapPartitions(lambda _: [task_interfaces()]).collect()
 
 
 # -- private helpers ---------------------------------------------------------------------------

@@ -294,3 +294,20 @@ def test_executors_that_cannot_reach_the_driver_name_its_advertised_address(driv
     assert f"From this host, 127.0.0.2:{port} refuses connections" in error
     assert "the driver listens on 127.0.0.1 (spark.driver.bindAddress)" in error
     assert f"The master at {master} (its web UI's JSON) granted this application" in error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
+def test_the_executors_report_their_hosts_interfaces_as_horovod_reads_them(driver_target):
+    """The probe that refuses hosts with no interface name in common runs on the executors
+    (tests/distribute/test_interfaces.py checks its verdicts)."""
+    from keras_dl.distribute.interfaces import check_common_interfaces, task_interfaces
+
+    master, env = driver_target
+    out, _ = _run_driver(env, master, "2", module="tests.distribute.interfaces_driver")
+    probes = out["probes"]
+    assert len(probes) == 2
+    assert all(p == {"host": socket.gethostname(), **p} for p in probes)
+    assert all("127.0.0.1" in p["interfaces"]["lo"] for p in probes)
+    assert probes[0]["interfaces"] == task_interfaces()["interfaces"]  # one host: this one
+    assert check_common_interfaces(probes) == set(probes[0]["interfaces"]) - {"lo"}
