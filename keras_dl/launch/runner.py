@@ -34,6 +34,7 @@ from typing import Any
 from keras_dl import storage
 from keras_dl.connect import is_connect
 from keras_dl.distribute.failures import explain_failure
+from keras_dl.distribute.interfaces import check_spark_interfaces
 from keras_dl.distribute.kernel_log import job_clock
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
@@ -164,6 +165,8 @@ class HorovodRunner:
             return run_barrier(
                 spark, payload, self.np, env, logs, self.start_timeout, self.output_dir
             )
+        # Hosts with no interface name in common: refused now, not after start_timeout.
+        check_spark_interfaces(spark.sparkContext, self.np)
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
         # Executors on other hosts must reach the driver's services: keep Horovod's binding
