@@ -14,9 +14,9 @@ from keras_dl.distribute.network_errors import RankPlace
 
 
 def on_host(places: dict[int, RankPlace], rank: int) -> str:
-    """The words ' (host H, pid P)' for a rank that wrote its start line, else nothing."""
+    """The words ' on host H (pid P)' for a rank that wrote its start line, else nothing."""
     place = places.get(rank)
-    return f" (host {place.host}, pid {place.pid})" if place else ""
+    return f" on host {place.host} (pid {place.pid})" if place else ""
 
 
 def describe_death(

@@ -169,15 +169,15 @@ def explain_failure(
         # rank that left no report at all (killed, or crashed in native code).
         rank = silent[0]
         return DistributedError(
-            f"Horovod rank {rank}{on_host(places, rank)} died without an error of its own "
-            f"(killed, or crashed in native code), so the job was stopped. Check its output "
+            f"Horovod rank {rank} died without an error of its own (killed, or crashed in "
+            f"native code){on_host(places, rank)}, so the job was stopped. Check its output "
             f"above (lines prefixed [{rank}]).{describe_death(rank, None, places, outputs, started)}"
         )
     if first:
         code = int(first.group(2))
         return DistributedError(
-            f"Horovod rank {first_rank}{on_host(places, first_rank)} died: "
-            f"{describe_exit(code)}, so the job was stopped. Check its output above (lines "
+            f"Horovod rank {first_rank} died: {describe_exit(code)}"
+            f"{on_host(places, first_rank)}, so the job was stopped. Check its output above (lines "
             f"prefixed [{first_rank}]).{describe_death(first_rank, code, places, outputs, started)}"
         )
     if causes:

@@ -114,7 +114,10 @@ def test_a_rank_the_oom_killer_killed_is_named_from_the_kernels_log(tmp_path):
     pid = int(re.search(r"pid=(\d+)", (tmp_path / "rank.1" / "stderr").read_text()).group(1))
     exc = RuntimeError(HOROVOD.format(rank=1, code=137))
     message = str(explain_failure(exc, str(tmp_path), size=2, started=started))
-    assert f"rank 1 (host {os.uname().nodename}, pid {pid}) died: killed by signal 9" in message
+    assert (
+        f"rank 1 died: killed by signal 9 (SIGKILL) on host {os.uname().nodename} (pid {pid})"
+        in message
+    )
     assert f"The kernel's OOM killer killed its process {pid} (/dev/kmsg: " in message, message
     assert f"Killed process {pid} (python" in message, message
     # Kernel records from before the job started are not this job's.
@@ -161,7 +164,7 @@ def test_a_native_abort_is_described_as_it_is(tmp_path, code, first):
     exc = RuntimeError(HOROVOD.format(rank=first, code=code))
     message = str(explain_failure(exc, _rank_logs(tmp_path, outputs), size=2))
     assert "memory" not in message and "OOM" not in message, message
-    assert "rank 1 (host vm, pid 4242) died" in message
+    assert "on host vm (pid 4242), so the job was stopped" in message
     assert "Its last words: 'what():  Different ranks tried to set up mismatching" in message
     if first == 1:
         assert "killed by signal 6 (SIGABRT)" in message
