@@ -17,11 +17,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import sys
 import traceback
 from pathlib import Path
 
+from keras_dl.distribute.deaths import describe_death, describe_exit, on_host
+from keras_dl.distribute.network_errors import (
+    TASK_TO_TASK_TIMEOUT,
+    explain_task_to_task_timeout,
+    explain_unreachable_peer,
+    gloo_failure,
+    rank_places,
+)
 from keras_dl.errors import (
     ConfigError,
     DataError,
@@ -100,33 +107,44 @@ def _resumable(causes: list[str]) -> KerasDLError | None:
     return Preempted(stops[0].group(1), int(stops[0].group(2)))
 
 
-def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
+def explain_failure(
+    exc: Exception, logs: str, size: int = 0, started: float | None = None
+) -> KerasDLError:
     """Turn Horovod's "a process exited non-zero" into an error naming the rank and the cause,
     or into :class:`~keras_dl.errors.Preempted` when the ranks stopped on SIGTERM/SIGINT.
+
+    A rank that left no report of its own is explained from what it left: a Gloo connect
+    failure in its output (:mod:`~keras_dl.distribute.network_errors`: both addresses, the
+    interface and the fix), else its exit status, with the OOM killer named only when the
+    exit was SIGKILL or the kernel's log says it killed the rank's process
+    (:mod:`~keras_dl.distribute.kernel_log`).
 
     Args:
         exc: What Horovod's launcher raised.
         logs: Folder holding a copy of every rank's output (searched recursively).
         size: Number of ranks, to find one that died without a word. Defaults to 0 (unknown).
+        started: When the job started (:func:`~keras_dl.distribute.kernel_log.job_clock`):
+            the kernel's log is read from then on. Defaults to None (since boot).
     """
     text = str(exc)
     causes: dict[int, str] = {}
     primary: dict[int, str] = {}
     errors: dict[int, KerasDLError] = {}
-    for f in Path(logs).rglob("*"):
-        if f.is_file():
-            for line in f.read_text(errors="replace").splitlines():
-                m = _MARKER_RE.search(line)
-                if m:
-                    rank, cause = int(m.group(1)), m.group(3).strip()
-                    causes.setdefault(rank, cause)
-                    if m.group(2) == "0":
-                        primary.setdefault(rank, cause)
-                e = _ERROR_RE.search(line)
-                if e and int(e.group(1)) not in errors:
-                    error = _rebuild(int(e.group(1)), *e.group(2, 3, 4))
-                    if error is not None:
-                        errors[int(e.group(1))] = error
+    outputs = rank_outputs(logs)
+    for lines in outputs.values():
+        for line in lines:
+            m = _MARKER_RE.search(line)
+            if m:
+                rank, cause = int(m.group(1)), m.group(3).strip()
+                causes.setdefault(rank, cause)
+                if m.group(2) == "0":
+                    primary.setdefault(rank, cause)
+            e = _ERROR_RE.search(line)
+            if e and int(e.group(1)) not in errors:
+                error = _rebuild(int(e.group(1)), *e.group(2, 3, 4))
+                if error is not None:
+                    errors[int(e.group(1))] = error
+    places = rank_places(line for lines in outputs.values() for line in lines)
     first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
     first_rank = int(first.group(1)) if first else None
     resumable = _resumable(list(primary.values()))
@@ -139,21 +157,28 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
         # A diverged model stays a DivergenceError (exit code 3, tagged diverged, not retried).
         kind = DivergenceError if primary[rank].startswith("DivergenceError:") else DistributedError
         return kind(_failed(rank, primary[rank]))
+    # A rank that could not reach a peer aborts in native code: Gloo's words are in its output.
+    suspects = [r for r in (first_rank,) if r is not None] + sorted(outputs)
+    for rank in dict.fromkeys(suspects):
+        failure = gloo_failure(outputs.get(rank, ()))
+        if failure is not None and rank not in causes:
+            return DistributedError(explain_unreachable_peer(rank, failure, places))
     silent = [r for r in range(size) if r not in causes]
     if first_rank in causes and silent:
         # Horovod saw a rank that only reported the shutdown exit first; the culprit is the
         # rank that left no report at all (killed, or crashed in native code).
+        rank = silent[0]
         return DistributedError(
-            f"Horovod rank {silent[0]} died without an error of its own (killed, or crashed in "
-            f"native code), so the job was stopped. Check its output above (lines prefixed "
-            f"[{silent[0]}]) and the machine's memory (the OOM killer)."
+            f"Horovod rank {rank} died without an error of its own (killed, or crashed in "
+            f"native code){on_host(places, rank)}, so the job was stopped. Check its output "
+            f"above (lines prefixed [{rank}]).{describe_death(rank, None, places, outputs, started)}"
         )
     if first:
         code = int(first.group(2))
         return DistributedError(
-            f"Horovod rank {first_rank} died: {_describe_exit(code)}, so the job was stopped. "
-            f"Check its output above (lines prefixed [{first_rank}]) and the machine's memory "
-            "(the OOM killer)."
+            f"Horovod rank {first_rank} died: {describe_exit(code)}"
+            f"{on_host(places, first_rank)}, so the job was stopped. Check its output above (lines "
+            f"prefixed [{first_rank}]).{describe_death(first_rank, code, places, outputs, started)}"
         )
     if causes:
         rank = min(causes)
@@ -165,12 +190,37 @@ def explain_failure(exc: Exception, logs: str, size: int = 0) -> KerasDLError:
             f"{os.environ.get('PYSPARK_PYTHON', 'python3 from PATH')!r}) has keras_dl's "
             "dependencies, Horovod included."
         )
+    if TASK_TO_TASK_TIMEOUT in text:
+        return DistributedError(explain_task_to_task_timeout(text))
     if "Timed out" in text or "timeout" in text.lower():
         return DistributedError(
             f"The Horovod ranks did not all start: {text.strip()} Check that the cluster has "
             "enough free task slots, or raise runtime.start_timeout."
         )
     return DistributedError(f"The Horovod job failed: {type(exc).__name__}: {text.strip()}")
+
+
+def rank_outputs(logs: str) -> dict[int, list[str]]:
+    """Each rank's output lines in the launcher's copy under ``logs``: a ``rank.N`` folder's
+    files (the local launcher), or the lines prefixed ``[N]<stdout>:`` / ``[N]<stderr>:``
+    (Spark), without the prefix."""
+    outputs: dict[int, list[str]] = {}
+    for f in sorted(Path(logs).rglob("*")):
+        if not f.is_file():
+            continue
+        folder = _RANK_FOLDER_RE.fullmatch(f.parent.name)
+        for line in f.read_text(errors="replace").splitlines():
+            if folder:
+                outputs.setdefault(int(folder.group(1)), []).append(line)
+                continue
+            m = _PREFIX_RE.match(line)
+            if m:
+                outputs.setdefault(int(m.group(1)), []).append(line[m.end() :])
+    return outputs
+
+
+_RANK_FOLDER_RE = re.compile(r"rank\.(\d+)")
+_PREFIX_RE = re.compile(r"(?:\w{3} \w{3} +\d+ [\d:]+ \d{4})?\[(\d+)\]<std(?:out|err)>:")
 
 
 def _failed(rank: int, cause: str) -> str:
@@ -198,13 +248,3 @@ def _rebuild(rank: int, kind: str, name: str, message: str) -> KerasDLError | No
     if cls is None or not isinstance(text, str):
         return None
     return cls(_failed(rank, f"{name}: {text}"))
-
-
-def _describe_exit(code: int) -> str:
-    sig = -code if code < 0 else code - 128 if code > 128 else 0
-    if sig:
-        try:
-            return f"killed by signal {sig} ({signal.Signals(sig).name})"
-        except ValueError:
-            return f"killed by signal {sig}"
-    return f"exit status {code}"

@@ -16,6 +16,7 @@ import re
 import time
 
 from keras_dl.connect import is_connect
+from keras_dl.distribute.driver_address import explain_unregistered_executors
 from keras_dl.errors import DistributedError
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,9 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
         if (total, free) != last:
             last, since = (total, free), now
         if (total > 0 and now - since >= settle) or now >= deadline:
+            unreachable = explain_unregistered_executors(sc, np)
+            if unreachable:
+                raise DistributedError(unreachable)
             if total < np:  # not a busy cluster: one too small for the job
                 raise DistributedError(
                     f"runtime.np={np} needs {np} free Spark task slots, but the cluster at "

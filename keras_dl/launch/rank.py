@@ -8,6 +8,7 @@ import os
 
 from keras_dl.distribute.failures import report_failure
 from keras_dl.distribute.gpus import use_task_gpus
+from keras_dl.distribute.network_errors import report_rank_start
 from keras_dl.errors import PREEMPTED_EXIT, Preempted
 
 # Horovod 0.28.1's ``horovod.runner.run`` (the local launcher, np < 0) sets two settings it was
@@ -38,6 +39,9 @@ def rank_main(payload: bytes):
     import cloudpickle
 
     restore_horovod_settings()  # before main's hvd.init() reads them
+    # Its host, pid and Gloo interface, for the driver to explain a death that leaves no report
+    # (a Gloo abort in native code, a SIGKILL: keras_dl.distribute.failures).
+    report_rank_start()
     use_task_gpus()  # a rank of a Spark task sees only that task's GPUs (before TF starts)
     main, kwargs = cloudpickle.loads(payload)
     try:

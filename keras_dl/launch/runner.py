@@ -34,6 +34,8 @@ from typing import Any
 from keras_dl import storage
 from keras_dl.connect import is_connect
 from keras_dl.distribute.failures import explain_failure
+from keras_dl.distribute.interfaces import check_spark_interfaces
+from keras_dl.distribute.kernel_log import job_clock
 from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_address
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.np_check import check_local_np
@@ -116,6 +118,7 @@ class HorovodRunner:
         env = _rank_env(self.env)
         # The ranks' StallWatchdog reads it (keras_dl.callbacks.stall).
         env.setdefault("KERAS_DL_STALL_TIMEOUT", str(self.stall_timeout))
+        started = job_clock()  # the kernel's log of a killed rank is read from here on
         with tempfile.TemporaryDirectory(prefix="keras_dl_hvd_") as logs:
             try:
                 if self.np < 0:
@@ -125,7 +128,7 @@ class HorovodRunner:
             except (DistributedError, Preempted):
                 raise
             except Exception as exc:
-                raise explain_failure(exc, logs, size=abs(self.np)) from exc
+                raise explain_failure(exc, logs, size=abs(self.np), started=started) from exc
         return results[0]
 
     def _run_local(self, payload: bytes, env: dict, logs: str) -> list:
@@ -166,6 +169,8 @@ class HorovodRunner:
             return run_barrier(
                 spark, payload, self.np, env, logs, self.start_timeout, self.output_dir
             )
+        # Hosts with no interface name in common: refused now, not after start_timeout.
+        check_spark_interfaces(spark.sparkContext, self.np)
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
         # Executors on other hosts must reach the driver's services: keep Horovod's binding

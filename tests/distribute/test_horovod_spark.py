@@ -97,6 +97,8 @@ def standalone_cluster(tmp: Path, workers: list[tuple]):
     home = Path(pyspark.__file__).parent
     env = cluster_env(home, tmp)
     port, ui = _free_port(), _free_port()
+    # Where a driver finds the master's web UI (keras_dl.distribute.driver_address reads it).
+    env["SPARK_MASTER_WEBUI_PORT"] = str(ui)
     master = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     daemons = [
@@ -324,3 +326,38 @@ def test_a_classic_jobs_rank_output_comes_as_written_and_a_killed_rank_stops_the
     # rank's 300 s asleep and runtime.stall_timeout's 120 s, loose for a loaded machine.
     print(f"the job failed {result['failed_at'] - killed_at:.1f} s after the kill")
     assert result["failed_at"] - killed_at < 45, result
+
+
+@pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
+def test_executors_that_cannot_reach_the_driver_name_its_advertised_address(driver_target):
+    """Was "runtime.np=2 needs 2 free Spark task slots, but the cluster ... has 0 free of 0"."""
+    master, env = driver_target
+    out, _ = _run_driver(env, master, "2", module="tests.distribute.unreachable_driver")
+    port = out["port"]
+    error = out["error"]
+    assert error.startswith(
+        f"DistributedError: runtime.np=2 needs 2 Spark task slots, but the executors could not "
+        f"connect back to the driver at 127.0.0.2:{port} (its advertised address: "
+        f"spark.driver.host=127.0.0.2, spark.driver.port={port})"
+    ), error
+    assert "free Spark task slots" not in error
+    assert f"From this host, 127.0.0.2:{port} refuses connections" in error
+    assert "the driver listens on 127.0.0.1 (spark.driver.bindAddress)" in error
+    assert f"The master at {master} (its web UI's JSON) granted this application" in error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
+def test_the_executors_report_their_hosts_interfaces_as_horovod_reads_them(driver_target):
+    """The probe that refuses hosts with no interface name in common runs on the executors
+    (tests/distribute/test_interfaces.py checks its verdicts)."""
+    from keras_dl.distribute.interfaces import check_common_interfaces, task_interfaces
+
+    master, env = driver_target
+    out, _ = _run_driver(env, master, "2", module="tests.distribute.interfaces_driver")
+    probes = out["probes"]
+    assert len(probes) == 2
+    assert all(p == {"host": socket.gethostname(), **p} for p in probes)
+    assert all("127.0.0.1" in p["interfaces"]["lo"] for p in probes)
+    assert probes[0]["interfaces"] == task_interfaces()["interfaces"]  # one host: this one
+    assert check_common_interfaces(probes) == set(probes[0]["interfaces"]) - {"lo"}
