@@ -11,6 +11,7 @@ which split; after the rows were deleted too (time travel to the trained version
 from __future__ import annotations
 
 import json
+import os
 
 from keras_dl.errors import DataError
 
@@ -35,6 +36,7 @@ def run(args) -> int:
     from keras_dl.data.tables.filters import parse_filters
     from keras_dl.lineage.query import find_versions
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stdout is the answer
     ids = [int(i) for i in args.row_ids.split(",") if i.strip()] if args.row_ids else []
     if bool(ids) == bool(args.where):
         raise DataError(

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from keras_dl.data.stream.row_ranges import to_ids
+
 FORMAT = "keras_dl.training_manifest/1"
 Ranges = tuple[tuple[int, int], ...]
 
@@ -54,9 +56,7 @@ class FileRows:
 
     def positions(self) -> np.ndarray:
         """Every trained row's position in the file, ascending."""
-        if not self.ranges:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in self.ranges])
+        return to_ids(np.asarray(self.ranges, dtype=np.int64).reshape(-1, 2))
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def count_where(
         for i, f in enumerate(snapshot.files)
     }
     columns = sorted(needed)
-    matched = 0
+    parts = []
     for f in m.files:
         if not f.ranges:
             continue
@@ -122,8 +122,10 @@ def count_where(
             table = reader.column_values(snapshot, index[f.path], columns)
         except KerasDLError as exc:
             return Count(None, reason=_unreadable(m, version, str(exc)))
-        matched += _count(table.take(pa.array(f.positions())), where)
-    return Count(matched, f"time travel to {version}")
+        parts.append(table.take(pa.array(f.positions())))
+    if not parts:
+        return Count(0, f"time travel to {version}")
+    return Count(_count(pa.concat_tables(parts), where), f"time travel to {version}")
 
 
 def _count(table: pa.Table, where: Sequence[str]) -> int:

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from keras_dl.lineage.manifest import SplitManifest, from_header
+from keras_dl.lineage.manifest import SplitManifest, fingerprint, from_header
 from keras_dl.lineage.matches import Count, TableReader, count_row_ids, count_where
-from keras_dl.lineage.record import ARTIFACT_DIR, MANIFEST_TAG
+from keras_dl.lineage.record import MANIFEST_TAG
 from keras_dl.model.warm_start import INIT_FROM_TAG
 
 TRAINED, UNKNOWN, NO_LINEAGE = "trained", "cannot tell", "no row lineage"
@@ -96,38 +97,8 @@ def find_versions(
     reader = TableReader()
     ids = np.asarray(sorted(set(int(i) for i in row_ids)), dtype=np.int64)
     answers: dict[tuple[str, int], VersionAnswer] = {}
-    for rm in _registered_models(client, models):
-        aliases: dict[int, list[str]] = {}
-        for alias, v in (rm.aliases or {}).items():
-            aliases.setdefault(int(v), []).append(alias)
-        for mv in _versions(client, rm.name):
-            answer = VersionAnswer(
-                rm.name,
-                int(mv.version),
-                sorted(aliases.get(int(mv.version), [])),
-                mv.run_id,
-                init_from=(mv.tags or {}).get(INIT_FROM_TAG),
-            )
-            location = (mv.tags or {}).get(MANIFEST_TAG)
-            if location is None:
-                answer.status = NO_LINEAGE
-                answer.reasons["*"] = (
-                    "no training manifest: trained on a Spark DataFrame, on TFDS without a "
-                    "table, or before keras_dl kept manifests; its rows cannot be named"
-                )
-            else:
-                for m, values in _manifests(location, tracking_uri):
-                    if same_table(m.table) != wanted:
-                        continue
-                    count = (
-                        count_row_ids(m, ids) if len(ids) else count_where(m, where, values, reader)
-                    )
-                    _add(answer, m, count)
-                    if m.split == "train":
-                        from keras_dl.lineage.manifest import fingerprint
-
-                        answer.fingerprint = fingerprint(m)
-            answers[(rm.name, int(mv.version))] = answer
+    with tempfile.TemporaryDirectory(prefix="keras_dl_lineage-") as tmp:
+        _answer_all(client, models, wanted, where, ids, reader, answers, tmp)
     for answer in answers.values():
         answer.via = _ancestors(answer, answers)
         if not answer.status:
@@ -136,6 +107,54 @@ def find_versions(
             elif answer.reasons or answer.via:
                 answer.status = UNKNOWN
     return [a for _, a in sorted(answers.items()) if a.status]
+
+
+def _answer_all(client, models, wanted, where, ids, reader, answers, tmp) -> None:
+    """Each version's own answer (its splits' counts), into ``answers``."""
+    versions = []
+    for rm in _registered_models(client, models):
+        aliases: dict[int, list[str]] = {}
+        for alias, v in (rm.aliases or {}).items():
+            aliases.setdefault(int(v), []).append(alias)
+        versions += [
+            (rm.name, mv, sorted(aliases.get(int(mv.version), [])))
+            for mv in _versions(client, rm.name)
+        ]
+    stores = _artifact_uris(client, {mv.run_id for _, mv, _ in versions if mv.run_id})
+    for name, mv, aliases in versions:
+        tags = mv.tags or {}
+        answer = VersionAnswer(
+            name, int(mv.version), aliases, mv.run_id, init_from=tags.get(INIT_FROM_TAG)
+        )
+        answers[(name, answer.version)] = answer
+        location = tags.get(MANIFEST_TAG)
+        if location is None:
+            answer.status = NO_LINEAGE
+            answer.reasons["*"] = (
+                "no training manifest: trained on a Spark DataFrame, on TFDS without a "
+                "table, or before keras_dl kept manifests; its rows cannot be named"
+            )
+            continue
+        for m, values in _manifests(stores, client, location, tmp):
+            if same_table(m.table) != wanted:
+                continue
+            count = count_row_ids(m, ids) if len(ids) else count_where(m, where, values, reader)
+            _add(answer, m, count)
+            if m.split == "train":
+                answer.fingerprint = fingerprint(m)
+
+
+def _artifact_uris(client, run_ids: set[str]) -> dict[str, str]:
+    """Each run's artifact root, in one search per 100 runs (not a get_run each)."""
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=3)]
+    out, ids = {}, sorted(run_ids)
+    for i in range(0, len(ids), 100):
+        chunk = ", ".join(f"'{r}'" for r in ids[i : i + 100])
+        for run in client.search_runs(
+            experiments, f"attributes.run_id IN ({chunk})", run_view_type=3, max_results=100
+        ):
+            out[run.info.run_id] = run.info.artifact_uri
+    return out
 
 
 def same_table(uri: str) -> str:
@@ -201,14 +220,18 @@ def _versions(client, name: str):
             return out
 
 
-def _manifests(location: str, tracking_uri: str | None):
-    """Each split manifest at ``location`` (``runs:/RUN/keras_dl_lineage/manifest.json``), with
-    a loader of its lineage-column values."""
-    from mlflow.artifacts import download_artifacts
+def _manifests(stores: dict[str, str], client, location: str, into: str):
+    """Each split manifest at ``location`` (``runs:/RUN/keras_dl_lineage/manifest.json``),
+    downloaded under ``into``, with a loader of its lineage-column values."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-    folder = download_artifacts(artifact_uri=location.rsplit("/", 1)[0], tracking_uri=tracking_uri)
-    if not os.path.isdir(folder) or not folder.rstrip("/").endswith(ARTIFACT_DIR):
-        folder = os.path.dirname(folder)
+    run_id, _, path = location[len("runs:/") :].partition("/")
+    target = os.path.join(into, run_id)
+    os.makedirs(target, exist_ok=True)
+    # The run's own store, straight: runs:/ URIs also look for logged models (2x the time).
+    root = stores.get(run_id) or client.get_run(run_id).info.artifact_uri
+    repo = get_artifact_repository(root)
+    folder = repo.download_artifacts(path.rsplit("/", 1)[0], target)
     with open(os.path.join(folder, "manifest.json")) as f:
         headers = json.load(f)["splits"]
     for header in headers.values():

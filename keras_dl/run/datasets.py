@@ -11,6 +11,10 @@ A run on what changed (``data.since_version``) reads the version range ``(since,
 MLflow's ``delta_table`` source has one version field, so it holds the range's end, the
 dataset's name carries the range (``table@(3,5]:train``), and the profile and the source's
 ``delta_table_since_version`` its start. :func:`range_params` gives the run's params for it.
+
+A dataset's digest is the split's fingerprint (:mod:`keras_dl.lineage.manifest`: a SHA-256 over
+the table id, the version range, the filters, the split and each file's path, size, deletion
+vector and trained rows), cut to the 36 characters MLflow keeps; the profile holds it whole.
 """
 
 from __future__ import annotations
