@@ -112,3 +112,22 @@ def test_row_ids_are_the_base_row_id_plus_the_position(tmp_path):
     ids = tracked.row_ids()
     assert len(ids) == m.rows
     assert set(ids[ids < 1000]) == set(m.files[0].positions().tolist())
+
+
+def test_lineage_columns_are_parsed_and_each_named_once():
+    from keras_dl.config import resolve
+    from keras_dl.errors import ConfigError
+    from keras_dl.recipe import load_recipe
+
+    defaults = load_recipe("tabular").defaults
+    exp = resolve(defaults, sets=["data.table=t", "data.lineage_columns=customer_id,region"])
+    assert exp.data.lineage_columns == ("customer_id", "region")
+    with pytest.raises(ConfigError, match="data.lineage_columns='customer_id,customer_id'"):
+        resolve(defaults, sets=["data.table=t", "data.lineage_columns=customer_id,customer_id"])
+
+
+def test_a_lineage_column_the_table_lacks_is_named(tmp_path):
+    from keras_dl.errors import DataError
+
+    with pytest.raises(DataError, match=r"data.lineage_columns \['nope'\] are not columns"):
+        split_manifest("train", open_table(table(tmp_path / "t")), lineage_columns=["nope"])
