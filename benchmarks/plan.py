@@ -55,6 +55,7 @@ def run(args) -> int:
         "load_average": round(os.getloadavg()[0], 2),
         "planning": measure_planning(args.files, args.ranks, args.repeats),
         "resume": measure_resume(args.files, args.ranks, args.repeats),
+        "manifest": measure_manifest(args.files),
         "layouts": [layout_row(name, *spec) for name, spec in LAYOUTS.items()],
     }
     text = json.dumps(report, indent=2)
@@ -105,6 +106,27 @@ def measure_planning(files: int, ranks: int, repeats: int = 3) -> dict:
         "rows_sum_over_ranks": int(sum(sizes)),
         "rows_per_rank_min_max": [min(sizes), max(sizes)],
         "footers_opened": 0,
+    }
+
+
+def measure_manifest(files: int) -> dict:
+    """The training manifest of a run on the whole log (keras_dl.lineage): its bytes as logged,
+    built from the log alone (no data file exists)."""
+    from keras_dl.data import open_table
+    from keras_dl.lineage.record import Manifest, manifest_size, split_manifest
+
+    with tempfile.TemporaryDirectory(prefix="bench-manifest-") as tmp:
+        records = write_synthetic_log(tmp, files)
+        start = time.perf_counter()
+        m, _ = split_manifest("train", open_table(tmp))
+        built = time.perf_counter() - start
+        size = manifest_size(Manifest({"train": m}))
+    return {
+        "files": files,
+        "rows": sum(records),
+        "manifest_bytes": size,
+        "bytes_per_file": round(size / max(files, 1), 1),
+        "build_s": round(built, 3),
     }
 
 

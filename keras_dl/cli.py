@@ -83,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     bench_cli.add_commands(b.add_subparsers(dest="bench"), _add_module_command, _add_config_args)
 
     from keras_dl import inference as predict
+    from keras_dl.lineage import cli as lineage
     from keras_dl.model import registry
     from keras_dl.report import build as report
     from keras_dl.scaling import cli as scaling
@@ -95,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_module_command(sub, "predict", predict)
     _add_module_command(sub, "promote", registry)
     _add_module_command(sub, "report", report)
+    _add_module_command(sub, "lineage", lineage)
     return p
 
 

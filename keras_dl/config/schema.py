@@ -69,6 +69,10 @@ class DataConfig:
         filters: Row filters "COLUMN OP VALUE" (OP one of = != < <= > >= in, "in" values
             separated by "|"), e.g. ("year >= 2020", "country in US|FR"). Filters on partition
             columns skip whole files. Defaults to ().
+        lineage_columns: Columns whose values for the rows each split read are kept in the
+            run's training manifest (zstd Parquet), e.g. ("customer_id",), so ``keras-dl
+            lineage --where`` can still answer on them after VACUUM removed the trained
+            files. Defaults to () (the answer then needs the trained version to be readable).
         cache_dir: Copy the table's files to this local folder once and read them from there
             (for remote or slow storage): copied in the background while the first epoch
             streams from the store, read from the folder by the epochs after. The folder is a
@@ -114,6 +118,7 @@ class DataConfig:
     seed: int = 42
     deterministic: bool = False
     filters: tuple[str, ...] = ()
+    lineage_columns: tuple[str, ...] = ()
     cache_dir: str | None = None
     cache_dir_max_bytes: int | None = None
     cache: Literal["auto", "never"] = "auto"

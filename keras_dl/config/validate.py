@@ -128,6 +128,12 @@ def _check_labels(exp: Experiment) -> None:
             f"data.weight_column={data.weight_column!r} is also in data.label: a weight column "
             "is never predicted. Name another column."
         )
+    twice = sorted({c for c in data.lineage_columns if data.lineage_columns.count(c) > 1})
+    if twice or any(not c.strip() for c in data.lineage_columns):
+        raise ConfigError(
+            f"data.lineage_columns={','.join(data.lineage_columns)!r} names a column twice or "
+            "an empty one: list each column whose values the manifest keeps once."
+        )
     if len(labels) > 1 and exp.train.class_weight:
         raise ConfigError(
             f"train.class_weight weighs the classes of one label, but data.label names "

@@ -9,14 +9,22 @@ from keras_dl.run.run import Run
 
 
 def log_inputs(run: Run, data: DataSplits) -> None:
-    """The run's inputs: each split's table, version, columns and rows (MLflow's Datasets)."""
+    """The run's inputs: each split's table, version, columns and rows (MLflow's Datasets),
+    and its training manifest (:mod:`keras_dl.lineage.record`): the exact rows of each split,
+    whose fingerprints are the datasets' digests."""
     import mlflow
 
+    from keras_dl.lineage.record import build_manifest, log_manifest
     from keras_dl.run.datasets import log_datasets, range_params
 
     splits = (("train", data.train), ("validation", data.validation), ("test", data.test))
     client = mlflow.MlflowClient(run.exp.tracking.uri)
-    log_datasets(client, run.run_id, splits, data.plan.columns)
+    manifest = build_manifest(
+        ((name, split.snapshot if split is not None else None) for name, split in splits),
+        run.exp.data,
+    )
+    log_manifest(client, run.run_id, manifest)
+    log_datasets(client, run.run_id, splits, data.plan.columns, manifest.fingerprints())
     for key, value in range_params(data.train.snapshot).items():  # data.since_version runs
         client.log_param(run.run_id, key, value)
 

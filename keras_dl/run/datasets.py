@@ -11,6 +11,10 @@ A run on what changed (``data.since_version``) reads the version range ``(since,
 MLflow's ``delta_table`` source has one version field, so it holds the range's end, the
 dataset's name carries the range (``table@(3,5]:train``), and the profile and the source's
 ``delta_table_since_version`` its start. :func:`range_params` gives the run's params for it.
+
+A dataset's digest is the split's fingerprint (:mod:`keras_dl.lineage.manifest`: a SHA-256 over
+the table id, the version range, the filters, the split and each file's path, size, deletion
+vector and trained rows), cut to the 36 characters MLflow keeps; the profile holds it whole.
 """
 
 from __future__ import annotations
@@ -24,9 +28,16 @@ import pyarrow as pa
 from keras_dl.data.tables.snapshot import TableSnapshot
 
 CONTEXTS = {"train": "training", "validation": "validation", "test": "test"}
+DIGEST_CHARS = 36  # MLflow's limit on a dataset digest (mlflow.utils.validation)
 
 
-def log_datasets(client, run_id: str, splits: Iterable[tuple[str, object]], columns) -> None:
+def log_datasets(
+    client,
+    run_id: str,
+    splits: Iterable[tuple[str, object]],
+    columns,
+    fingerprints: dict[str, str] | None = None,
+) -> None:
     """Log each ``(name, SplitData)`` of ``splits`` (None ones skipped) as an input of the run.
 
     Args:
@@ -34,6 +45,9 @@ def log_datasets(client, run_id: str, splits: Iterable[tuple[str, object]], colu
         run_id: The run.
         splits: ``(name, split)`` pairs, name in ``train``, ``validation``, ``test``.
         columns: The columns the model reads (features, label, weight), in order.
+        fingerprints: Per split, the SHA-256 naming its rows (:mod:`keras_dl.lineage`): the
+            dataset's digest is its first 36 hex digits (MLflow keeps 36 characters), the
+            profile holds it whole. Defaults to none (the digest of the source and profile).
     """
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
@@ -42,15 +56,19 @@ def log_datasets(client, run_id: str, splits: Iterable[tuple[str, object]], colu
     for name, split in splits:
         if split is None:
             continue
-        dataset = table_dataset(split.snapshot, split.stats.rows, name, columns)
+        fingerprint = (fingerprints or {}).get(name)
+        dataset = table_dataset(split.snapshot, split.stats.rows, name, columns, fingerprint)
         tag = InputTag(key=MLFLOW_DATASET_CONTEXT, value=CONTEXTS[name])
         inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))
     if inputs:
         client.log_inputs(run_id, datasets=inputs)
 
 
-def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
-    """A metadata-only MLflow dataset naming ``snapshot``'s table, version and ``rows``."""
+def table_dataset(
+    snapshot: TableSnapshot, rows: int, split: str, columns, fingerprint: str | None = None
+):
+    """A metadata-only MLflow dataset naming ``snapshot``'s table, version and ``rows``; with
+    ``fingerprint``, its digest is the fingerprint's first :data:`DIGEST_CHARS` characters."""
 
     source = _source(snapshot)
     version = "" if snapshot.version is None else f"@v{snapshot.version}"
@@ -58,6 +76,8 @@ def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
         version = f"@({snapshot.since_version},{snapshot.version}]"
     name = f"{snapshot.uri.rstrip('/').rsplit('/', 1)[-1]}{version}:{split}"
     since = {} if snapshot.since_version is None else {"since_version": snapshot.since_version}
+    identity = {} if snapshot.table_id is None else {"table_id": snapshot.table_id}
+    named = {} if fingerprint is None else {"fingerprint": fingerprint}
     profiled, _ = _classes()
     return profiled(
         source=source,
@@ -71,6 +91,8 @@ def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
             **since,
             "format": snapshot.format,
             "split": split,
+            **identity,
+            **named,
         },
     )
 
@@ -142,6 +164,8 @@ def _classes():
         def _compute_digest(self) -> str:
             import hashlib
 
+            if self._profile.get("fingerprint"):  # the rows' own name (keras_dl.lineage)
+                return self._profile["fingerprint"][:DIGEST_CHARS]
             body = json.dumps(
                 {"source": self.source.to_json(), "profile": self._profile}, sort_keys=True
             )

@@ -19,6 +19,7 @@ import logging
 from keras_dl.callbacks.checkpoint import Checkpoint
 from keras_dl.data.stream.packing import unpack
 from keras_dl.divergence import check_finite
+from keras_dl.lineage.record import version_tags
 from keras_dl.model import gate, publish
 from keras_dl.model.log import serving_model
 from keras_dl.run import tracking
@@ -121,6 +122,8 @@ def register_earned(exp, model, data, metrics, run_id, model_uri) -> tuple[int |
     if tracking.NOT_REGISTERED_TAG in client.get_run(run_id).data.tags:
         client.delete_tag(run_id, tracking.NOT_REGISTERED_TAG)  # refused by an earlier attempt
     lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
+    # The training manifest, the data's fingerprints and the warm start (keras-dl lineage).
+    lineage.update(version_tags(client.get_run(run_id).data.tags))
     scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
     version = publish.register_model(
         model_uri,

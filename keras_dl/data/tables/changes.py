@@ -34,7 +34,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from keras_dl.data.tables.deletion_vectors import read_deletion_vector
-from keras_dl.data.tables.delta import open_delta, parse_partition_value
+from keras_dl.data.tables.delta import file_info, open_delta, parse_partition_value
 from keras_dl.data.tables.delta_log import commit_actions, replay, version_at
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
@@ -107,19 +107,20 @@ def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) ->
     # Rows are compared by value only when something in the range removes rows.
     compare = any(kind == "out" or cdc for _, kind, _, cdc in events)
     live: dict[str, list[tuple[int, int]]] = defaultdict(list)  # row value -> (file, row)
-    files, parts, kept = [], [], []
+    files, parts, kept, info = [], [], [], []
     for v in sorted({e[0] for e in events}):
         read = [
-            (kind, *_read_rows(storage, end, action, kind, cdc, since, v, compare))
+            (kind, action, *_read_rows(storage, end, action, kind, cdc, since, v, compare))
             for version, kind, action, cdc in events
             if version == v
         ]
         # A commit's inserts first...
-        for kind, uri, values, rows, inserted, _ in read:
+        for kind, action, uri, values, rows, inserted, _ in read:
             if kind != "in":
                 continue  # a removed file is only read for the rows it removes
             files.append(uri)
             parts.append(values)
+            info.append(file_info(action))
             kept.append(np.zeros(rows, dtype=bool))
             for row, key in inserted:
                 kept[-1][row] = True
@@ -127,7 +128,7 @@ def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) ->
                     live[key].append((len(files) - 1, row))
         # ...then its removals: they cancel the newest equal row, this commit's own first, so the
         # unchanged rows a rewrite copies into new files (remove + add) are not news.
-        for _, _, _, _, _, removed in read:
+        for _, _, _, _, _, _, removed in read:
             for key in removed:
                 if live.get(key):
                     index, row = live[key].pop()
@@ -141,6 +142,7 @@ def _snapshot(storage: Storage, end: TableSnapshot, since: int, events: list) ->
         file_records=tuple(len(k) for k in kept),
         # Change-data files carry no statistics: only row groups are skipped (by their footers).
         file_stats=(),
+        file_info=tuple(info),
         since_version=since,
     )
 

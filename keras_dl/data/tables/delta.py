@@ -49,6 +49,7 @@ _FIXES = {
 }
 MAX_READER_VERSION = 3
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
+ROW_ID_COLUMN = "delta.rowTracking.materializedRowIdColumnName"
 FIELD_ID = "delta.columnMapping.id"
 _PRIMITIVES = {
     "string": pa.string(),
@@ -105,7 +106,7 @@ def open_delta(
         if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
     )
     prefix = _string_prefix(meta)
-    files, parts, deleted, records, stats = [], [], [], [], []
+    files, parts, deleted, records, stats, info = [], [], [], [], [], []
     for add in sorted(state.adds, key=lambda a: unquote(a["path"])):
         path = unquote(add["path"])
         files.append(
@@ -122,6 +123,7 @@ def open_delta(
         deleted.append(read_deletion_vector(dv, storage.uri, storage.read_bytes) if dv else None)
         stats.append(file_stats(add, strings, prefix))
         records.append(_num_records(stats[-1]))
+        info.append(file_info(add))
     return TableSnapshot(
         uri=storage.uri,
         format="delta",
@@ -134,7 +136,21 @@ def open_delta(
         physical_schema=physical,
         file_records=tuple(records),
         file_stats=tuple(stats),
+        table_id=meta.get("id"),
+        file_info=tuple(info),
+        row_id_column=(meta.get("configuration") or {}).get(ROW_ID_COLUMN),
     )
+
+
+def file_info(action: dict) -> dict:
+    """What an ``add`` (or ``cdc``) action says of its file beside its rows: its path as the log
+    names it, its size, its deletion vector's descriptor and its ``baseRowId``."""
+    return {
+        "path": unquote(action["path"]),
+        "size": action.get("size"),
+        "deletionVector": action.get("deletionVector") or None,
+        "baseRowId": action.get("baseRowId"),
+    }
 
 
 def check_protocol(protocol: dict, table: str) -> None:

@@ -69,6 +69,12 @@ def parse_filter(text: str, schema: pa.Schema) -> Filter:
     return col, "=" if op == "==" else op, to_type(raw, kind, col)
 
 
+def filter_column(text: str) -> str | None:
+    """The column a ``"COLUMN OP VALUE"`` filter names, or None for text that is not one."""
+    m = _QUOTED.match(text) or _WORD.match(text) or _SYMBOL.match(text)
+    return m.group(1) if m else None
+
+
 def select(snapshot: TableSnapshot, filters: Sequence[Filter]) -> TableSnapshot:
     """Keep the rows matching every ``(column, op, value)`` filter.
 

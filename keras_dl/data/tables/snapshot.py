@@ -64,6 +64,15 @@ class TableSnapshot:
         local_copies: With ``data.cache_dir`` still being filled: what ``resolve(files)``s each
             file already copied to local disk to its copy (see :meth:`with_local_copies`).
             None when every file is read from where ``files`` names it.
+        table_id: A Delta table's identity, its ``metaData.id``: a table dropped and written
+            again at the same path gets another. None for other formats.
+        file_info: Per file, what the log says of it beside its rows (Delta tables only, else
+            empty): ``path`` as the log names it (relative to the table, whatever copy is
+            read), ``size`` in bytes, ``deletionVector`` (its descriptor, or None) and
+            ``baseRowId`` (row tracking: the file's first row id, or None). Row lineage
+            (:mod:`keras_dl.lineage`) names the rows a run trained by these.
+        row_id_column: Row tracking's materialized row id column
+            (``delta.rowTracking.materializedRowIdColumnName``), or None.
     """
 
     uri: str
@@ -84,6 +93,9 @@ class TableSnapshot:
     data_skipping: bool = True
     content_version: str | None = None
     local_copies: Any = field(default=None, compare=False, repr=False)
+    table_id: str | None = None
+    file_info: tuple[dict, ...] = field(default=(), compare=False, repr=False)
+    row_id_column: str | None = None
 
     @property
     def read_by_rows(self) -> bool:
@@ -126,6 +138,7 @@ class TableSnapshot:
             deleted_rows=pick(self.deleted_rows),
             file_records=pick(self.file_records),
             file_stats=pick(self.file_stats),
+            file_info=pick(self.file_info),
         )
 
     def with_local_copies(self) -> TableSnapshot:
