@@ -33,6 +33,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # "(None,)" over it (before that, they spun at a 0 ms cycle). Users' jobs keep Horovod's default.
 os.environ.setdefault("HOROVOD_CYCLE_TIME", "5")
 REPO = Path(__file__).resolve().parent.parent
+# Hosts on this machine (network, UTS and mount namespaces) and a Spark cluster across them.
+pytest_plugins = ["tests.fixtures.hosts"]
 
 
 def _xdist_controller(config) -> bool:
