@@ -6,7 +6,9 @@ MLflow server are on the services host. The driver runs on host 1:
 ``MASTER=spark://<h1>:7077 keras-dl train digits --set runtime.strategy=horovod --set
 runtime.np=2 ...``. With Horovod 0.28.1 as released, Gloo's global process set bound the
 address ``h1``/``h2`` resolve to (127.0.1.1) and the job aborted at ``hvd.init``
-(scripts/build_horovod.sh patches it).
+(scripts/build_horovod.sh patches it). Checked on 2026-12-01 with Horovod built from the same
+sdist without that patch (on PYTHONPATH ahead of the venv's, on every host): exit 2 after
+``gloo::IoException ... connect [127.0.1.1]:51632: Connection refused``, the run FAILED.
 """
 
 from __future__ import annotations
