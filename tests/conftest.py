@@ -33,6 +33,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # "(None,)" over it (before that, they spun at a 0 ms cycle). Users' jobs keep Horovod's default.
 os.environ.setdefault("HOROVOD_CYCLE_TIME", "5")
 REPO = Path(__file__).resolve().parent.parent
+# Hosts on this machine (network, UTS and mount namespaces) and a Spark cluster across them.
+pytest_plugins = ["tests.fixtures.hosts", "tests.fixtures.cluster"]
 
 
 def _xdist_controller(config) -> bool:
@@ -524,6 +526,11 @@ def _spark_kind(request):
     _set_connect_mode(_LIVE_KIND[0])
 
 
+def moto_command(address: str, port: int, python: str | None = None) -> list[str]:
+    """moto's standalone S3 (and DynamoDB) server bound to ``address:port``."""
+    return [python or sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)]
+
+
 class MotoServer(LoopbackServer):
     """moto's standalone S3 (and DynamoDB) API server on a free loopback port of its own.
 
@@ -534,7 +541,7 @@ class MotoServer(LoopbackServer):
     name = "moto's server"
 
     def command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        return moto_command("127.0.0.1", port)
 
     @property
     def url(self) -> str:
@@ -588,19 +595,24 @@ class S3Bucket:
         return f"s3://{self.name}/{path}".rstrip("/")
 
 
+def aws_env(endpoint: str) -> dict[str, str]:
+    """The standard AWS environment of a client of the moto server at ``endpoint``."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
+
+
 def point_aws_at(endpoint: str, monkeypatch) -> str:
     """The standard AWS environment pointed at a moto server; a new empty bucket's name there."""
     import uuid
 
     import boto3
 
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-    }.items():
+    for key, value in aws_env(endpoint).items():
         monkeypatch.setenv(key, value)
     for key in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)

@@ -39,6 +39,17 @@ def tiny_data(rows: int = 128, classes: int = 3, seed: int = 0):
     return x, y
 
 
+def mlflow_server_command(store: str, artifacts: str, address: str, port: int) -> list[str]:
+    """``mlflow server`` (one worker) on ``address:port``: runs in ``store``, artifacts proxied
+    to ``artifacts`` (a folder or an ``s3://`` URI)."""
+    return [
+        str(Path(REAL_PYTHON).with_name("mlflow")),
+        "server",
+        *("--backend-store-uri", store, "--artifacts-destination", artifacts),
+        *("--host", address, "--port", str(port), "--workers", "1"),
+    ]
+
+
 class MlflowServer:
     """``mlflow server`` on a free loopback port with a SQLite store; stop and start it again."""
 
@@ -49,14 +60,12 @@ class MlflowServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 300) -> None:
-        mlflow_bin = Path(REAL_PYTHON).with_name("mlflow")
-        cmd = [
-            str(mlflow_bin),
-            "server",
-            *("--backend-store-uri", f"sqlite:///{self.root / 'server.db'}"),
-            *("--artifacts-destination", str(self.root / "server-artifacts")),
-            *("--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"),
-        ]
+        cmd = mlflow_server_command(
+            f"sqlite:///{self.root / 'server.db'}",
+            str(self.root / "server-artifacts"),
+            "127.0.0.1",
+            self.port,
+        )
         # Its own session: stop() ends the server and its worker processes, nothing else.
         with open(self.root / "server.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)

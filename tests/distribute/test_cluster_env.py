@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distribute.test_horovod_spark import cluster_env
+from tests.fixtures.spark import cluster_env
 
 
 @pytest.mark.connect_only

@@ -24,66 +24,17 @@ from keras_dl.train import TrainResult
 from tests.conftest import REPO, SPARK_CLUSTER
 from tests.distribute.checks import check_horovod_run
 from tests.distribute.conftest import digits_experiment
+from tests.fixtures.spark import (
+    cluster_env,
+    free_port,
+    master_command,
+    spark_home,
+    wait_for_port,
+    wait_for_workers,
+    worker_command,
+)
 
 pytestmark = SPARK_CLUSTER  # see tests/conftest.py
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
-
-
-def _wait_for_workers(ui_port: int, count: int, timeout: float = 300) -> None:
-    """Until the master lists ``count`` alive workers (its web UI's JSON). A job submitted
-    before they registered finds 0 free task slots (a loaded host: 30 s were not enough)."""
-    import requests
-
-    deadline = time.monotonic() + timeout
-    alive = None
-    while time.monotonic() < deadline:
-        try:
-            alive = requests.get(f"http://127.0.0.1:{ui_port}/json/", timeout=5).json()
-            if alive.get("aliveworkers", 0) >= count:
-                return
-        except (requests.RequestException, ValueError):
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"the master has not {count} alive workers after {timeout} s: {alive}")
-
-
-def cluster_env(home: Path, log_dir: Path, environ: dict | None = None) -> dict:
-    """The environment of the loopback cluster's daemons and drivers: the test process's own
-    (``environ``, ``os.environ`` by default) but for what would make the cluster something else."""
-    env = {
-        **(os.environ if environ is None else environ),
-        "SPARK_HOME": str(home),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(log_dir),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    env.pop("CUDA_VISIBLE_DEVICES", None)  # what tasks see of GPUs comes from Spark alone
-    # Nothing of the suite's own Connect session, which a Connect test run earlier on this
-    # worker leaves in os.environ (tests/conftest.py): pyspark's Connect switch
-    # (SPARK_CONNECT_MODE_ENABLED) makes a classic driver go remote, and with the server's token
-    # (SPARK_CONNECT_AUTHENTICATE_TOKEN) pyspark's Connect client to a host other than
-    # "localhost" speaks TLS, which the cluster's plaintext Connect server never answers (the
-    # driver then retried until its 400 s ran out).
-    for name in [n for n in env if n.startswith("SPARK_CONNECT_")]:
-        del env[name]
-    return env
 
 
 @contextlib.contextmanager
@@ -92,27 +43,16 @@ def standalone_cluster(tmp: Path, workers: list[tuple]):
     ``(cores, extra env)`` of ``workers``, each daemon in its own process group, all stopped after.
     A third item, a command prefix (e.g. ``unshare ...``), starts that worker under it (it must
     exec the command it is given, so that the worker keeps its process)."""
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
+    home = spark_home()
     env = cluster_env(home, tmp)
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     # Where a driver finds the master's web UI (keras_dl.distribute.driver_address reads it).
     env["SPARK_MASTER_WEBUI_PORT"] = str(ui)
     master = f"spark://127.0.0.1:{port}"
-    spark_class = str(home / "bin" / "spark-class")
-    daemons = [
-        (
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-            + ["--port", str(port), "--webui-port", str(ui)],
-            env,
-        )
-    ]
+    daemons = [(master_command(home, "127.0.0.1", port, ui), env)]
     for i, (cores, extra, *prefix) in enumerate(workers):
-        cmd = [*(prefix[0] if prefix else []), spark_class, "org.apache.spark.deploy.worker.Worker"]
-        cmd += ["--cores", str(cores)]
-        cmd += ["--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(_free_port())]
-        daemons.append(([*cmd, "--work-dir", str(tmp / f"work{i}"), master], {**env, **extra}))
+        cmd = worker_command(home, master, "127.0.0.1", cores, free_port(), tmp / f"work{i}")
+        daemons.append(([*(prefix[0] if prefix else []), *cmd], {**env, **extra}))
     procs = []
     try:
         for i, (cmd, cmd_env) in enumerate(daemons):
@@ -123,8 +63,8 @@ def standalone_cluster(tmp: Path, workers: list[tuple]):
                 )
             )
             if i == 0:
-                _wait_for_port(port)
-        _wait_for_workers(ui, len(workers))
+                wait_for_port(port)
+        wait_for_workers(ui, len(workers))
         yield master, env
     finally:
         # Stop exactly the daemons started here (each leads its own process group).
@@ -148,7 +88,7 @@ def spark_cluster(tmp_path_factory):
 
 def _start_connect_server(master: str, env: dict, log_dir: Path) -> tuple[subprocess.Popen, str]:
     """A Spark Connect server on ``master`` (its own driver, with the cluster's 2 cores)."""
-    port = _free_port()
+    port = free_port()
     home = Path(env["SPARK_HOME"])
     log = open(log_dir / "connect.log", "w")  # noqa: SIM115 (closed with the process)
     cmd = [str(home / "bin" / "spark-submit"), "--master", master, "--class"]
@@ -171,7 +111,7 @@ def _start_connect_server(master: str, env: dict, log_dir: Path) -> tuple[subpro
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    _wait_for_port(port, timeout=180)
+    wait_for_port(port, timeout=180)
     return proc, f"sc://127.0.0.1:{port}"
 
 
