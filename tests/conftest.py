@@ -103,6 +103,10 @@ HEAVY_IO = pytest.mark.xdist_group("heavy_io")
 # time, on a worker of their own beside the local Horovod jobs. Their cluster's two task slots are
 # theirs alone, and most of their time is spent waiting on JVMs and barrier stages.
 SPARK_CLUSTER = pytest.mark.xdist_group("spark_cluster")
+# Jobs on a cluster of hosts built from network namespaces (tests/fixtures/hosts.py): their own
+# Spark master, workers and services on their own addresses, so they take none of the loopback
+# cluster's slots; one at a time, on a worker of their own.
+HOSTS = pytest.mark.xdist_group("hosts")
 # The longest single tests (minutes each, on 2 cores): sent to the workers first, so none of them
 # starts last and ends the suite alone.
 STARTS_FIRST = pytest.mark.starts_first

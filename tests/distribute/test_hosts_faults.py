@@ -14,16 +14,16 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, SPARK_CLUSTER
+from tests.conftest import HOSTS, REPO
 from tests.distribute.hosts_driver import store_on, train_command
 from tests.distribute.test_hosts_horovod import check_every_row_once, ingest_digits
 
-pytestmark = [SPARK_CLUSTER, pytest.mark.slow]  # see tests/conftest.py
+pytestmark = [HOSTS, pytest.mark.slow]  # see tests/conftest.py
 
 EPOCHS = 4
 CUT_SECONDS = 20
 # How long a job that lost a host may take to end (measured: see test_a_host_gone_for_good...).
-GONE_BOUND = 300
+GONE_BOUND = 180
 STALL = 60  # runtime.stall_timeout
 
 
