@@ -37,10 +37,11 @@ def validate(exp: Experiment) -> Experiment:
         _check_min(exp, key, 1)
     for key in _AT_LEAST_ZERO:
         _check_min(exp, key, 0)
-    if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
+    if exp.runtime.np != 0 and exp.runtime.strategy not in ("horovod", "multiworker"):
         raise ConfigError(
-            f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
-            f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
+            f"runtime.np={exp.runtime.np} launches Horovod ranks or multi-worker processes, but "
+            f"runtime.strategy={exp.runtime.strategy!r}. Add --set runtime.strategy=horovod (or "
+            "multiworker), or drop runtime.np."
         )
     if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
         raise ConfigError(

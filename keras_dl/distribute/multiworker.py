@@ -11,9 +11,12 @@ with more than one worker (keras#20585, open since 2024-12), in two places that 
   mean of per-device tensors, but under MWMS the per-replica batch of a distributed dataset
   cannot be reduced that way (``ValueError: Attempt to convert a value (PerReplica:{...}) with
   an unsupported type``), and even where it could, it would be a network collective over the
-  batch (and a mean of integer labels). :func:`fix_keras` builds from this worker's first
-  replica's batch, ``strategy.experimental_local_results(batch)[0]``: the same shapes and
-  dtypes, no collective.
+  batch (and a mean of integer labels). It also reads that batch through an iterator of its
+  own, which it then drops: its prefetch reads ahead (on keras_dl's stream, rows counted as
+  handed to training twice). :func:`fix_keras` builds from the distributed dataset's
+  ``element_spec`` (one replica's: shapes and dtypes are all ``_symbolic_build`` reads), else
+  from this worker's first replica's batch, ``experimental_local_results(batch)[0]``: no
+  collective either way.
 * ``reduce_per_replica`` (the module function every compiled train, test and predict step calls
   on its outputs) has a branch for multi-worker MWMS that runs before its ``PerReplica`` check:
   ``strategy.reduce("MEAN", value, axis=0)``. ``axis=0`` also reduces each replica's value
@@ -151,9 +154,11 @@ def fix_keras() -> None:
         strategy = self._distribute_strategy
         if strategy is None or iterator is None or not _multi_worker(strategy):
             return original_build(self, iterator=iterator, data_batch=data_batch)
-        for _, _, it in iterator:  # Keras' own loop: the first batch of the first epoch
-            data_batch = _map(lambda v: _first_local(strategy, v), next(it))
-            break
+        data_batch = _first_replica_spec(iterator)
+        if data_batch is None:
+            for _, _, it in iterator:  # Keras' own loop: the first batch of the first epoch
+                data_batch = _map(lambda v: _first_local(strategy, v), next(it))
+                break
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
 
@@ -195,6 +200,28 @@ def worker_dataset(strategy, dataset):
     return strategy.distribute_datasets_from_function(per_worker)
 
 
+def local_model(model, build=None):
+    """``model`` for one worker alone: under multi-worker MWMS, a copy with its weights outside
+    the strategy; elsewhere ``model`` itself.
+
+    A model of the strategy runs a collective in every ``predict`` and ``evaluate`` step, so a
+    call on one worker (the chief's plots, its gate, its logged model's signature) would wait
+    for peers that are not calling it.
+
+    Args:
+        model: A model built under the strategy's scope.
+        build: ``fn()`` that builds the same architecture; defaults to
+            ``keras.models.clone_model`` (Sequential and functional models).
+    """
+    if not _multi_worker(model.distribute_strategy):
+        return model
+    import keras
+
+    copy = build() if build is not None else keras.models.clone_model(model)  # default strategy
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 # -- private helpers ---------------------------------------------------------------------------
 
 
@@ -205,6 +232,19 @@ def _multi_worker(strategy) -> bool:
         isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         and strategy.extended._in_multi_worker_mode()
     )
+
+
+def _first_replica_spec(epoch_iterator):
+    """The element spec of one replica's batch of the iterator's distributed dataset, or None."""
+    spec = getattr(getattr(epoch_iterator, "_distributed_dataset", None), "element_spec", None)
+    if spec is None:
+        return None
+
+    def one(s):
+        values = getattr(s, "_value_specs", None)  # a PerReplicaSpec: several local devices
+        return values[0] if values else s
+
+    return _map(one, spec)
 
 
 def _first_local(strategy, value):
