@@ -153,7 +153,7 @@ def _cmd_train(args) -> int:
     from keras_dl.train import fit
 
     watchdog.install()  # a store call hung past the run's lease ends this process: 75, KILLED
-    if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
+    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np != 0:
         from keras_dl.launch import launch
 
         result = launch(exp)  # HorovodRunner semantics: np < 0 local processes, np > 0 Spark tasks

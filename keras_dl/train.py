@@ -14,6 +14,7 @@ from typing import Any
 
 from keras_dl.config import Experiment
 from keras_dl.data.splits import DataSplits, make_splits
+from keras_dl.distribute.multiworker import local_model
 from keras_dl.distribute.strategy import make_strategy
 from keras_dl.distribute.world import current_world
 from keras_dl.divergence import check_finite
@@ -56,7 +57,9 @@ def fit(
     """Train ``exp``'s recipe on its table and track everything in MLflow.
 
     With ``runtime.strategy=horovod`` every rank calls this (under ``horovodrun`` or
-    :class:`~keras_dl.launch.HorovodRunner`); it joins the Horovod world first.
+    :class:`~keras_dl.launch.HorovodRunner`); it joins the Horovod world first. With
+    ``runtime.strategy=multiworker`` every worker calls it with its ``TF_CONFIG`` (under
+    :class:`~keras_dl.launch.MultiWorkerRunner`); it joins the strategy's cluster first.
 
     Args:
         exp: A resolved experiment (see :func:`keras_dl.config.resolve`).
@@ -82,6 +85,10 @@ def fit(
         from keras_dl.distribute.horovod import init
 
         init()  # every rank joins the Horovod world before it shards data by rank
+    elif exp.runtime.strategy == "multiworker":
+        # Every worker joins the cluster before TensorFlow runs any op (TF's rule) and before
+        # it shards data by rank (its task index).
+        make_strategy("multiworker", exp.runtime.stall_timeout)
     recipe = recipe or load_recipe(exp.recipe)
     exp = configure(exp, recipe)  # e.g. the tabular recipe's batch size from the row count
     if recipe.prepare is not None:
@@ -115,7 +122,7 @@ def _run(run: Run, recipe, callbacks) -> TrainResult:
     keras.utils.set_random_seed(exp.train.seed)
     if exp.train.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
-    strategy = make_strategy(exp.runtime.strategy)
+    strategy = make_strategy(exp.runtime.strategy, exp.runtime.stall_timeout)
     data = make_splits(
         exp.data,
         exp.train.batch_size // world.size,
@@ -142,9 +149,17 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     from keras_dl.trivial import run_trivial_loss, trivial_params
 
     exp, world, run_id = run.exp, run.world, run.run_id
+    multiworker = exp.runtime.strategy == "multiworker"
+    # Replicas in this process: the multi-worker strategy's count is already the cluster's.
+    replicas = strategy.num_replicas_in_sync // (world.size if multiworker else 1)
 
     with strategy.scope():
-        model = build_and_compile(recipe, data, exp, world.size * strategy.num_replicas_in_sync)
+        model = build_and_compile(recipe, data, exp, world.size * replicas)
+        if multiworker:
+            # Every worker creates the optimizer's variables now, in the same order: creating
+            # a variable under the strategy is a collective (worker 0's value is broadcast),
+            # and a resume's restore on the chief alone would otherwise create them there only.
+            model.optimizer.build(model.trainable_variables)
         if exp.init_from and world.is_chief:
             # Before the resume below, which overwrites these weights with a checkpoint's;
             # under Horovod, BroadcastState copies rank 0's weights to the other ranks.
@@ -158,18 +173,19 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     resume = prepare_fit(run_callbacks, model, data)
     checkpoint = run_callbacks.checkpoint
     if world.is_chief:
-        replicas = strategy.num_replicas_in_sync
         log_data_params(run, data, resume, checkpoint.restored, replicas)
         if trivial is not None:  # the same on a resume: the same labels, the same loss
             run.log_params(trivial_params(trivial))
     callbacks = run_callbacks.ordered(callbacks)
-    if exp.runtime.strategy == "horovod":
+    if exp.runtime.strategy in ("horovod", "multiworker"):
         from keras_dl.callbacks.horovod import BroadcastState, MetricAverage
         from keras_dl.callbacks.stall import StallWatchdog
 
         # The watchdog first, so it times every collective below; averaged metrics next, so
         # MLflow, early stopping and checkpoints agree on every rank; the broadcast last, so it
-        # sends what a resuming callback restored on rank 0.
+        # sends what a resuming callback restored on rank 0. Under the multi-worker strategy
+        # the logs are already its mean (the average keeps them) and BatchNorm's statistics
+        # are each worker's own (Keras creates them unaggregated): the same callbacks hold.
         callbacks = [
             StallWatchdog(exp.runtime.stall_timeout),
             MetricAverage(),
@@ -181,6 +197,10 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
     except BaseException:
         run_callbacks.after_failure()  # Keras skips on_train_end when fit raises
         raise
+    if multiworker:
+        # What follows (the test split, the signature, the gate) runs on one worker at a time:
+        # a model of the strategy would wait in its collectives for the others.
+        model = local_model(model, lambda: build_and_compile(recipe, data, exp, world.size))
     # Every rank checks the same (averaged, broadcast) values, so every rank stops together.
     check_finite(
         model,
@@ -205,15 +225,20 @@ def _fit(run: Run, recipe, data: DataSplits, strategy, callbacks) -> TrainResult
 
 def _run_fit(model, data: DataSplits, exp: Experiment, world, callbacks):
     """``model.fit`` over the training split, validating on the validation split each epoch."""
+    from keras_dl.distribute.multiworker import worker_dataset
+
     val = data.validation
+    # Under the multi-worker strategy each worker's datasets are its own (its shard of the
+    # training rows, the whole validation split), at its own batch; elsewhere unchanged.
+    strategy = model.distribute_strategy
     return model.fit(
-        data.train.dataset,
+        worker_dataset(strategy, data.train.dataset),
         epochs=exp.train.epochs,
         steps_per_epoch=data.train.steps,
         # Repeated: Keras keeps one validation iterator across epochs when validation_steps is
         # set, and under MirroredStrategy an exhausted one raises StopIteration in epoch 2.
         # val.steps is exactly one pass, so every epoch still validates on every row once.
-        validation_data=val.dataset.repeat() if val else None,
+        validation_data=worker_dataset(strategy, val.dataset.repeat()) if val else None,
         validation_steps=val.steps if val else None,
         callbacks=callbacks,
         verbose=exp.train.verbose if world.is_chief else 0,

@@ -1,7 +1,8 @@
 """Keras 3 callbacks for Horovod training: broadcast the starting state, average the metrics.
 
 Both work in any ``model.fit`` once Horovod is initialized (see :mod:`keras_dl.distribute.horovod`),
-and do nothing in a single process. Order matters::
+or under TF's multi-worker strategy (:mod:`keras_dl.distribute.multiworker`: there the logs are
+already the strategy's mean, and the average leaves them so), and do nothing in a single process. Order matters::
 
     callbacks = [MetricAverage(), *your_callbacks, BroadcastState()]
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_dl.distribute import horovod as khvd
+from keras_dl.distribute import collective
 
 
 class BroadcastState(keras.callbacks.Callback):
@@ -32,8 +33,7 @@ class BroadcastState(keras.callbacks.Callback):
         self.root_rank = root_rank
 
     def on_train_begin(self, logs=None):
-        hvd = khvd.import_horovod()
-        if not hvd.is_initialized() or hvd.size() == 1:
+        if collective.size() == 1:
             return
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
@@ -41,9 +41,9 @@ class BroadcastState(keras.callbacks.Callback):
             optimizer.build(self.model.trainable_variables)
         # Collective: all ranks overwrite their weights (trainable and not, e.g. BatchNorm
         # statistics) and optimizer variables (iterations, slots) with rank 0's values.
-        khvd.broadcast_variables(self.model.variables, self.root_rank, prefix="model")
+        collective.broadcast_variables(self.model.variables, self.root_rank, prefix="model")
         if optimizer is not None:
-            khvd.broadcast_variables(optimizer.variables, self.root_rank, prefix="optimizer")
+            collective.broadcast_variables(optimizer.variables, self.root_rank, prefix="optimizer")
 
 
 class MetricAverage(keras.callbacks.Callback):
@@ -66,8 +66,7 @@ class MetricAverage(keras.callbacks.Callback):
         self.average_statistics = average_statistics
 
     def on_epoch_end(self, epoch, logs=None):
-        hvd = khvd.import_horovod()
-        if logs is None or not hvd.is_initialized() or hvd.size() == 1:
+        if logs is None or collective.size() == 1:
             return
         numbers = {}
         for key, value in logs.items():
@@ -76,7 +75,7 @@ class MetricAverage(keras.callbacks.Callback):
             except (TypeError, ValueError):
                 continue  # e.g. a learning-rate schedule object: not averaged
         # Collective: every rank sends its epoch metrics and gets back the mean of all ranks'.
-        logs.update(khvd.allreduce_mean(numbers, prefix=f"epoch{epoch}"))
+        logs.update(collective.allreduce_mean(numbers, prefix=f"epoch{epoch}"))
         if self.average_statistics:
             # Collective: BatchNorm statistics and the like become the mean of all ranks'.
-            khvd.average_variables(self.model.non_trainable_variables, prefix=f"stats{epoch}")
+            collective.average_variables(self.model.non_trainable_variables, prefix=f"stats{epoch}")

@@ -123,14 +123,17 @@ class Plots(keras.callbacks.Callback):
     def _confusion(self) -> np.ndarray | None:
         if self.confusion_data is None:
             return None
+        from keras_dl.distribute.multiworker import local_model
+
+        model = local_model(self.model)  # the chief alone predicts: not through collectives
         labels, scores = [], []
         first, second = self.confusion_data
         if isinstance(second, int):  # (dataset, steps)
             for features, y in first.take(second):
-                scores.append(np.asarray(self.model.predict_on_batch(features)))
+                scores.append(np.asarray(model.predict_on_batch(features)))
                 labels.append(np.asarray(y))
         else:
-            scores.append(np.asarray(self.model.predict(first, verbose=0)))
+            scores.append(np.asarray(model.predict(first, verbose=0)))
             labels.append(np.asarray(second))
         y_true, y_score = np.concatenate(labels).reshape(-1), np.concatenate(scores)
         if y_score.ndim != 2 or y_score.shape[1] < 2 or y_true.dtype.kind not in "iu":

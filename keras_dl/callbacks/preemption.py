@@ -71,7 +71,7 @@ class Preemption(keras.callbacks.Callback):
         if self._world_size > 1:
             # Every rank, every step: the same collective, so a signal on any rank stops all of
             # them after this very step (no rank waits in the next step's allreduce).
-            from keras_dl.distribute.horovod import allreduce_mean
+            from keras_dl.distribute.collective import allreduce_mean
 
             stop = allreduce_mean({"preempted": float(stop)}, prefix="preemption")["preempted"] > 0
         if not stop:

@@ -171,7 +171,7 @@ class PrometheusMetrics(keras.callbacks.Callback):
     # -- internals ---------------------------------------------------------------------------
     def _gather(self, stats: dict) -> None:
         """Bring the other ranks' progress and throughput to rank 0 (collective)."""
-        from keras_dl.distribute.horovod import allgather_rows
+        from keras_dl.distribute.collective import allgather_rows
 
         rank = self._world.rank
         values = {"step": self._step, "epoch": self._epoch, "last_step": self._last_step}

@@ -38,8 +38,10 @@ class RowsTrained(keras.callbacks.Callback):
         if world.is_chief:
             rows += self.before.get(epoch, 0)
         if world.size > 1:
-            from keras_dl.distribute import horovod as khvd
+            from keras_dl.distribute import collective
 
             # Collective: every rank sends its count; float64 is exact below 2**53 rows.
-            rows = int(round(khvd.allgather_rows([[rows]], prefix=f"rows_trained{epoch}").sum()))
+            rows = int(
+                round(collective.allgather_rows([[rows]], prefix=f"rows_trained{epoch}").sum())
+            )
         logs[METRIC] = rows

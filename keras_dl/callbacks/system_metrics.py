@@ -108,7 +108,7 @@ class SystemMetrics(keras.callbacks.Callback):
         """Bring the other ranks' samples to rank 0 (collective under Horovod)."""
         if self._world.size == 1:
             return
-        from keras_dl.distribute.horovod import allgather_rows
+        from keras_dl.distribute.collective import allgather_rows
 
         rows = _encode(self._world.rank, self._sampler.drain())
         # Collective: every rank sends the samples it took since the last gather (rank 0 none:

@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 # A setting with a fixed set of values is typed Literal[...]: that type is the one list of its
 # choices (keras_dl.config.choices checks every such field, and no check repeats the list).
-Strategy = Literal["auto", "none", "mirrored", "horovod"]
+Strategy = Literal["auto", "none", "mirrored", "horovod", "multiworker"]
 STRATEGIES = get_args(Strategy)
 
 # Keys of the ``model`` section that every recipe has, kept on Experiment itself rather than in
@@ -174,8 +174,10 @@ class RuntimeConfig:
     """Where and how the training runs.
 
     Args:
-        strategy: "auto", "none", "mirrored" or "horovod". Defaults to "auto".
-        np: Horovod processes: < 0 runs -np on this host, > 0 runs np Spark tasks. Defaults to 0.
+        strategy: "auto", "none", "mirrored", "horovod" or "multiworker" (TF's
+            MultiWorkerMirroredStrategy, one worker per process). Defaults to "auto".
+        np: Horovod ranks or multi-worker processes: < 0 runs -np on this host, > 0 runs np
+            Spark tasks (Horovod only, for now). Defaults to 0.
         run_dir: Folder for the resolved config and checkpoints: a local path, an ``s3://`` or
             an ``abfss://`` URI (checkpoints counted by manifests, the run lock a lease; see
             :mod:`keras_dl.checkpoints.protocol`). Defaults to "runs/<recipe>".

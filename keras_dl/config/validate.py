@@ -37,10 +37,18 @@ def validate(exp: Experiment) -> Experiment:
         _check_min(exp, key, 1)
     for key in _AT_LEAST_ZERO:
         _check_min(exp, key, 0)
-    if exp.runtime.np != 0 and exp.runtime.strategy != "horovod":
+    if exp.runtime.np != 0 and exp.runtime.strategy not in ("horovod", "multiworker"):
         raise ConfigError(
-            f"runtime.np={exp.runtime.np} launches Horovod processes, but runtime.strategy="
-            f"{exp.runtime.strategy!r}. Add --set runtime.strategy=horovod, or drop runtime.np."
+            f"runtime.np={exp.runtime.np} launches Horovod ranks or multi-worker processes, but "
+            f"runtime.strategy={exp.runtime.strategy!r}. Add --set runtime.strategy=horovod (or "
+            "multiworker), or drop runtime.np."
+        )
+    if exp.runtime.strategy == "multiworker" and exp.runtime.np > 0:
+        raise ConfigError(
+            f"runtime.np={exp.runtime.np} with runtime.strategy=multiworker would run Spark tasks, "
+            f"which keras_dl does not launch for the multi-worker strategy yet. Use runtime.np="
+            f"-{exp.runtime.np} for {exp.runtime.np} processes on this host, or "
+            "runtime.strategy=horovod on Spark."
         )
     if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
         raise ConfigError(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keras_dl.distribute import horovod as khvd
+from keras_dl.distribute import collective
 
 
 def broadcast_ints(values: Sequence[int], root_rank: int = 0, prefix: str = "ints") -> list[int]:
@@ -15,7 +15,7 @@ def broadcast_ints(values: Sequence[int], root_rank: int = 0, prefix: str = "int
     import tensorflow as tf
 
     var = tf.Variable([int(v) for v in values], dtype=tf.int64, trainable=False)
-    khvd.broadcast_variables([var], root_rank=root_rank, prefix=prefix)
+    collective.broadcast_variables([var], root_rank=root_rank, prefix=prefix)
     return [int(v) for v in var.numpy()]
 
 

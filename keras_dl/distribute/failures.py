@@ -63,7 +63,7 @@ _SECONDARY = ("Horovod has been shut down", "HorovodInternalError")
 
 def report_failure(exc: BaseException) -> None:
     """On a rank: write the marker line and the traceback of ``exc`` to stderr, and flush."""
-    rank = os.environ.get("HOROVOD_RANK", "?")
+    rank = os.environ.get("HOROVOD_RANK", os.environ.get("KERAS_DL_RANK", "?"))  # multi-worker
     cause = " ".join(f"{type(exc).__name__}: {exc}".split())
     # Judged on the whole message: TF puts Horovod's shutdown notice after a long traceback.
     secondary = int(any(s in cause for s in _SECONDARY))

@@ -1,7 +1,8 @@
 """Who this process is in a distributed job: rank, size and whether it is the chief.
 
 Side effects (MLflow, checkpoints, the registry, progress bars) run on the chief only; data is
-sharded by rank. Outside Horovod the world is one process of rank 0.
+sharded by rank. Under Horovod the world is its ranks; under TF's multi-worker strategy its
+workers (rank = the task index in ``TF_CONFIG``, worker 0 the chief); else one process of rank 0.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ class World:
 
 
 def current_world() -> World:
-    """The world of this process: Horovod's when it is initialized, else a single process."""
+    """The world of this process: the multi-worker strategy's once
+    :func:`keras_dl.distribute.multiworker.init` ran, Horovod's when it is initialized, else a
+    single process."""
+    multiworker = sys.modules.get("keras_dl.distribute.multiworker")
+    if multiworker is not None and multiworker.world() is not None:
+        return multiworker.world()
     hvd = sys.modules.get("horovod.tensorflow")
     if hvd is not None:
         try:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from keras_dl.launch.job import launch, train_rank
     from keras_dl.launch.runner import HorovodRunner
+    from keras_dl.launch.workers import MultiWorkerRunner
 
-__all__ = ["HorovodRunner", "launch", "train_rank"]
+__all__ = ["HorovodRunner", "MultiWorkerRunner", "launch", "train_rank"]
 
 
 def __getattr__(name: str):
@@ -24,6 +25,10 @@ def __getattr__(name: str):
         from keras_dl.launch.runner import HorovodRunner
 
         return HorovodRunner
+    if name == "MultiWorkerRunner":
+        from keras_dl.launch.workers import MultiWorkerRunner
+
+        return MultiWorkerRunner
     if name in ("launch", "train_rank"):
         from keras_dl.launch import job
 

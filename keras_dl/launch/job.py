@@ -1,5 +1,7 @@
 """Train an experiment on Horovod ranks: ``keras-dl train ... --set runtime.strategy=horovod
---set runtime.np=N`` runs :func:`launch`, which runs ``keras_dl.train.fit`` on every rank.
+--set runtime.np=N`` runs :func:`launch`, which runs ``keras_dl.train.fit`` on every rank; with
+``runtime.strategy=multiworker`` the same, on the workers of TF's MultiWorkerMirroredStrategy
+(:class:`~keras_dl.launch.workers.MultiWorkerRunner`).
 
 The driver process owns the run (:func:`keras_dl.run.open_run` with ``driver=True``): it holds
 the run folder's lock, creates the MLflow run, and restarts the job from the newest checkpoint
@@ -24,6 +26,7 @@ from keras_dl.distribute.slots import active_session, wait_for_free_slots
 from keras_dl.launch.metrics_relay import MetricsRelay
 from keras_dl.launch.runner import HorovodRunner
 from keras_dl.launch.shared_storage import check_shared_storage
+from keras_dl.launch.workers import MultiWorkerRunner
 from keras_dl.run import open_run
 from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
 from keras_dl.storage import retry
@@ -46,7 +49,8 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
     ``spark-defaults.conf``.
 
     Args:
-        exp: A resolved experiment with ``runtime.strategy="horovod"`` and ``runtime.np != 0``.
+        exp: A resolved experiment with ``runtime.np != 0`` and ``runtime.strategy`` "horovod"
+            or "multiworker" (any other strategy runs as "horovod").
         main: ``fn(exp, run_id)`` run on every rank. Defaults to :func:`train_rank`.
         run_id: An MLflow run to continue (the Spark estimator's). Defaults to None: the
             interrupted run ``runtime.run_dir`` records, else a new one.
@@ -54,11 +58,12 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
     Returns:
         What ``main`` returned on rank 0 (a :class:`~keras_dl.train.TrainResult` by default).
     """
-    if exp.runtime.strategy != "horovod":
+    if exp.runtime.strategy not in ("horovod", "multiworker"):
         exp = dataclasses.replace(exp, runtime=dataclasses.replace(exp.runtime, strategy="horovod"))
-    from keras_dl.distribute.horovod import import_horovod
+    if exp.runtime.strategy == "horovod":
+        from keras_dl.distribute.horovod import import_horovod
 
-    import_horovod()  # fail before creating a run that could never start
+        import_horovod()  # fail before creating a run that could never start
     if exp.train.batch_size is None or exp.train.epochs is None:
         from keras_dl.recipe import configure, load_recipe
 
@@ -69,17 +74,7 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
         from keras_dl.recipe import check_model, load_recipe
 
         check_model(exp, load_recipe(exp.recipe))  # e.g. model.num_classes against the labels
-    runner = HorovodRunner(
-        exp.runtime.np,
-        start_timeout=exp.runtime.start_timeout,
-        stall_timeout=exp.runtime.stall_timeout,
-        bind_address=exp.runtime.bind_address,
-        # On Spark Connect the ranks write their output there while they run (the run folder:
-        # the executors reach it, as they write their checkpoints there).
-        output_dir=storage.join(str(exp.runtime.run_dir), "rank-output"),
-        # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
-        env={HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)},
-    )
+    runner = _runner(exp)
     spark = None
     # The driver holds runtime.run_dir's lock for the whole job (ranks come and go), creates
     # the MLflow run (or continues the interrupted one the folder records, or ``run_id``), and
@@ -110,6 +105,30 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
     finally:
         if spark is not None:
             spark.stop()
+
+
+def _runner(exp):
+    """The launcher of ``exp``'s engine: Horovod's ranks or the multi-worker strategy's workers."""
+    # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
+    env = {HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)}
+    if exp.runtime.strategy == "multiworker":
+        return MultiWorkerRunner(
+            exp.runtime.np,
+            start_timeout=exp.runtime.start_timeout,
+            stall_timeout=exp.runtime.stall_timeout,
+            bind_address=exp.runtime.bind_address,
+            env=env,
+        )
+    return HorovodRunner(
+        exp.runtime.np,
+        start_timeout=exp.runtime.start_timeout,
+        stall_timeout=exp.runtime.stall_timeout,
+        bind_address=exp.runtime.bind_address,
+        # On Spark Connect the ranks write their output there while they run (the run folder:
+        # the executors reach it, as they write their checkpoints there).
+        output_dir=storage.join(str(exp.runtime.run_dir), "rank-output"),
+        env=env,
+    )
 
 
 def start_spark(runtime):
@@ -190,8 +209,9 @@ def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
     """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
     import mlflow
 
+    engine = "multi-worker" if exp.runtime.strategy == "multiworker" else "Horovod"
     print(
-        f"Restart {count}/{exp.runtime.max_restarts} of the Horovod job from the newest "
+        f"Restart {count}/{exp.runtime.max_restarts} of the {engine} job from the newest "
         f"checkpoint in {exp.runtime.run_dir}, in MLflow run {run_id}. Cause: {cause}",
         flush=True,
     )

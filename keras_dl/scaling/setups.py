@@ -4,7 +4,9 @@
 - ``mirrored:N``: one process, ``tf.distribute.MirroredStrategy`` over N devices (the first N
   GPUs, or N logical CPU devices on a host without GPUs);
 - ``np:N``: Horovod with ``abs(N)`` ranks, as HorovodRunner's ``np``: ``N < 0`` runs local
-  processes on this host, ``N > 0`` Spark tasks, which needs a Spark master.
+  processes on this host, ``N > 0`` Spark tasks, which needs a Spark master;
+- ``multiworker:N``: TF's MultiWorkerMirroredStrategy over N worker processes on this host
+  (``runtime.strategy=multiworker``, ``runtime.np=-N``).
 
 Every setup runs the experiment as resolved (the same recipe, epochs, global batch and
 early-stopping thresholds); only ``runtime`` changes, and each gets its own run folder.
@@ -19,13 +21,16 @@ from dataclasses import dataclass
 from keras_dl.config.schema import Experiment
 from keras_dl.errors import ConfigError
 
-FORMS = "1, mirrored:N (N >= 1 devices) or np:N (N < 0 local Horovod ranks, N > 0 Spark tasks)"
+FORMS = (
+    "1, mirrored:N (N >= 1 devices), np:N (N < 0 local Horovod ranks, N > 0 Spark tasks) or "
+    "multiworker:N (N >= 1 local multi-worker processes)"
+)
 
 
 @dataclass(frozen=True)
 class Setup:
-    """One cluster setup: ``kind`` is "single", "mirrored" or "horovod"; ``n`` its count as
-    written (Horovod's ``np``, negative for local ranks)."""
+    """One cluster setup: ``kind`` is "single", "mirrored", "horovod" or "multiworker"; ``n``
+    its count as written (Horovod's ``np``, negative for local ranks; the workers)."""
 
     kind: str
     n: int = 1
@@ -33,6 +38,8 @@ class Setup:
     @property
     def label(self) -> str:
         """As ``--setups`` writes it: "1", "mirrored:2", "np:-2"."""
+        if self.kind == "multiworker":
+            return f"multiworker:{self.n}"
         return {"single": "1", "mirrored": f"mirrored:{self.n}"}.get(self.kind, f"np:{self.n}")
 
     @property
@@ -40,8 +47,8 @@ class Setup:
         """A name for run folders and metric keys: "single", "mirrored_2", "np_local_2"."""
         if self.kind == "single":
             return "single"
-        if self.kind == "mirrored":
-            return f"mirrored_{self.n}"
+        if self.kind in ("mirrored", "multiworker"):
+            return f"{self.kind}_{self.n}"
         return f"np_{'local' if self.n < 0 else 'spark'}_{abs(self.n)}"
 
     @property
@@ -51,8 +58,9 @@ class Setup:
 
     @property
     def in_process(self) -> bool:
-        """Trained by one process (the study starts it); Horovod setups start their ranks."""
-        return self.kind != "horovod"
+        """Trained by one process (the study starts it); Horovod and multi-worker setups start
+        their processes (:func:`keras_dl.launch.launch`)."""
+        return self.kind not in ("horovod", "multiworker")
 
 
 def parse_setups(text: str) -> list[Setup]:
@@ -85,6 +93,8 @@ def parse_setup(item: str) -> Setup:
         return Setup("mirrored", n)
     if kind == "np" and n:
         return Setup("horovod", n)
+    if kind == "multiworker" and n is not None and n >= 1:
+        return Setup("multiworker", n)
     raise ConfigError(f"--setups item {item!r} is not a setup: use {FORMS}.")
 
 
@@ -92,11 +102,12 @@ def setup_experiment(exp: Experiment, setup: Setup) -> Experiment:
     """``exp`` on ``setup``: its strategy and ``np``, its own run folder under
     ``<runtime.run_dir>/scaling/``, started afresh, and no registration (the study compares
     setups; it does not publish a model)."""
-    strategy = {"single": "none", "mirrored": "mirrored", "horovod": "horovod"}[setup.kind]
+    strategy = {"single": "none", "mirrored": "mirrored"}.get(setup.kind, setup.kind)
+    np = {"horovod": setup.n, "multiworker": -setup.n}.get(setup.kind, 0)
     runtime = dataclasses.replace(
         exp.runtime,
         strategy=strategy,
-        np=setup.n if setup.kind == "horovod" else 0,
+        np=np,
         run_dir=f"{exp.runtime.run_dir.rstrip('/')}/scaling/{setup.key}",
         resume=False,
     )

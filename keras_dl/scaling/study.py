@@ -68,7 +68,7 @@ def run_study(exp: Experiment, setups: list[Setup], out: str | None = None) -> S
     from keras_dl.run.tracking import failure_text
 
     check_spark_master(setups, spark_master(active_session()))
-    if any(not s.in_process for s in setups):
+    if any(s.kind == "horovod" for s in setups):
         from keras_dl.distribute.horovod import import_horovod
 
         import_horovod()  # a clear error before any run exists

@@ -203,3 +203,15 @@ def test_unknown_keys_and_sections_say_did_you_mean():
         ConfigError, match=r"'data.learning_rate'.*Did you mean train.learning_rate\?"
     ):
         resolve(defaults(), sets=["data.learning_rate=3"])
+
+
+def test_multiworker_on_spark_tasks_is_refused_with_the_local_form():
+    from keras_dl.config import resolve
+    from keras_dl.errors import ConfigError
+    from keras_dl.recipe import load_recipe
+
+    defaults = load_recipe("digits").defaults
+    with pytest.raises(ConfigError, match="Use runtime.np=-2 for 2 processes on this host"):
+        resolve(defaults, sets=["runtime.strategy=multiworker", "runtime.np=2"])
+    exp = resolve(defaults, sets=["runtime.strategy=multiworker", "runtime.np=-2"])
+    assert (exp.runtime.strategy, exp.runtime.np) == ("multiworker", -2)

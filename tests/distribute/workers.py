@@ -44,9 +44,9 @@ class Fault(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        import horovod.tensorflow as hvd
+        from keras_dl.distribute.world import current_world  # Horovod's rank, or a worker's
 
-        if hvd.rank() != self.rank or (self._epoch, batch) != (self.epoch, self.batch):
+        if current_world().rank != self.rank or (self._epoch, batch) != (self.epoch, self.batch):
             return
         if self.once and os.path.exists(self.stamp):
             return
@@ -80,6 +80,30 @@ def train_and_report(exp, run_id=None):
     ranks = hvd.allgather_object(mine)  # collective: every rank's report, in rank order
     result.model = None
     return {"result": result, "ranks": ranks}
+
+
+def train_and_report_to(exp, run_id=None, folder=""):
+    """:func:`train_and_report` for any engine: each process writes its report to
+    ``folder/rank.N.json`` (rank, size, digest, per-epoch logs); worker 0 returns its result."""
+    import json
+
+    from keras_dl.distribute.world import current_world
+    from keras_dl.train import fit
+
+    recorder = Recorder()
+    result = fit(exp, callbacks=[recorder], run_id=run_id)
+    world = current_world()
+    mine = {
+        "rank": world.rank,
+        "size": world.size,
+        "digest": digest(result.model.get_weights()),
+        "start_digest": recorder.start,
+        "epochs": recorder.epochs,
+    }
+    with open(os.path.join(folder, f"rank.{world.rank}.json"), "w") as f:
+        json.dump(mine, f)
+    result.model = None
+    return result
 
 
 def train_with_fault(

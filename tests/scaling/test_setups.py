@@ -17,11 +17,29 @@ def test_the_setups_are_parsed_in_order():
     assert [s.in_process for s in setups] == [True, True, False, False]
 
 
+def test_multiworker_setups_run_local_workers_through_the_launcher(tmp_path):
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from keras_dl.scaling.setups import setup_experiment
+
+    (setup,) = parse_setups("multiworker:2")
+    assert (setup.label, setup.key, setup.replicas, setup.in_process) == (
+        "multiworker:2",
+        "multiworker_2",
+        2,
+        False,
+    )
+    exp = resolve(load_recipe("digits").defaults, sets=[f"runtime.run_dir={tmp_path}"])
+    runtime = setup_experiment(exp, setup).runtime
+    assert (runtime.strategy, runtime.np) == ("multiworker", -2)
+
+
 @pytest.mark.parametrize(
     "text, named",
     [
         ("1,gpu:2", "'gpu:2'"),
         ("1,np:0", "'np:0'"),
+        ("multiworker:0", "'multiworker:0'"),
         ("mirrored:x", "'mirrored:x'"),
         ("2", "'2'"),
         ("1,,np:-2", "empty item"),

@@ -1,0 +1,256 @@
+"""Launch a function on N workers of TF's MultiWorkerMirroredStrategy, with ``HorovodRunner``'s
+semantics: :class:`MultiWorkerRunner` is its counterpart for a user's own ``fit``.
+
+``MultiWorkerRunner(np=-2).run(main, **kwargs)`` runs ``main(**kwargs)`` in 2 processes on this
+host, each with a ``TF_CONFIG`` naming the 2 workers on loopback ports and its own index (worker 0
+is the chief), and returns worker 0's return value. Each worker's output is streamed back while
+it runs, each line prefixed ``[rank]<stdout>:`` as Horovod's are, and a copy is kept for
+:func:`keras_dl.distribute.failures.explain_failure`. A worker that fails or dies ends the others
+(SIGKILL: SIGTERM is a preemption to keras_dl) and the error names it; a keras_dl error it raised
+is raised as that class; SIGTERM/SIGINT to this process reach every worker, which checkpoint and
+stop (:class:`~keras_dl.errors.Preempted`).
+
+``main`` must create the strategy first (``keras_dl.distribute.multiworker.init()``, or
+``keras_dl.train.fit`` with ``runtime.strategy=multiworker``), before any other TensorFlow op.
+
+TensorFlow's gRPC server listens on its port on every interface (0.0.0.0 is hard-coded in
+``grpc_server_lib.cc``); the workers reach each other at ``bind_address``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from keras_dl.distribute.failures import explain_failure
+from keras_dl.distribute.loopback import LOOPBACK, check_local_job_address
+from keras_dl.errors import DistributedError, KerasDLError, Preempted
+from keras_dl.launch.runner import _check_pickles, _rank_env
+
+RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
+
+
+class MultiWorkerRunner:
+    """Run a function on ``abs(np)`` multi-worker processes and return worker 0's result.
+
+    Args:
+        np: ``< 0``: run ``-np`` processes on this host. (``> 0``, Spark barrier tasks, is not
+            built yet.)
+        start_timeout: Seconds every worker has to start its server. Defaults to 120.
+        env: Extra environment variables for the workers. Defaults to None.
+        stall_timeout: Seconds a worker may wait in a collective (read by ``fit``'s
+            ``runtime.stall_timeout`` through ``KERAS_DL_STALL_TIMEOUT``). Defaults to 120.
+        bind_address: The address the workers reach each other at: loopback for a job on this
+            host. Defaults to "127.0.0.1".
+    """
+
+    def __init__(
+        self,
+        np: int,
+        start_timeout: int = 120,
+        env: dict[str, str] | None = None,
+        stall_timeout: int = 120,
+        bind_address: str = LOOPBACK,
+    ):
+        if np == 0:
+            raise DistributedError(
+                "MultiWorkerRunner(np=0) runs nothing: use np=-N for N processes on this host."
+            )
+        if np > 0:
+            raise DistributedError(
+                f"MultiWorkerRunner(np={np}): multi-worker jobs on Spark tasks are not built yet; "
+                f"use np=-{np} for {np} processes on this host, or runtime.strategy=horovod."
+            )
+        check_local_job_address(bind_address)
+        self.np = np
+        self.start_timeout = start_timeout
+        self.stall_timeout = stall_timeout
+        self.env = dict(env or {})
+        self.bind_address = bind_address
+
+    def run(self, main: Callable, **kwargs) -> Any:
+        """Run ``main(**kwargs)`` on every worker; return what worker 0 returned.
+
+        Raises:
+            DistributedError: ``main`` does not pickle, or a worker failed (naming it and the
+                cause).
+            KerasDLError: A worker raised a keras_dl error: the same class, naming the worker.
+            Preempted: The workers stopped on SIGTERM/SIGINT (to them or to this process).
+        """
+        payload = _check_pickles(main, kwargs)
+        env = _rank_env(self.env)
+        env.setdefault("KERAS_DL_STALL_TIMEOUT", str(self.stall_timeout))
+        host = "127.0.0.1" if self.bind_address == "0.0.0.0" else self.bind_address
+        with tempfile.TemporaryDirectory(prefix="keras_dl_mw_") as logs:
+            try:
+                return _run_local(payload, -self.np, host, env, logs)
+            except (DistributedError, Preempted):
+                raise
+            except KerasDLError:
+                raise
+            except Exception as exc:
+                raise _in_words(explain_failure(exc, logs, size=-self.np)) from exc
+
+
+def tf_config(addresses: list[str], index: int) -> str:
+    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``addresses`` (``host:port``)."""
+    return json.dumps(
+        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+    )
+
+
+def _run_local(payload: bytes, n: int, host: str, env: dict, logs: str) -> Any:
+    """Start ``n`` worker processes, pump their output, stop all when one fails."""
+    addresses = [f"{host}:{port}" for port in _free_ports(host, n)]
+    folder = Path(logs)
+    Path(folder, "payload").write_bytes(payload)
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    for index in range(n):
+        worker_env = {
+            **os.environ,
+            **env,
+            "TF_CONFIG": tf_config(addresses, index),
+            RANK: str(index),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keras_dl.launch.workers", str(folder)],
+            env=worker_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        procs.append(proc)
+        out_dir = folder / f"rank.{index}"
+        out_dir.mkdir()
+        for pipe, name, stream in (
+            (proc.stdout, "stdout", sys.stdout),
+            (proc.stderr, "stderr", sys.stderr),
+        ):
+            t = threading.Thread(
+                target=_pump,
+                args=(pipe, f"[{index}]<{name}>:", out_dir / name, stream),
+                daemon=True,
+            )
+            t.start()
+            pumps.append(t)
+    with _forward_signals(procs):
+        failed = _wait(procs)
+    for t in pumps:
+        t.join(timeout=10)
+    if failed is not None:
+        index, code = failed
+        raise RuntimeError(
+            f"A multi-worker process exited with non-zero status. Process name: {index} "
+            f"Exit code: {code}"
+        )
+    import cloudpickle
+
+    return cloudpickle.loads(Path(folder, "result").read_bytes())
+
+
+def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Wait for every worker; on the first non-zero exit, kill the others. Returns it or None."""
+    first = None
+    while any(p.poll() is None for p in procs):
+        for index, p in enumerate(procs):
+            code = p.poll()
+            if code not in (None, 0) and first is None:
+                first = (index, code)
+                # Give the others a moment to stop on their own (a preemption: every worker
+                # stops after the same step), then end them: a peer waits in its collectives.
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and any(q.poll() is None for q in procs):
+                    time.sleep(0.2)
+                for q in procs:
+                    if q.poll() is None:
+                        q.kill()
+        time.sleep(0.2)
+    if first is None:
+        first = next(((i, p.returncode) for i, p in enumerate(procs) if p.returncode), None)
+    return first
+
+
+class _forward_signals:
+    """Within the block, SIGTERM/SIGINT to this process are sent on to every worker (which then
+    checkpoint and stop after the same step), as Horovod's launcher does for its ranks."""
+
+    def __init__(self, procs):
+        self.procs, self.saved = procs, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.saved[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def _forward(self, signum, frame):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    def __exit__(self, *exc):
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+
+def _pump(stream, prefix: str, copy: Path, out) -> None:
+    with open(copy, "w") as kept:
+        for line in stream:
+            text = f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}"
+            kept.write(text)
+            kept.flush()
+            out.write(text)
+            out.flush()
+
+
+def _free_ports(host: str, n: int) -> list[int]:
+    """``n`` ports free on ``host`` now (the kernel's choice; TF binds them a moment later)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _in_words(error: KerasDLError) -> KerasDLError:
+    """``explain_failure`` speaks of Horovod ranks: here they are multi-worker processes."""
+    if not isinstance(error, Preempted) and error.args and isinstance(error.args[0], str):
+        text = error.args[0].replace("Horovod rank", "Worker").replace("Horovod job", "job")
+        error.args = (text, *error.args[1:])
+    return error
+
+
+def _child_main(folder: str) -> None:
+    """A worker's process: run ``rank_main`` on the payload; worker 0 writes its result."""
+    import cloudpickle
+
+    from keras_dl.launch.rank import rank_main
+
+    result = rank_main(Path(folder, "payload").read_bytes())
+    if os.environ.get(RANK) == "0":
+        Path(folder, "result").write_bytes(cloudpickle.dumps(result))
+        return
+    # The others stay until the chief is done (it logs and registers after fit): TF's
+    # coordination service on the chief reports a peer that left as a crashed task. The
+    # launcher ends this process if the chief fails.
+    while not Path(folder, "result").exists():
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])
