@@ -78,6 +78,35 @@ class Preempted(KerasDLError):
         return (type(self), (self.signal_name, self.global_step))
 
 
+class HostLost(Preempted):
+    """A rank's host stopped answering mid-job (its network or machine gone): the job was ended,
+    and a rerun resumes from the last checkpoint, on the hosts left.
+
+    Like :class:`Preempted` it exits 75 and ends the run KILLED: the run is not at fault.
+
+    Attributes:
+        rank: The rank that was lost.
+        host: Its host, as the driver knew it.
+        waited: Seconds the driver waited for it to stop after the job's first failure.
+    """
+
+    def __init__(self, rank: int, host: str, waited: float):
+        KerasDLError.__init__(
+            self,
+            f"Horovod rank {rank} on host {host} stopped answering: its task service did not "
+            f"respond for {waited:.0f} s after the job's first failure, so its host or the "
+            "network to it is gone. The job was ended; nothing is lost: run the same command "
+            "again to resume from the last checkpoint, on the hosts left (a smaller "
+            "runtime.np if the cluster now has fewer task slots).",
+        )
+        self.rank, self.host, self.waited = rank, host, waited
+        self.signal_name = "HOST_LOST"
+        self.global_step = -1
+
+    def __reduce__(self):
+        return (type(self), (self.rank, self.host, self.waited))
+
+
 class StoreUnavailable(Preempted):
     """The object store stayed unreachable past the run's lease: stopped, rerun to resume.
 

@@ -40,7 +40,7 @@ from keras_dl.distribute.loopback import LOOPBACK, bound_to, check_local_job_add
 from keras_dl.distribute.mainguard import check_main_guard
 from keras_dl.distribute.np_check import check_local_np
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
-from keras_dl.errors import DistributedError, Preempted
+from keras_dl.errors import DistributedError, HostLost, Preempted
 from keras_dl.launch.rank import HOROVOD_SETTINGS, KEPT, rank_main
 from keras_dl.launch.spark_run import stop_all_on_first_failure, stream_task_output
 
@@ -180,18 +180,23 @@ class HorovodRunner:
         try:
             # Horovod's Spark launcher leaves the other ranks running after one died, and
             # forwards their output in 64 KiB bursts (keras_dl.launch.spark_run).
-            with scope, stop_all_on_first_failure(), stream_task_output():
-                return horovod.spark.run(
-                    rank_main,
-                    args=(payload,),
-                    num_proc=self.np,
-                    start_timeout=self.start_timeout,
-                    use_gloo=True,
-                    env=env,
-                    stdout=out,
-                    stderr=err,
-                    verbose=0,
-                )
+            with scope, stop_all_on_first_failure() as lost, stream_task_output():
+                try:
+                    return horovod.spark.run(
+                        rank_main,
+                        args=(payload,),
+                        num_proc=self.np,
+                        start_timeout=self.start_timeout,
+                        use_gloo=True,
+                        env=env,
+                        stdout=out,
+                        stderr=err,
+                        verbose=0,
+                    )
+                except Exception:
+                    if lost:  # a rank's host stopped answering: rerun on the hosts left
+                        raise HostLost(*lost[0]) from None
+                    raise
         finally:
             out.close()
             err.close()

@@ -26,25 +26,34 @@ import contextlib
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
+# How long a rank may take to stop once the job's first rank failed, before it is given up (its
+# abort is a SIGTERM, then a SIGKILL 5 s later, from its task service).
+ABORT_GRACE = 30.0
+LOST_EXIT = 75  # what a given-up rank's command counts as: a host lost, rerun to resume
 _CHUNK = 65536  # the most a rank's output read takes at once (what has arrived, up to this)
 
 
 @contextlib.contextmanager
-def stop_all_on_first_failure() -> Iterator[None]:
+def stop_all_on_first_failure() -> Iterator[list]:
     """Within this block, a ``horovod.spark.run`` job stops every rank once one rank's process
-    ends with a non-zero status (or its task service is lost), and says which rank it was."""
+    ends with a non-zero status (or its task service is lost), and says which rank it was.
+
+    Yields the list of ranks given up as lost, ``(rank, host, seconds waited)``: empty unless a
+    rank's host stopped answering (see :func:`_stopping_the_rest`)."""
     import horovod.spark.gloo_run as spark_gloo
 
     original = spark_gloo._exec_command_fn
+    lost: list[tuple[int, str, float]] = []
 
     def exec_command_fn(*args, **kwargs):
-        return _stopping_the_rest(original(*args, **kwargs))
+        return _stopping_the_rest(original(*args, **kwargs), lost)
 
     spark_gloo._exec_command_fn = exec_command_fn  # gloo_run() looks it up in its module
     try:
-        yield
+        yield lost
     finally:
         spark_gloo._exec_command_fn = original
 
@@ -112,14 +121,43 @@ def _copy_lines(rfile, stream) -> None:
         stream.flush()
 
 
-def _stopping_the_rest(exec_command):
+def _stopping_the_rest(exec_command, lost: list, grace: float | None = None):
     """``exec_command(command, slot_info, events)`` of one job, with one more event for every
-    rank: set when a rank's command ends non-zero, it aborts the others' commands."""
+    rank: set when a rank's command ends non-zero, it aborts the others' commands.
+
+    A rank whose command has not ended ``grace`` seconds after that (its host unreachable: the
+    abort itself waits on a connection that never answers) is given up: its command counts as
+    ended with :data:`LOST_EXIT`, and it is added to ``lost`` for the launcher, which
+    reports :class:`~keras_dl.errors.HostLost` (exit 75). Without this the driver waited for it
+    for good (measured: still waiting 300 s after a host of the job lost its network).
+    """
     stop = threading.Event()
     lock = threading.Lock()
+    grace = ABORT_GRACE if grace is None else grace
 
     def run(command, slot_info, events):
-        exit_code, ended = exec_command(command, slot_info, [*(events or []), stop])
+        done: list = []
+        worker = threading.Thread(
+            target=lambda: done.append(
+                _outcome(exec_command, command, slot_info, [*(events or []), stop])
+            ),
+            daemon=True,  # a command given up stays blocked on its dead host
+        )
+        worker.start()
+        while worker.is_alive() and not stop.is_set():
+            worker.join(0.5)
+        worker.join(grace)
+        if not done:
+            with lock:
+                lost.append((slot_info.rank, slot_info.hostname, grace))
+            print(
+                f"keras_dl: Horovod rank {slot_info.rank} on host {slot_info.hostname} did not "
+                f"stop within {grace:.0f} s of the abort (its host unreachable): given up.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return LOST_EXIT, time.time()
+        exit_code, ended = _result(done[0])
         if exit_code != 0:
             with lock:
                 first = not stop.is_set()
@@ -135,3 +173,17 @@ def _stopping_the_rest(exec_command):
         return exit_code, ended
 
     return run
+
+
+def _outcome(exec_command, command, slot_info, events) -> tuple:
+    try:
+        return True, exec_command(command, slot_info, events)
+    except BaseException as exc:  # re-raised in the thread Horovod runs the rank's command in
+        return False, exc
+
+
+def _result(outcome: tuple):
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
