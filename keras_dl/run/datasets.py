@@ -42,15 +42,26 @@ def log_datasets(client, run_id: str, splits: Iterable[tuple[str, object]], colu
     for name, split in splits:
         if split is None:
             continue
-        dataset = table_dataset(split.snapshot, split.stats.rows, name, columns)
         tag = InputTag(key=MLFLOW_DATASET_CONTEXT, value=CONTEXTS[name])
+        stream = getattr(split, "stream", None)
+        if name == "train" and hasattr(stream, "rows_by_source"):  # data.sources: one each
+            mix = stream.mix
+            for i, source in enumerate(stream.names):
+                extra = {"weight": mix.weights[i], "epoch_share": mix.shares[i]}
+                dataset = table_dataset(
+                    stream.snapshots[i], stream.all_stats[i].rows, f"train/{source}", columns, extra
+                )
+                inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))
+            continue
+        dataset = table_dataset(split.snapshot, split.stats.rows, name, columns)
         inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))
     if inputs:
         client.log_inputs(run_id, datasets=inputs)
 
 
-def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
-    """A metadata-only MLflow dataset naming ``snapshot``'s table, version and ``rows``."""
+def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns, extra=None):
+    """A metadata-only MLflow dataset naming ``snapshot``'s table, version and ``rows``
+    (``extra``: more profile entries, a mixed source's weight and share)."""
 
     source = _source(snapshot)
     version = "" if snapshot.version is None else f"@v{snapshot.version}"
@@ -71,6 +82,7 @@ def table_dataset(snapshot: TableSnapshot, rows: int, split: str, columns):
             **since,
             "format": snapshot.format,
             "split": split,
+            **(extra or {}),
         },
     )
 

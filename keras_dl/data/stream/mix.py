@@ -225,6 +225,7 @@ class MixRows:
     ):
         self.file_rows = tuple(tuple(int(r) for r in f) for f in file_rows)
         self.rows = [sum(f) for f in self.file_rows]
+        self.weights = tuple(float(w) for w in weights)
         self.shares = shares(self.rows, weights, epoch_rows)
         self.total = sum(self.shares)
         self.shuffle, self.seed = shuffle, int(rng_seed(seed))
