@@ -133,3 +133,34 @@ def test_sources_whose_columns_differ_are_refused_by_name(tmp_path):
     )
     with pytest.raises(DataError, match=r"data.sources 'other' .*column 'id' is double, but int64"):
         make_splits(data, batch_size=4)
+
+
+def test_replay_mixes_the_rows_at_since_version_with_the_new_ones(tmp_path):
+    """data.replay=0.3 with data.since_version=0: each epoch is the new rows (once each) and
+    30 % of rows from version 0, sampled anew each epoch."""
+    from deltalake import write_deltalake
+
+    path = _table(tmp_path / "t", 40, 0)  # version 0 (and 1: files of 20 rows)
+    ids = np.arange(1000, 1014, dtype=np.int64)
+    new = pa.table(
+        {"id": ids, "x": ids.astype(np.float32), "label": ids % 10, "split": ["train"] * 14}
+    )
+    write_deltalake(path, new, mode="append")
+    data = DataConfig(
+        table=path,
+        since_version=1,
+        replay=0.3,
+        features=("id", "x"),
+        split_column="split",
+        test_split="",
+        validation_split="",
+    )
+    split = make_splits(data, batch_size=4).train
+    assert split.stream.names == ("replay", "new")
+    assert split.stream.mix.shares == [6, 14]  # 14 new rows / 0.7 = 20 rows an epoch
+    epochs = _epochs_ids(split, 2, split.steps)
+    for ids in epochs:
+        assert sorted(i for i in ids if i >= 1000) == list(range(1000, 1014))
+        old = [i for i in ids.elements() if i < 1000]
+        assert len(old) == len(set(old)) == 6
+    assert {i for i in epochs[0] if i < 1000} != {i for i in epochs[1] if i < 1000}
