@@ -45,3 +45,16 @@ class RowsTrained(keras.callbacks.Callback):
                 round(collective.allgather_rows([[rows]], prefix=f"rows_trained{epoch}").sum())
             )
         logs[METRIC] = rows
+        by_source = getattr(getattr(self.data, "stream", None), "rows_by_source", None)
+        if by_source is None:
+            return
+        # A mixed split (data.sources): each source's live rows, summed over the ranks.
+        counts = by_source(epoch)
+        if world.size > 1:
+            from keras_dl.distribute import horovod as khvd
+
+            values = [[float(counts[name]) for name in counts]]
+            summed = khvd.allgather_rows(values, prefix=f"rows_trained_sources{epoch}").sum(axis=0)
+            counts = {name: int(round(v)) for name, v in zip(counts, summed)}
+        for name, value in counts.items():
+            logs[f"{METRIC}/{name}"] = value

@@ -29,13 +29,19 @@ def to_dict(exp: Experiment) -> dict[str, Any]:
     """``{"recipe": ..., section: {key: value}}`` with tuples as lists, ready for YAML."""
     out: dict[str, Any] = {"recipe": exp.recipe}
     for name, section in exp.sections().items():
-        out[name] = {
-            k: list(v) if isinstance(v, tuple) else v
-            for k, v in dataclasses.asdict(section).items()
-        }
+        out[name] = {k: _plain(v) for k, v in dataclasses.asdict(section).items()}
     model = out.setdefault("model", {})
     model.update({key: getattr(exp, key) for key in SHARED_MODEL_KEYS})
     return out
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, inside records too (``data.sources``), for YAML's safe dumper."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def dumps(exp: Experiment) -> str:

@@ -125,6 +125,8 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
         # of them is checked on the resolved experiment (keras_dl.config.choices).
         kinds = {type(a) for a in args}
         return _coerce(value, kinds.pop(), key, origin) if len(kinds) == 1 else value
+    if origin_type is tuple and dataclasses.is_dataclass(args[0]):
+        return _coerce_records(value, args[0], key, origin)
     if origin_type is tuple:
         if isinstance(value, Mapping):  # train.class_weight: {0: 1.0, 1: 5.0} in YAML
             value = [f"{k}:{v}" for k, v in value.items()]
@@ -167,6 +169,46 @@ def _coerce(value: Any, hint: Any, key: str, origin: str) -> Any:
 
 
 _NULLS = ("null", "none", "~", "")
+
+
+def _coerce_records(value: Any, kind: type, key: str, origin: str) -> tuple:
+    """A list of records (``data.sources``): from YAML a list of mappings (or a mapping of
+    name to record), from ``--set`` the same in YAML's flow style, each field by its type."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value) if value.strip() else []
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"Config key {key!r} from {origin} is not a YAML list: {exc}. Write it as, "
+                f"e.g., --set '{key}=[{{name: old, table: t1, weight: 0.7}}, {{name: new, "
+                "table: t2, weight: 0.3}]'."
+            ) from exc
+    if value is None:
+        return ()
+    if isinstance(value, Mapping):  # {old: {table: t1, weight: 0.7}, ...}
+        value = [
+            {"name": name, **(dict(v) if isinstance(v, Mapping) else {})}
+            for name, v in value.items()
+        ]
+    if not isinstance(value, (list, tuple)):
+        raise _type_error(key, value, "a list of mappings", origin)
+    hints = typing.get_type_hints(kind)
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, kind):
+            out.append(item)
+            continue
+        if not isinstance(item, Mapping):
+            raise _type_error(f"{key}[{i}]", item, "a mapping of key: value", origin)
+        unknown = [k for k in item if k not in hints]
+        if unknown:
+            raise ConfigError(
+                f"Unknown key {unknown[0]!r} in {key}[{i}] from {origin}. Valid keys of a "
+                f"{key} entry: {', '.join(hints)}."
+            )
+        fields = {k: _coerce(v, hints[k], f"{key}[{i}].{k}", origin) for k, v in item.items()}
+        out.append(kind(**fields))
+    return tuple(out)
 
 
 def _is_list(value: Any) -> bool:

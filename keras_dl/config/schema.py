@@ -22,6 +22,29 @@ SHARED_MODEL_KEYS = ("init_from",)
 
 
 @dataclass(frozen=True)
+class SourceConfig:
+    """One source of a mixed training split (``data.sources``).
+
+    Args:
+        name: The source's name: ``rows_trained/<name>``, its MLflow dataset input and its
+            test metrics (``test_<name>_...``) carry it. Letters, digits, ``_`` and ``-``.
+        table: Its table, any format ``data.table`` takes.
+        weight: Its share of each epoch's rows, relative to the other sources' (>= 0).
+        version: Its Delta version. Defaults to the latest.
+        since_version: Only the rows added after this Delta version. Defaults to None.
+        filters: Its own row filters (as ``data.filters``), applied with ``data.filters``.
+            Defaults to ().
+    """
+
+    name: str = ""
+    table: str = ""
+    weight: float = 1.0
+    version: int | None = None
+    since_version: int | None = None
+    filters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Where the training data lives and how it is read.
 
@@ -89,6 +112,21 @@ class DataConfig:
         image_size: (height, width) for image recipes; empty keeps the recipe's. Defaults to ().
         on_bad_image: "fail" on an undecodable image, or "skip" it and count it (logged to
             MLflow as data.bad_images_skipped). Defaults to "fail".
+        sources: Train on several tables mixed by weight instead of ``data.table`` alone: a
+            list of :class:`SourceConfig` (``name``, ``table``, ``weight``, and each its own
+            ``version``, ``since_version`` and ``filters``). In YAML a list of mappings; with
+            ``--set``, the same list in YAML's flow style, e.g. ``--set 'data.sources=[{name:
+            old, table: t1, weight: 0.7}, {name: new, table: t2, weight: 0.3}]'``. Each epoch
+            holds each source's share of ``epoch_rows`` exactly (largest remainder), drawn
+            without replacement (a smaller source repeats whole passes). ``data.table``, when
+            set, is then only the evaluation splits' table. Defaults to () (``data.table``).
+        epoch_rows: Rows per epoch of a mixed training split. Defaults to None: every source's
+            rows together (with ``replay``: the new rows' count divided by ``1 - replay``, so
+            each new row trains once an epoch).
+        replay: With ``since_version``: this share of each epoch's rows comes from the rows of
+            the table at ``since_version`` (sampled anew each epoch), the rest from the rows
+            added since: a two-source mix ("replay" and "new") of the same table. Defaults to
+            None (the new rows alone).
         trust_petastorm_metadata: Load a Petastorm dataset's Unischema with Petastorm's own
             unpickler, which runs whatever code the pickle in ``_common_metadata`` names. Only
             for tables whose writer you trust. Defaults to False: only Petastorm's, numpy's and
@@ -126,6 +164,9 @@ class DataConfig:
     image_size: tuple[int, ...] = ()
     on_bad_image: Literal["fail", "skip"] = "fail"
     trust_petastorm_metadata: bool = False
+    sources: tuple[SourceConfig, ...] = ()
+    epoch_rows: int | None = None
+    replay: float | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from keras_dl.config.bounds import check_bounds
 from keras_dl.config.choices import check_choices
 from keras_dl.config.monitoring import check_prometheus
 from keras_dl.config.schema import Experiment, RegistryConfig
+from keras_dl.config.sources import check_sources
 from keras_dl.errors import ConfigError
 
 
@@ -99,7 +100,8 @@ def validate(exp: Experiment) -> Experiment:
             "data.cache_dir, which is not set. Add --set data.cache_dir=/local/disk/folder, or "
             "drop data.cache_dir_max_bytes."
         )
-    if not exp.data.table:
+    check_sources(exp.data)
+    if not exp.data.table and not exp.data.sources:
         raise ConfigError(
             "data.table is empty. Point it at a Delta table or Parquet directory, for example "
             "--set data.table=data/digits (make one with `keras-dl ingest sklearn-digits`)."

@@ -14,13 +14,22 @@ from dataclasses import dataclass, field
 
 from keras_dl.config import DataConfig
 from keras_dl.data.labels import class_weights
+from keras_dl.data.sources import check_same_columns, mixes, open_sources
+from keras_dl.data.sources import epoch_rows as mixed_epoch_rows
 from keras_dl.data.stream.features import NUMERIC, ColumnPlan, plan_columns
-from keras_dl.data.stream.tfdata import ReadOptions, SplitData, make_dataset, original_errors
+from keras_dl.data.stream.tfdata import (
+    ReadOptions,
+    SplitData,
+    make_dataset,
+    make_mixed_dataset,
+    original_errors,
+)
 from keras_dl.data.tables import open_table
 from keras_dl.data.tables.disk_copy import cache_files
 from keras_dl.data.tables.filters import parse_filters, select
 from keras_dl.data.tables.images import configure
 from keras_dl.data.tables.snapshot import TableSnapshot
+from keras_dl.data.tables.stats import count_rows
 from keras_dl.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -44,6 +53,8 @@ class DataSplits:
     snapshot: TableSnapshot
     hooks: tuple = field(default=(), repr=False)
     full: SplitData | None = None
+    sources: tuple = ()
+    source_tests: dict = field(default_factory=dict)
 
     @property
     def full_prefix(self) -> str:
@@ -86,8 +97,14 @@ def make_splits(
     """
     # data.image_size / data.on_bad_image reach the recipe's image hooks here.
     preprocess, preprocess_train = configure(preprocess, data), configure(preprocess_train, data)
-    snapshot = _open(data, data.table, data.version, data.timestamp, changes=True)
-    train_snap = _split(snapshot, data, data.train_split, "data.train_split")
+    sources = open_sources(data) if mixes(data) else []
+    if sources and not data.table:  # each source's own evaluation splits
+        snapshot = train_snap = sources[0].snapshot
+    else:
+        snapshot = _open(data, data.table, data.version, data.timestamp, changes=True)
+        train_snap = _split(snapshot, data, data.train_split, "data.train_split")
+    if sources:
+        train_snap = sources[0].snapshot
     if not snapshot.files:
         raise DataError(
             f"Table {snapshot.uri!r} (version {snapshot.version}) is empty: it has no data files. "
@@ -123,20 +140,37 @@ def make_splits(
         io_concurrency=data.io_concurrency,
         io_max_bytes=data.io_max_bytes,
     )
-    train = make_dataset(
-        train_snap,
-        plan,
-        ReadOptions(batch_size, training=True, shard=rank, num_shards=world_size, **common),
-        preprocess_train or preprocess,
+    train_options = ReadOptions(
+        batch_size, training=True, shard=rank, num_shards=world_size, **common
     )
+    if sources:
+        check_same_columns(sources, plan)
+        rows = [count_rows(s.snapshot, plan.columns).rows for s in sources]
+        train = make_mixed_dataset(
+            [s.name for s in sources],
+            [s.snapshot for s in sources],
+            [s.weight for s in sources],
+            plan,
+            train_options,
+            mixed_epoch_rows(data, rows),
+            preprocess_train or preprocess,
+        )
+    else:
+        train = make_dataset(train_snap, plan, train_options, preprocess_train or preprocess)
     evals = {}
     # Class weights train only (as Keras' class_weight); the weight column weighs all.
     plan_eval = dataclasses.replace(plan, class_weights=())
     options = ReadOptions(batch_size, **common)
+    by_source = {}
+    if sources and not data.table:
+        by_source = _source_tests(data, plan_eval, options, preprocess)
     for name, table, split in (
         ("validation", data.validation_table, data.validation_split),
         ("test", data.test_table, data.test_split),
     ):
+        if sources and not data.table and not table:
+            evals[name] = None
+            continue
         snap = _open(data, table) if table else _split(snapshot, data, split, f"data.{name}_split")
         if snap is None or not snap.files:
             evals[name] = None
@@ -154,7 +188,28 @@ def make_splits(
         full_snap = _full_eval_snapshot(data, snapshot, evals)
         if full_snap is not None:
             full = make_dataset(full_snap, plan_eval, options, preprocess)
-    return DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks, full)
+    if sources and data.table and evals["test"] is not None:
+        by_source = _source_tests(data, plan_eval, options, preprocess)
+    out = DataSplits(train, evals["validation"], evals["test"], plan, train_snap, hooks, full)
+    out.sources = tuple(sources)
+    out.source_tests = by_source
+    return out
+
+
+def _source_tests(data: DataConfig, plan, options, preprocess) -> dict:
+    """Each ``data.sources`` entry's test split (``data.split_column = data.test_split`` of its
+    table at its version, all of it, not only its rows since ``since_version``), by name."""
+    out = {}
+    if not data.split_column or not data.test_split:
+        return out
+    for source in data.sources:
+        whole = _open(data, source.table, source.version)
+        if source.filters:
+            whole = select(whole, parse_filters(source.filters, whole.schema))
+        snap = _split(whole, data, data.test_split, "data.test_split")
+        if snap is not None and snap.files:
+            out[source.name] = make_dataset(snap, plan, options, preprocess)
+    return out
 
 
 def _open(

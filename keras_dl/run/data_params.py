@@ -48,7 +48,7 @@ def log_data_params(run: Run, data: DataSplits, resume, header: dict | None, rep
         "data.files": stats.files,
         **({"data.row_groups": stats.row_groups} if stats.row_groups is not None else {}),
         # Every live row trains once per epoch, across all ranks.
-        "data.rows_trained_per_epoch": stats.rows,
+        "data.rows_trained_per_epoch": _epoch_rows(data),
         **_skipping_params(data),
     }
     per_ranks = {
@@ -89,3 +89,9 @@ def _skipping_params(data) -> dict:
             }
         )
     return out
+
+
+def _epoch_rows(data: DataSplits) -> int:
+    """Rows each epoch trains: the split's, or a mixed split's ``data.epoch_rows``."""
+    mix = getattr(data.train.stream, "mix", None)
+    return mix.total if mix is not None else data.train.stats.rows

@@ -56,19 +56,39 @@ def log_datasets(
     for name, split in splits:
         if split is None:
             continue
+        tag = InputTag(key=MLFLOW_DATASET_CONTEXT, value=CONTEXTS[name])
+        stream = getattr(split, "stream", None)
+        if name == "train" and hasattr(stream, "rows_by_source"):  # data.sources: one each
+            mix = stream.mix
+            for i, source in enumerate(stream.names):
+                extra = {"weight": mix.weights[i], "epoch_share": mix.shares[i]}
+                dataset = table_dataset(
+                    stream.snapshots[i],
+                    stream.all_stats[i].rows,
+                    f"train/{source}",
+                    columns,
+                    extra=extra,
+                )
+                inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))
+            continue
         fingerprint = (fingerprints or {}).get(name)
         dataset = table_dataset(split.snapshot, split.stats.rows, name, columns, fingerprint)
-        tag = InputTag(key=MLFLOW_DATASET_CONTEXT, value=CONTEXTS[name])
         inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))
     if inputs:
         client.log_inputs(run_id, datasets=inputs)
 
 
 def table_dataset(
-    snapshot: TableSnapshot, rows: int, split: str, columns, fingerprint: str | None = None
+    snapshot: TableSnapshot,
+    rows: int,
+    split: str,
+    columns,
+    fingerprint: str | None = None,
+    extra: dict | None = None,
 ):
     """A metadata-only MLflow dataset naming ``snapshot``'s table, version and ``rows``; with
-    ``fingerprint``, its digest is the fingerprint's first :data:`DIGEST_CHARS` characters."""
+    ``fingerprint``, its digest is the fingerprint's first :data:`DIGEST_CHARS` characters
+    (``extra``: more profile entries, a mixed source's weight and share)."""
 
     source = _source(snapshot)
     version = "" if snapshot.version is None else f"@v{snapshot.version}"
@@ -93,6 +113,7 @@ def table_dataset(
             "split": split,
             **identity,
             **named,
+            **(extra or {}),
         },
     )
 

@@ -64,6 +64,9 @@ def finish(run, model, data, checkpoint: Checkpoint):
             metrics = evaluate(model, data.test, "test_")
             if data.full is not None:  # a run on the changed rows: the whole test split too
                 metrics.update(evaluate(model, data.full, data.full_prefix))
+        for name, split in getattr(data, "source_tests", {}).items():  # data.sources' own
+            metrics.update(evaluate(model, split, f"test_{name}_"))
+        if metrics:
             check_finite(metrics=metrics, learning_rate=exp.train.learning_rate)
         skipped = data.bad_images_skipped()  # data.on_bad_image=skip: rows dropped, every read
         if skipped:
@@ -97,6 +100,22 @@ def finish(run, model, data, checkpoint: Checkpoint):
     return metrics, model_uri, version, None
 
 
+def source_lineage(sources) -> dict[str, str]:
+    """The lineage tags of a mixed split: ``data.sources`` (``name=table@version`` of every
+    source, comma-separated) and each source's own tags as ``data.source.<name>.<key>``."""
+    if not sources:
+        return {}
+    tags = {}
+    for s in sources:
+        for key, value in s.snapshot.lineage.items():
+            tags[f"data.source.{s.name}.{key.removeprefix('data.')}"] = value
+        tags[f"data.source.{s.name}.weight"] = f"{s.weight:g}"
+    tags["data.sources"] = ",".join(
+        f"{s.name}={s.snapshot.uri}@{s.snapshot.lineage['data.version']}" for s in sources
+    )
+    return tags
+
+
 def evaluate(model, split, prefix: str) -> dict[str, float]:
     """``model``'s metrics on ``split``, each named ``prefix`` + Keras' name."""
     scores = model.evaluate(split.dataset, steps=split.steps, return_dict=True, verbose=0)
@@ -124,6 +143,7 @@ def register_earned(exp, model, data, metrics, run_id, model_uri) -> tuple[int |
     lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}
     # The training manifest, the data's fingerprints and the warm start (keras-dl lineage).
     lineage.update(version_tags(client.get_run(run_id).data.tags))
+    lineage.update(source_lineage(getattr(data, "sources", ())))
     scores = {f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()}
     version = publish.register_model(
         model_uri,

@@ -23,6 +23,7 @@ from keras_dl.data.stream import shutdown
 from keras_dl.data.stream.epoch_position import EpochPosition, Resume
 from keras_dl.data.stream.epoch_stream import EpochStream
 from keras_dl.data.stream.features import BINARY, ColumnPlan
+from keras_dl.data.stream.mix_stream import MixStream
 from keras_dl.data.stream.read_options import ReadOptions
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.data.tables.stats import TableStats
@@ -159,6 +160,37 @@ def make_dataset(
     )
 
 
+def make_mixed_dataset(
+    names: Sequence[str],
+    snapshots: Sequence[TableSnapshot],
+    weights: Sequence[float],
+    plan: ColumnPlan,
+    options: ReadOptions,
+    epoch_rows: int | None = None,
+    preprocess: Callable | None = None,
+) -> SplitData:
+    """The training pipeline of a split mixed from several tables by weight
+    (:class:`~keras_dl.data.stream.mix_stream.MixStream`); ``stats`` and ``snapshot`` are the
+    first source's, ``stream.rows_by_source(epoch)`` counts each source's rows trained.
+
+    Raises:
+        DataError: A source of weight > 0 without live rows, or fewer rows than ranks.
+    """
+    stream = MixStream(names, snapshots, weights, plan, options, epoch_rows, preprocess)
+    return SplitData(
+        dataset=stream_dataset(stream, options.batch_size),
+        steps=stream.steps,
+        stats=stream.stats,
+        snapshot=stream.snapshot,
+        errors=stream.errors,
+        image_columns=tuple(f.name for f in plan.features if f.kind == BINARY),
+        stream=stream,
+        rows=stream.rows,
+        padded_rows=stream.total - stream.rows,
+        weighted=stream.weighted,
+    )
+
+
 def stream_dataset(stream: EpochStream, batch_size: int):
     """The ``tf.data.Dataset`` of ``stream``'s batches (its hook, if any, run in tf.data)."""
     import tensorflow as tf
@@ -255,6 +287,7 @@ __all__ = [
     "ReadOptions",
     "SplitData",
     "make_dataset",
+    "make_mixed_dataset",
     "original_errors",
     "stream_dataset",
 ]

@@ -1,0 +1,307 @@
+"""One rank's epochs of a training split mixed from several tables, as blocks of whole batches.
+
+:class:`MixStream` is :class:`~keras_dl.data.stream.epoch_stream.EpochStream`'s counterpart for
+``data.sources``: which rows each epoch holds is planned by :mod:`keras_dl.data.stream.mix`
+(each source's exact share, drawn without replacement, interleaved and split row-exactly over
+the ranks); each source's rows are read by the same Petastorm reader machinery as one table's
+(:func:`~keras_dl.data.stream.shard_epochs.read_pieces`: its own snapshot, version, filters and
+deletion vectors), in draw order, and put in the positions the plan gives them, then each
+shuffle pool is permuted. Weights, padding to equal steps and blocks are those of a single
+table's stream (:mod:`keras_dl.data.stream.blocks`). It streams (no memory cache), and a
+recipe's preprocess hook runs in tf.data.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from keras_dl.data.stream.arrays import to_arrays
+from keras_dl.data.stream.blocks import as_block, cut_blocks, num_rows, trim, weigh_and_pad
+from keras_dl.data.stream.epoch_position import EpochPosition, Resume, Segment
+from keras_dl.data.stream.features import ColumnPlan
+from keras_dl.data.stream.mix import MixLayout, MixRows, RankMix
+from keras_dl.data.stream.read_options import ReadOptions
+from keras_dl.data.stream.shard_epochs import RowGroupCounts, read_pieces
+from keras_dl.data.stream.shards import ShardPlan, plan_pieces
+from keras_dl.data.stream.shutdown import ReadersClosed
+from keras_dl.data.stream.signature import input_signature, to_structure
+from keras_dl.data.tables.stats import count_rows
+from keras_dl.errors import DataError
+
+CHUNK_ROWS = 4096  # rows put in place at once when the pools are not shuffled
+
+
+class MixStream:
+    """One shard's epochs of a mixed training split (the public methods of ``EpochStream``
+    that training uses: :meth:`generate`, :meth:`resume_from`, :meth:`record`,
+    :meth:`start_at`, :meth:`close`, and :meth:`rows_by_source`).
+
+    Args:
+        names: Each source's name.
+        snapshots: Each source's snapshot (filtered, at its version).
+        weights: Each source's weight.
+        plan: The column plan every source shares.
+        options: The training read options (batch, shard, shuffle, seed).
+        epoch_rows: Rows per epoch (None: every source's rows together).
+        preprocess: A vectorized hook, run in tf.data on the batches.
+
+    Raises:
+        DataError: A source without live rows but with a weight, or fewer rows per epoch
+            than ranks.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        snapshots: Sequence,
+        weights: Sequence[float],
+        plan: ColumnPlan,
+        options: ReadOptions,
+        epoch_rows: int | None = None,
+        preprocess=None,
+    ):
+        self.names, self.snapshots, self.plan, self.options = tuple(names), snapshots, plan, options
+        self.snapshot = snapshots[0]
+        self.all_stats = [count_rows(s, plan.columns) for s in snapshots]
+        self.stats = self.all_stats[0]
+        for name, snap, stats, w in zip(names, snapshots, self.all_stats, weights):
+            if w > 0 and stats.rows == 0:
+                raise DataError(
+                    f"data.sources {name!r}: table {snap.uri!r} (version {snap.version}) has no "
+                    "live rows to draw its share from. Check its filters and version, or give "
+                    "it weight 0."
+                )
+        self.shuffle = options.shuffle
+        self.mix = MixRows(
+            [s.file_rows for s in self.all_stats],
+            weights,
+            epoch_rows,
+            shuffle=self.shuffle,
+            seed=options.seed,
+            buffer=options.shuffle_buffer if self.shuffle else 0,
+        )
+        if self.mix.total < options.num_shards:
+            raise DataError(
+                f"data.sources: an epoch of {self.mix.total} row(s) cannot fill "
+                f"{options.num_shards} ranks. Raise data.epoch_rows or run on fewer ranks."
+            )
+        self.groups = [
+            RowGroupCounts(s, st, plan.columns, options.io.concurrency)
+            for s, st in zip(snapshots, self.all_stats)
+        ]
+        layout = MixLayout(options.num_shards)
+        self.steps = self.mix.steps(layout, options.batch_size)
+        self.rows = self.mix.sizes(layout)[options.shard]
+        padded = options.num_shards > 1 or options.pad
+        self.weighted = plan.label is not None and (padded or plan.weighs_rows)
+        self._padded = padded and self.weighted
+        self.total = self.steps * options.batch_size if self._padded else self.rows
+        self.resume = Resume(0, layout, steps=self.steps, batch=options.batch_size)
+        self.seen: dict[int, int] = {}
+        self._handed: dict[int, tuple[np.ndarray, int, int]] = {}  # epoch: (labels, from, to)
+        self.errors: deque = deque(maxlen=4)
+        self.pack = lambda values: to_structure(values, plan)
+        self.signature = input_signature(plan, blocked=True, weighted=self.weighted)
+        self.in_graph = preprocess
+
+    # -- position ----------------------------------------------------------------------------
+    def resume_from(self, position: EpochPosition) -> Resume:
+        """Start :meth:`generate` where ``position`` says, on this stream's ranks and batch."""
+        o = self.options
+        self.resume = self.mix.resume(position, o.num_shards, o.batch_size)
+        return self.resume
+
+    def record(self, epoch: int, steps: int) -> EpochPosition:
+        """The position after ``steps`` steps of ``epoch`` (counted since this stream started)."""
+        return self.resume.record(epoch, steps)
+
+    def start_at(self, global_step: int) -> None:
+        """Start after ``global_step`` steps run on this stream's ranks and batch."""
+        o = self.options
+        epoch, step = divmod(int(global_step), max(self.steps, 1))
+        segments = (Segment(o.num_shards, o.batch_size, step),) if step else ()
+        self.resume_from(EpochPosition(epoch, segments))
+
+    def rows_by_source(self, epoch: int) -> dict[str, int]:
+        """This rank's live rows of each source handed to training in ``epoch`` (no padding)."""
+        if epoch not in self._handed:
+            return dict.fromkeys(self.names, 0)
+        labels, lo, hi = self._handed[epoch]
+        counts = np.bincount(labels[lo:hi], minlength=len(self.names))
+        return {n: int(c) for n, c in zip(self.names, counts)}
+
+    # -- reading -----------------------------------------------------------------------------
+    def rank(self, epoch: int) -> RankMix:
+        """This shard's plan of ``epoch``."""
+        return self.mix.rank(epoch, self._layout(epoch), self.options.shard)
+
+    def chunks(self, epoch: int) -> Iterator[dict]:
+        """``epoch``'s rows of this shard, mixed, as chunks (the shuffle pools permuted)."""
+        rank = self.rank(epoch)
+        if rank.rows == 0:
+            yield from self._pad_source()
+            return
+        readers = [
+            _Rows(self._read(epoch, s, draws)) if len(draws) else None
+            for s, draws in enumerate(rank.draws)
+        ]
+        step = self.mix.buffer if self.mix.buffer > 0 else CHUNK_ROWS
+        for lo in range(0, rank.rows, step):
+            labels = rank.sources[lo : lo + step]
+            parts = {
+                int(s): readers[int(s)].take(int((labels == s).sum())) for s in np.unique(labels)
+            }
+            block = _place(labels, parts)
+            if rank.order is not None:
+                block = {k: v[rank.order[lo : lo + step] - lo] for k, v in block.items()}
+            yield block
+
+    def epoch(self, epoch: int, skip: int = 0):
+        """An epoch's chunks with weights and padding (when weighted), after ``skip`` rows."""
+        chunks = self.chunks(epoch)
+        rows, total = self.sizes(epoch)
+        if self.weighted:
+            chunks = weigh_and_pad(chunks, rows, total)
+        chunks = trim(chunks, skip) if skip else chunks
+        rank = self.rank(epoch)
+        labels = rank.sources if rank.order is None else rank.sources[rank.order]
+        self._handed[epoch] = (labels, skip, skip)
+        self.seen.setdefault(epoch, 0)
+        at = skip
+        for arrays in chunks:
+            n = num_rows(arrays)
+            live = max(0, min(at + n, rows) - min(at, rows))
+            self.seen[epoch] += live
+            at += n
+            self._handed[epoch] = (labels, skip, min(at, rows))
+            yield arrays
+
+    def sizes(self, epoch: int) -> tuple[int, int]:
+        """This shard's live rows in ``epoch``, and with its padding."""
+        layout = self._layout(epoch)
+        rows = self.mix.sizes(layout)[self.options.shard]
+        steps = self.mix.steps(layout, self.options.batch_size)
+        return rows, (steps * self.options.batch_size if self._padded else rows)
+
+    def generate(self):
+        """The blocks of batches of every epoch from :attr:`resume`, epoch after epoch."""
+        try:
+            epoch = self.resume.epoch
+            skip = self.resume.skip_steps * self.options.batch_size
+            while True:
+                carry = None
+                for arrays in self.epoch(epoch, skip):
+                    blocks, carry = cut_blocks(arrays, carry, self.options.batch_size)
+                    if blocks is not None:
+                        yield self.pack(blocks)
+                if carry is not None:
+                    yield self.pack(as_block(carry))
+                epoch, skip = epoch + 1, 0
+        except ReadersClosed:  # lifecycle: the interpreter is exiting, not an error
+            raise
+        except Exception as exc:  # tf.data raises its text in an UnknownError: keep the original
+            self.errors.append(exc)
+            raise
+
+    def close(self) -> None:
+        """Nothing is read ahead: the readers stop with their generators."""
+
+    def _layout(self, epoch: int) -> MixLayout:
+        if epoch == self.resume.epoch:
+            return self.resume.layout
+        return MixLayout(self.options.num_shards)
+
+    def _read(self, epoch: int, source: int, draws) -> Iterator[dict]:
+        """Source ``source``'s rows of ``draws`` (draw indices), in draw order, as arrays."""
+        stats, draws_of = self.all_stats[source], self.mix.draws(epoch, source)
+        offsets = np.concatenate([[0], np.cumsum(stats.file_rows, dtype=np.int64)])
+        pieces = []
+        for a, b in draws.tolist():
+            for lo, hi in draws_of.runs(int(a), int(b)):
+                f = int(np.searchsorted(offsets, lo, side="right")) - 1
+                base = int(offsets[f])
+                plan = ShardPlan(0, 1, ((f, ((lo - base, hi - base),)),), hi - lo)
+                pieces.extend(plan_pieces(plan, self.groups[source]))
+        return self._arrays(source, pieces)
+
+    def _arrays(self, source: int, pieces) -> Iterator[dict]:
+        snapshot, plan = self.snapshots[source].with_local_copies(), self.plan
+
+        def convert(table, file: int, row_group: int):
+            where = f", file {snapshot.files[file]!r}, row group {row_group}"
+            return to_arrays(table, plan, snapshot, where)
+
+        o = self.options
+        for part in _unique_runs(pieces):
+            reads = read_pieces(snapshot, plan.columns, part, o.workers, convert=convert, io=o.io)
+            for _, arrays in reads:
+                yield arrays
+
+    def _pad_source(self) -> Iterator[dict]:
+        """One row to copy as padding, for a shard a resume left without rows of its own."""
+        source = next(s for s, n in enumerate(self.mix.shares) if n > 0)
+        draws = self.mix.draws(self.resume.epoch, source)
+        lo, hi = draws.runs(0, 1)[0]
+        offsets = np.concatenate([[0], np.cumsum(self.all_stats[source].file_rows)])
+        f = int(np.searchsorted(offsets, lo, side="right")) - 1
+        base = int(offsets[f])
+        plan = ShardPlan(0, 1, ((f, ((lo - base, hi - base),)),), 1)
+        return self._arrays(source, plan_pieces(plan, self.groups[source]))
+
+
+class _Rows:
+    """Rows of one source's read, taken ``n`` at a time across its chunks."""
+
+    def __init__(self, chunks: Iterator[dict]):
+        self.chunks, self.held, self.at = chunks, None, 0
+
+    def take(self, n: int) -> dict:
+        parts = []
+        while n > 0:
+            if self.held is None or self.at >= num_rows(self.held):
+                try:
+                    self.held, self.at = next(self.chunks), 0
+                except StopIteration:
+                    raise DataError(
+                        "A mixed epoch's source ended before its planned rows: its table "
+                        "changed while it was read. Retry; if it persists, report it."
+                    ) from None
+            k = min(n, num_rows(self.held) - self.at)
+            parts.append({c: v[self.at : self.at + k] for c, v in self.held.items()})
+            self.at += k
+            n -= k
+        if len(parts) == 1:
+            return parts[0]
+        return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+
+def _unique_runs(pieces: list) -> Iterator[list]:
+    """``pieces`` cut where a row group comes again (a rotated pass's two ends, or the next
+    pass): one reader keys its masks by row group, so each read holds a row group once."""
+    part, seen = [], set()
+    for p in pieces:
+        key = (p.file, p.row_group)
+        if key in seen:
+            yield part
+            part, seen = [], set()
+        part.append(p)
+        seen.add(key)
+    if part:
+        yield part
+
+
+def _place(labels: np.ndarray, parts: dict[int, dict]) -> dict:
+    """One chunk whose row ``i`` is the next row of source ``labels[i]``."""
+    first = next(iter(parts.values()))
+    out = {c: np.empty((len(labels), *v.shape[1:]), dtype=v.dtype) for c, v in first.items()}
+    for s, arrays in parts.items():
+        where = labels == s
+        for c, v in arrays.items():
+            out[c][where] = v
+    return out
+
+
+__all__ = ["MixStream"]
