@@ -42,3 +42,7 @@ def test_digits_mixed_from_two_sources_logs_rows_per_source_and_lineage(digits_t
     tags = version.tags
     assert tags["data.sources"] == f"low={digits_table}@0,high={digits_table}@0"
     assert tags["data.source.high.weight"] == "0.3"
+    # No training manifest of one source standing for the mix: `keras-dl lineage` then says the
+    # version has no row lineage instead of counting the wrong rows.
+    assert "keras_dl.manifest" not in run.data.tags
+    assert run.data.tags["keras_dl.lineage.none"] == "the train split mixes data.sources"
