@@ -26,7 +26,7 @@ from tests.warm_python import REAL_PYTHON
 # the one documented lookup. The CLI imports its commands and the restricted unpickler its few
 # classes' modules as plain imports.
 ALLOWED = {
-    ("keras_dl/recipe.py", "load_recipe"): "the recipe registry: recipes/NAME.py is found by its "
+    ("keras_dl/recipe.py", "_import_recipe"): "the recipe registry: recipes/NAME.py is found by its "
     "name; recipes sit above keras_dl and this is the one place that loads them",
 }
 ABOVE_KERAS_DL = ("recipes", "tests", "notebooks")
