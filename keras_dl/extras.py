@@ -1,7 +1,7 @@
 """The optional parts of keras-dl and the pip extras that bring them.
 
 A core install (``pip install "keras-dl[cpu]"``) trains a recipe on a local table and logs it to
-MLflow; Spark, Optuna, Prometheus, Azure and OpenCV come with extras (setup.cfg
+MLflow; Spark, Optuna, Prometheus, Azure, boto3 and OpenCV come with extras (setup.cfg
 ``extras_require``; tests/test_extras.py checks the two agree). Code that needs one imports it
 through :func:`import_extra` inside the function that needs it, so the error names the extra.
 """
@@ -19,6 +19,7 @@ EXTRAS = {
     "optuna": ("tune", "Optuna"),
     "prometheus_client": ("monitoring", "prometheus-client"),
     "azure": ("azure", "azure-storage-blob"),
+    "boto3": ("s3", "boto3"),
     "cv2": ("images", "OpenCV (opencv-python-headless)"),
     "ray": ("bench", "Ray Data"),
 }

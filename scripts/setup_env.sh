@@ -49,7 +49,7 @@ rm -rf "$VENV"
 extra=cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then extra=gpu; fi
 # Every extra: the suite tests each optional part (setup.cfg extras_require).
-extras="$extra,spark,azure,tune,monitoring,images,dev,bench"
+extras="$extra,spark,azure,s3,tune,monitoring,images,dev,bench"
 echo ">>> installing keras-dl[$extras] with the pins in requirements/constraints.txt"
 # With uv (pinned like everything else), which downloads and unpacks the wheels in parallel: on a
 # fresh machine the same install took pip 112 s and uv 44 s (bytecode included). --compile-bytecode as pip does, so

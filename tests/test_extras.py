@@ -159,6 +159,14 @@ def test_an_abfs_run_directory_names_the_azure_extra(monkeypatch):
         AzureLease("abfss://runs@account.dfs.core.windows.net/digits")
 
 
+def test_an_s3_run_directory_names_the_s3_extra(monkeypatch):
+    from keras_dl.runlock.s3_lease import s3_client
+
+    _without(monkeypatch, "boto3")
+    with pytest.raises(MissingExtra, match=r"run directory on S3.*keras-dl\[s3\]"):
+        s3_client()
+
+
 def test_a_petastorm_dataset_names_the_extra_its_schema_needs(monkeypatch):
     """ScalarCodec pickles a Spark SQL type (PySpark: [spark]); CompressedImageCodec decodes with
     OpenCV ([images]), which Petastorm only notices in a reader thread (``cv2`` undefined)."""
