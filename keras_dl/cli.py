@@ -14,10 +14,14 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 from keras_dl.errors import KerasDLError, NotRegistered
 
 EXIT_USER_ERROR = 2
+# The folder keras_dl was imported from sits in: a source checkout (with benchmarks/) or
+# site-packages.
+_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _for_stderr(text: str) -> str:
@@ -77,10 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, module in (("tfds", tfds), ("images", images), ("mds", mds)):
         _add_module_command(isub, name, module, _add_ingest_args)  # each owns its arguments
 
-    b = sub.add_parser("bench", help="benchmarks: each figure printed beside its baseline")
-    from benchmarks import cli as bench_cli  # the benchmarks live beside the package
-
-    bench_cli.add_commands(b.add_subparsers(dest="bench"), _add_module_command, _add_config_args)
+    _add_bench_commands(sub)
 
     from keras_dl import inference as predict
     from keras_dl.lineage import cli as lineage
@@ -98,6 +99,23 @@ def _parser() -> argparse.ArgumentParser:
     _add_module_command(sub, "report", report)
     _add_module_command(sub, "lineage", lineage)
     return p
+
+
+def _add_bench_commands(sub) -> None:
+    """``keras-dl bench ...``: the benchmarks of the source checkout keras_dl runs from.
+
+    They are not in the wheel (setup.cfg ``packages.find``): without a checkout, ``keras-dl
+    bench`` says how to get them, and every other command works as before.
+    """
+    b = sub.add_parser(
+        "bench", help="benchmarks (a source checkout): each figure beside its baseline"
+    )
+    bench_cli, why = _checkout_benchmarks()
+    if bench_cli is None:
+        b.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        b.set_defaults(func=lambda args: _raise(KerasDLError(why)))
+        return
+    bench_cli.add_commands(b.add_subparsers(dest="bench"), _add_module_command, _add_config_args)
 
 
 def _add_module_command(sub, name: str, mod, common=None) -> None:
@@ -148,6 +166,10 @@ def _cmd_train(args) -> int:
 
     recipe = load_recipe(args.recipe)
     exp = resolve(recipe.defaults, args.config, args.sets)
+    if exp.runtime.strategy == "horovod" and exp.runtime.np > 0:  # before any run exists
+        from keras_dl.extras import import_extra
+
+        import_extra("pyspark", f"runtime.np={exp.runtime.np} (Horovod ranks as Spark tasks)")
     from keras_dl.run import tracking
     from keras_dl.storage import watchdog
     from keras_dl.train import fit
@@ -210,6 +232,40 @@ def _cmd_ingest_digits(args) -> int:
     report = ingest_sklearn_digits(args.to, mode=args.mode, rows_per_group=args.rows_per_group)
     print(report)
     return 0
+
+
+def _checkout_benchmarks():
+    """``(benchmarks.cli, None)`` of the checkout beside the keras_dl package imported, or
+    ``(None, why)`` when there is none (an installed wheel) or another ``benchmarks`` shadows it.
+
+    The benchmarks import each other as the top-level package ``benchmarks``: the checkout's
+    folder goes first on ``sys.path`` so that no other package of that name is taken for them.
+    """
+    if not ((_ROOT / "setup.cfg").is_file() and (_ROOT / "benchmarks" / "cli.py").is_file()):
+        return None, (
+            "keras-dl bench runs the benchmarks of a keras-dl source checkout (its benchmarks/ "
+            f"folder, which the wheel does not ship), and keras_dl was imported from {_ROOT}, "
+            "which has none. In a clone of the repository, pip install -e '.[cpu,bench]' "
+            "(editable, so that keras_dl runs from the checkout beside its benchmarks), or run "
+            "this command with PYTHONPATH set to the checkout."
+        )
+    if str(_ROOT) not in sys.path:
+        sys.path.insert(0, str(_ROOT))
+    import importlib
+
+    bench_cli = importlib.import_module("benchmarks.cli")
+    found = Path(bench_cli.__file__).resolve().parent
+    if found != _ROOT / "benchmarks":
+        return None, (
+            f"keras-dl bench runs the benchmarks in {_ROOT / 'benchmarks'}, but another package "
+            f"named benchmarks ({found}) was imported in its place. Put {_ROOT} first on "
+            "PYTHONPATH, or rename that package."
+        )
+    return bench_cli, None
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 def _quiet_libraries() -> None:

@@ -45,18 +45,18 @@ def flowers(folder: str, per_class: int = 12) -> tuple[str, tuple[str, ...]]:
     """A folder-per-class tree of small JPEGs (reddish and bluish noise), ingested as the
     flowers recipe's tables are (``keras-dl ingest images``); MobileNetV2 from scratch at
     32x32 (no pretrained weights: nothing is downloaded)."""
-    import cv2
+    import tensorflow as tf  # encodes the JPEGs: no OpenCV ([images]) needed
 
     from keras_dl.data.ingest.images import ingest_images
 
     rng = np.random.default_rng(0)
     root = os.path.join(folder, "flower_photos")
-    for label, channel in (("blue", 0), ("red", 2)):  # OpenCV writes BGR
+    for label, channel in (("blue", 2), ("red", 0)):  # RGB
         os.makedirs(os.path.join(root, label), exist_ok=True)
         for i in range(per_class):
             image = rng.integers(0, 96, (40, 40, 3), dtype=np.uint8)
             image[..., channel] += 150
-            cv2.imwrite(os.path.join(root, label, f"{i}.jpg"), image)
+            tf.io.write_file(os.path.join(root, label, f"{i}.jpg"), tf.io.encode_jpeg(image))
     table = os.path.join(folder, "flowers")
     ingest_images(root, table, mode="ignore", rows_per_group=8, resplit=(0.6, 0.2, 0.2))
     sets = (

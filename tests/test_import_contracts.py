@@ -31,6 +31,8 @@ ALLOWED = {
         "_import_recipe",
     ): "the recipe registry: recipes/NAME.py is found by its "
     "name; recipes sit above keras_dl and this is the one place that loads them",
+    ("keras_dl/extras.py", "import_extra"): "an optional third-party package (pyspark, optuna, "
+    "...), never a keras_dl module: its top-level name must be in keras_dl.extras.EXTRAS",
 }
 ABOVE_KERAS_DL = ("recipes", "tests", "notebooks")
 # The top-level import hooks the .pth file loads (outside the package, so no layer holds them).

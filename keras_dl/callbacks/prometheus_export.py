@@ -33,6 +33,8 @@ import threading
 import time
 import warnings
 
+from keras_dl.extras import import_extra
+
 log = logging.getLogger(__name__)
 
 PREFIX = "keras_dl_"
@@ -61,6 +63,7 @@ class RunMetrics:
     """
 
     def __init__(self, run_id: str, recipe: str):
+        import_extra("prometheus_client", "tracking.prometheus_port / prometheus_pushgateway")
         from prometheus_client import CollectorRegistry
 
         self.run_id, self.recipe = run_id, recipe

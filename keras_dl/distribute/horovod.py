@@ -30,14 +30,19 @@ Use it in your own ``model.fit`` under ``horovodrun`` or :class:`~keras_dl.launc
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 
 from keras_dl.distribute.gpus import assigned_by_spark
 from keras_dl.errors import DistributedError
 
+# pip cannot build Horovod 0.28.1 against TensorFlow 2.21 (so there is no keras-dl[horovod]
+# extra): the checkout's script patches and builds it against the venv's own TensorFlow.
 _INSTALL_HINT = (
-    "Horovod must be built with TensorFlow and Gloo support: run scripts/build_horovod.sh "
-    "(or `make test` once), or pick another runtime.strategy (none, mirrored)."
+    "Horovod must be built with TensorFlow and Gloo support, which pip cannot do against "
+    "TensorFlow 2.21 (there is no keras-dl[horovod] extra): in a keras-dl source checkout, run "
+    f"`bash scripts/build_horovod.sh {sys.prefix}` (this venv; it needs pip, g++ and cmake), or "
+    "`make setup` for the checkout's own .venv; or pick another runtime.strategy (none, mirrored)."
 )
 
 

@@ -13,6 +13,7 @@ import sys
 
 from keras_dl.connect import default_parallelism
 from keras_dl.errors import DataError
+from keras_dl.extras import import_extra
 
 
 def spark_session(
@@ -39,6 +40,7 @@ def spark_session(
     # Workers must run the interpreter that has keras_dl, TensorFlow and MLflow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    import_extra("pyspark", "keras-dl predict (it scores on Spark)")
     from pyspark.sql import SparkSession
 
     from keras_dl.distribute.loopback import spark_conf

@@ -8,6 +8,7 @@ import logging
 import uuid
 
 from keras_dl.errors import KerasDLError
+from keras_dl.extras import import_extra
 from keras_dl.runlock.base import Owner
 from keras_dl.runlock.lease import Lease, LeaseConflict
 from keras_dl.storage import azure
@@ -50,6 +51,8 @@ class AzureLease(Lease):
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds}.")
         super().__init__(run_dir, min(max(round(lease_seconds), MIN_SECONDS), MAX_SECONDS))
+        # Before anything is asked of the store: every method imports azure.core's errors.
+        import_extra("azure.storage.blob", "An abfs:// run directory (its lease is a blob lease)")
         self.container, _, prefix = azure.split_uri(self.run_dir)
         self.blob = f"{prefix}/{LEASE_FILE}" if prefix else LEASE_FILE
         self._lease = None  # the BlobLeaseClient while held

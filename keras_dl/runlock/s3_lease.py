@@ -9,6 +9,7 @@ import time
 
 from keras_dl import storage
 from keras_dl.errors import KerasDLError
+from keras_dl.extras import import_extra
 from keras_dl.runlock.base import Owner
 from keras_dl.runlock.lease import Lease, LeaseConflict
 from keras_dl.storage.retry import is_transient, retrying
@@ -161,15 +162,9 @@ def s3_client():
     """A boto3 S3 client from the standard AWS environment (endpoint and region included).
 
     Raises:
-        ImportError: Naming the package to install when boto3 is missing.
+        MissingExtra: Naming the extra to install when boto3 is missing.
     """
-    try:
-        import boto3
-    except ImportError:
-        raise ImportError(
-            "A run directory on S3 needs boto3 for its lease (conditional writes): "
-            "pip install boto3"
-        ) from None
+    boto3 = import_extra("boto3", "A run directory on S3 (its lease is a conditional write)")
     from botocore.config import Config
 
     return boto3.client(

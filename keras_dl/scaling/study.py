@@ -25,6 +25,7 @@ from pathlib import Path
 
 from keras_dl.config import Experiment, dumps
 from keras_dl.errors import DistributedError, KerasDLError
+from keras_dl.extras import import_extra
 from keras_dl.report import scaling as page
 from keras_dl.scaling.setups import (
     Setup,
@@ -67,7 +68,9 @@ def run_study(exp: Experiment, setups: list[Setup], out: str | None = None) -> S
     from keras_dl.run.mlflow_run import create_run, terminate_run
     from keras_dl.run.tracking import failure_text
 
-    check_spark_master(setups, spark_master(active_session()))
+    if any(s.kind == "horovod" and s.n > 0 for s in setups):  # only those need Spark
+        import_extra("pyspark", "keras-dl scaling --setups np:N with N > 0 (Spark tasks)")
+        check_spark_master(setups, spark_master(active_session()))
     if any(s.kind == "horovod" for s in setups):
         from keras_dl.distribute.horovod import import_horovod
 

@@ -6,7 +6,11 @@ Modules: ``params`` (the Params), ``columns`` (features and checks), ``training`
 and the launch), ``estimator``, ``model`` and ``persistence``.
 """
 
-from keras_dl.spark.estimator import KerasEstimator
-from keras_dl.spark.model import KerasModel
+from keras_dl.extras import import_extra
+
+import_extra("pyspark", "keras_dl.spark (KerasEstimator, KerasModel)")  # before its modules do
+
+from keras_dl.spark.estimator import KerasEstimator  # noqa: E402
+from keras_dl.spark.model import KerasModel  # noqa: E402
 
 __all__ = ["KerasEstimator", "KerasModel"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from keras_dl.errors import DataError
+from keras_dl.extras import import_extra
 from keras_dl.storage.retry import check_root
 
 AZURE_SCHEMES = ("abfs", "abfss")
@@ -253,15 +254,12 @@ def blob_service(account: AzureAccount, **client_options):
     """An ``azure.storage.blob.BlobServiceClient`` on ``account``.
 
     Raises:
-        ImportError: Naming the package to install when azure-storage-blob is missing.
+        MissingExtra: Naming the extra to install when azure-storage-blob is missing.
     """
-    try:
-        from azure.storage.blob import BlobServiceClient
-    except ImportError:
-        raise ImportError(
-            "An abfs:// run directory needs azure-storage-blob for its lease (blob leases): "
-            "pip install azure-storage-blob"
-        ) from None
+    blob = import_extra(
+        "azure.storage.blob", "An abfs:// run directory (its lease is a blob lease)"
+    )
+    BlobServiceClient = blob.BlobServiceClient  # noqa: N806 - the class, as Azure names it
     credential = None
     if account.key:
         credential = {"account_name": account.name, "account_key": account.key}

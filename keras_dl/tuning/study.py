@@ -14,6 +14,7 @@ import logging
 
 from keras_dl.config.schema import Experiment
 from keras_dl.errors import ConfigError
+from keras_dl.extras import import_extra
 from keras_dl.runlock import open_run_lock
 from keras_dl.tuning.best import TuneResult, finish_study
 from keras_dl.tuning.space import Dimension, check_space
@@ -42,9 +43,14 @@ def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
             ``<runtime.run_dir>/tune/<study>``).
         ConfigError: An unknown key or a value a field does not take in ``space``; a metric
             that is not a validation metric with no validation split.
+        MissingExtra: Optuna is not installed ([tune]), or PySpark for more than one trial at
+            a time ([spark]).
     """
     from keras_dl.tuning.pruning import direction_of
 
+    import_extra("optuna", "keras-dl tune")
+    if min(exp.tune.parallelism, exp.tune.trials) > 1:
+        import_extra("pyspark", f"tune.parallelism={exp.tune.parallelism} (trials as Spark tasks)")
     check_space(exp, list(space))
     metric = exp.tune.metric or exp.callbacks.monitor
     if metric.startswith("val_") and not (exp.data.validation_table or exp.data.validation_split):

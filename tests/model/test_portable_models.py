@@ -2,14 +2,11 @@
 model's own ``requirements.txt``: no keras_dl there, the same outputs as in keras_dl's process.
 
 The venv is built once per requirements on a machine, with uv, and kept under ~/.cache/keras-dl
-(uv reaches the package index, or its local cache); the test skips, saying so, when uv cannot
-reach an index.
+(tests/fresh_venv.py); the test skips, saying so, when uv cannot reach an index.
 """
 
-import os
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
@@ -19,19 +16,9 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import STARTS_FIRST, train_digits, write_delta
-from tests.warm_python import REAL_PYTHON
+from tests.fresh_venv import cached_venv, clean_env
 
 pytestmark = pytest.mark.slow
-
-UNREACHABLE = (
-    "NewConnectionError",
-    "Max retries exceeded",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "Connection refused",
-    "dns error",
-    "error sending request",
-)
 
 VENV_SCRIPT = """
 import importlib.util, pickle, sys
@@ -140,86 +127,23 @@ def recipe_models(digits_table, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(recipe_models):
+def fresh_venv(recipe_models, tmp_path_factory):
     """A virtualenv holding only the models' ``requirements.txt`` (they are the same file).
 
-    Built once per requirements (and interpreter) on a machine, under ``~/.cache/keras-dl`` as
-    the Horovod wheel is (scripts/build_horovod.sh). Nothing is ever installed into it but that
-    file; it counts only once the install finished (a
-    ``.complete`` file), and the test still checks that keras_dl is not importable there.
-    Venvs of other requirements that no test process holds are deleted when one is built.
+    Built once per requirements (and interpreter) on a machine (tests/fresh_venv.py). Nothing
+    is ever installed into it but that file; the test still checks that keras_dl is not
+    importable there.
     """
-    import fcntl
-    import hashlib
-
     requirements = {
         Path(folder, "requirements.txt").read_text() for _, folder, _, _ in recipe_models
     }
     assert len(requirements) == 1, requirements
     text = requirements.pop()
     assert "keras_dl" not in text
-    key = hashlib.sha256(f"{sys.version}\n{REAL_PYTHON}\n{text}".encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "keras-dl")
-    venv = cache / f"portable-venv-{key}"
-    python = venv / "bin" / "python"
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / f"portable-venv-{key}.lock", "w") as lock:
-        # Held shared while in use (no other test process deletes it meanwhile), exclusive
-        # while it is built (another test process may be building it).
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        if not ((venv / ".complete").is_file() and python.exists()):
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not ((venv / ".complete").is_file() and python.exists()):
-                _build_venv(venv, text, cache)
-            fcntl.flock(lock, fcntl.LOCK_SH)
+    file = tmp_path_factory.mktemp("portable_requirements") / "requirements.txt"
+    file.write_text(text)
+    with cached_venv("portable", text, lambda _: ["-r", str(file)]) as python:
         yield python
-
-
-def _build_venv(venv: Path, requirements: str, cache: Path) -> None:
-    import shutil
-
-    shutil.rmtree(venv, ignore_errors=True)  # an unfinished build
-    _remove_other_venvs(cache, keep=venv.name)  # 2.3 GB each: only the one in use is kept
-    # uv (a dev dependency) builds the venv and installs the file: seconds, where pip took
-    # 4-5 minutes of the suite installing TensorFlow. What lands in the venv is the same.
-    uv = [sys.executable, "-m", "uv"]
-    subprocess.run([*uv, "venv", "-q", "--python", REAL_PYTHON, str(venv)], check=True)
-    (venv / "requirements.txt").write_text(requirements)
-    install = subprocess.run(
-        [*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r",
-         str(venv / "requirements.txt")],
-        capture_output=True, text=True, env=_clean_env(),
-    )  # fmt: skip
-    if install.returncode != 0:
-        shutil.rmtree(venv, ignore_errors=True)
-        if any(s in install.stderr for s in UNREACHABLE):
-            pytest.skip(f"uv cannot reach a package index: {install.stderr.strip()[-500:]}")
-        raise AssertionError(
-            f"uv pip install -r requirements.txt failed:\n{install.stderr[-3000:]}"
-        )
-    (venv / ".complete").write_text(requirements)
-
-
-def _remove_other_venvs(cache: Path, keep: str) -> None:
-    """Delete the cached venvs of other requirements that no test process is using now."""
-    import fcntl
-    import shutil
-
-    for lock_path in cache.glob("portable-venv-*.lock"):
-        if lock_path.stem == keep:
-            continue
-        with open(lock_path, "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # being built or used
-            shutil.rmtree(cache / lock_path.stem, ignore_errors=True)
-            lock_path.unlink()
-
-
-def _clean_env() -> dict:
-    """The environment without keras_dl's code on the path."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
 
 
 @STARTS_FIRST
@@ -238,7 +162,7 @@ def test_each_recipe_model_predicts_the_same_in_a_fresh_venv(recipe_models, fres
     (tmp_path / "score.py").write_text(VENV_SCRIPT)
     proc = subprocess.run(
         [str(fresh_venv), str(tmp_path / "score.py"), str(tmp_path / "jobs.pkl")],
-        capture_output=True, text=True, cwd=tmp_path, env=_clean_env(), timeout=900,
+        capture_output=True, text=True, cwd=tmp_path, env=clean_env(), timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     for name, _, _, expected in recipe_models:

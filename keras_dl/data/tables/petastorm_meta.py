@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from keras_dl.errors import DataError
+from keras_dl.extras import EXTRAS, MissingExtra, missing_extra_message
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,25 @@ def loads_unischema(data: bytes, source: str, *, trust: bool | None = None) -> A
             f"{type(obj).__name__}, not a Unischema. Re-materialize the dataset with "
             "petastorm.etl.dataset_metadata.materialize_dataset."
         )
+    _check_image_codecs(obj, source)
     return obj
+
+
+def _check_image_codecs(schema, source: str) -> None:
+    """Raise naming the [images] extra when a field's codec is Petastorm's image codec and
+    OpenCV is missing: Petastorm's decode would fail in a reader thread, ``cv2`` undefined."""
+    import petastorm.codecs
+
+    if petastorm.codecs.OPENCV_AVAILABLE:
+        return
+    for field in schema.fields.values():
+        if isinstance(field.codec, petastorm.codecs.CompressedImageCodec):
+            raise MissingExtra(
+                missing_extra_message(
+                    "cv2",
+                    f"Petastorm dataset {source!r} (field {field.name!r} is stored with CompressedImageCodec)",
+                )
+            )
 
 
 def loads(data: bytes, source: str, *, trust: bool = False, extra: frozenset = frozenset()):
@@ -149,6 +168,8 @@ def loads(data: bytes, source: str, *, trust: bool = False, extra: frozenset = f
 
     Raises:
         DataError: When the pickle names a refused global or cannot be read.
+        MissingExtra: When it holds classes of a package not installed (Spark SQL types
+            without PySpark).
     """
     try:
         if trust:
@@ -156,6 +177,17 @@ def loads(data: bytes, source: str, *, trust: bool = False, extra: frozenset = f
         return _DataUnpickler(io.BytesIO(data), source, extra).load()
     except DataError:
         raise
+    except ImportError as exc:
+        # Petastorm's ScalarCodec pickles the Spark SQL type of its column: such a dataset
+        # needs PySpark to be read, which a core install does not have.
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        raise MissingExtra(
+            missing_extra_message(
+                top, f"Petastorm dataset {source!r} (its schema holds {exc.name} classes)", exc
+            )
+        ) from None
     except Exception as exc:
         raise DataError(
             f"Petastorm dataset {source!r}: its metadata pickle cannot be read ({exc!r}). "
