@@ -79,6 +79,20 @@ def explain_unregistered_executors(sc, np: int) -> str | None:
     )
 
 
+def executors_launching(sc) -> bool:
+    """True while the master has granted this application cores that no registered executor
+    holds yet and the driver's advertised address does not refuse connections: executors still
+    starting (a loaded host takes tens of seconds per JVM), not executors that cannot connect."""
+    if not str(sc.master).startswith("spark://"):
+        return False
+    app = _application(master_state(sc.master), sc.applicationId)
+    if app is None or int(app.get("cores", 0)) <= registered_executor_cores(sc):
+        return False
+    conf = sc.getConf()
+    host = conf.get("spark.driver.host", None) or socket.gethostname()
+    return not _refuses(host, conf.get("spark.driver.port", None) or "?")
+
+
 def registered_executor_cores(sc) -> int:
     """Cores of the executors registered with this driver now (the driver itself left out)."""
     jsc = sc._jsc.sc()

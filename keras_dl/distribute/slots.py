@@ -16,7 +16,10 @@ import re
 import time
 
 from keras_dl.connect import is_connect
-from keras_dl.distribute.driver_address import explain_unregistered_executors
+from keras_dl.distribute.driver_address import (
+    executors_launching,
+    explain_unregistered_executors,
+)
 from keras_dl.errors import DistributedError
 
 log = logging.getLogger(__name__)
@@ -86,11 +89,17 @@ def free_task_slots(sc) -> tuple[int, int]:
     return total, max(0, total - running)
 
 
+LAUNCH_WAIT = 90.0
+
+
 def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> None:
     """Return once the active SparkSession has ``np`` free task slots; fail fast otherwise.
 
     Executors register a few seconds after a session starts, so the count is polled until it
-    reaches ``np``, or has stayed the same for ``settle`` seconds, or ``timeout`` passes.
+    reaches ``np``, or has stayed the same for ``settle`` seconds, or ``timeout`` passes. While
+    the master has granted cores to executors that have not registered yet (JVMs starting on a
+    loaded host), and the driver's address accepts connections, it waits up to ``LAUNCH_WAIT``
+    seconds of no change instead of ``settle``.
 
     Raises:
         DistributedError: When there is no active SparkSession, or too few free slots.
@@ -116,7 +125,12 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
         now = time.monotonic()
         if (total, free) != last:
             last, since = (total, free), now
-        if (total > 0 and now - since >= settle) or now >= deadline:
+        # Executors the master granted that are still starting get up to LAUNCH_WAIT more.
+        stable = now - since
+        settled = total > 0 and (
+            stable >= max(settle, LAUNCH_WAIT) or (stable >= settle and not executors_launching(sc))
+        )
+        if settled or now >= deadline:
             unreachable = explain_unregistered_executors(sc, np)
             if unreachable:
                 raise DistributedError(unreachable)

@@ -242,7 +242,11 @@ def test_a_classic_jobs_rank_output_comes_as_written_and_a_killed_rank_stops_the
         deadline = time.monotonic() + 300
         while not pidfile.exists() and driver.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert pidfile.exists(), "rank 1 never wrote its pid"
+        if not pidfile.exists():
+            early = driver.communicate(timeout=30)[0] if driver.poll() is not None else ""
+            pytest.fail(
+                f"rank 1 never wrote its pid (driver exit {driver.poll()}):\n{early[-6000:]}"
+            )
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
         killed_at = time.time()
         out, _ = driver.communicate(timeout=400)
