@@ -140,7 +140,10 @@ class MLflowSender:
                     item = self._queue.get_nowait()
             except queue.Empty:
                 pass
-            self._send_pending()
+            try:
+                self._send_pending()
+            except Exception as exc:  # the thread outlives any one failure; values stay pending
+                self.warn(exc)
             if closing and (not self._pending or time.monotonic() > self._deadline):
                 return
 

@@ -80,8 +80,13 @@ class SystemMetrics(keras.callbacks.Callback):
             self._sampler.stop()
             self._gather()
             self._sampler = None
-        for values, step, stamp in self._early:  # fit ended before the logger ever took them
-            self.logger.log_metrics(values, step, stamp)
+        lost = [e for e in self._early if not self.logger.log_metrics(*e)]
+        if lost:  # the logger's sending thread never ran while fit did
+            log.warning(
+                "SystemMetrics: %d sample(s) of rank 0 were not logged: the MLflowLogger's "
+                "sending thread was not running (its on_train_begin failed, or it ended early).",
+                len(lost),
+            )
         self._early = []
 
     def close(self) -> None:
