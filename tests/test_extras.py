@@ -229,3 +229,29 @@ def _module_level_imports(tree: ast.Module):
             todo += node.orelse
         elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             todo += [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+
+
+def test_launch_on_spark_tasks_from_python_names_the_spark_extra(monkeypatch, tmp_path):
+    """A notebook's ``launch(exp)`` with runtime.np=2 and no PySpark: was a bare
+    ModuleNotFoundError from deep in the Spark start, after the recipe's checks read the table."""
+    from keras_dl.config import resolve
+    from keras_dl.launch import launch
+    from keras_dl.recipe import load_recipe
+
+    _without(monkeypatch, "pyspark")
+    exp = resolve(
+        load_recipe("digits").defaults,
+        sets=[
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"runtime.run_dir={tmp_path / 'run'}",
+            f"data.table={tmp_path / 'no-table'}",
+            "runtime.np=2",
+            "runtime.strategy=horovod",
+        ],
+    )
+    with pytest.raises(MissingExtra) as info:
+        launch(exp)
+    text = str(info.value)
+    assert text.startswith("runtime.np=2 (one rank per Spark task) needs PySpark"), text
+    assert "pip install 'keras-dl[spark]'" in text
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run").exists()

@@ -39,7 +39,10 @@ def active_session():
         session = ConnectSession.getActiveSession() or ConnectSession._get_default_session()
         if session is not None and not session.is_stopped:
             return session
-    from pyspark import SparkContext
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # no PySpark (a core install): no session either
+        return None
 
     if SparkContext._active_spark_context is None:
         return None

@@ -23,6 +23,7 @@ from keras_dl.distribute.loopback import LOOPBACK, spark_conf
 from keras_dl.distribute.np_check import check_local_np
 from keras_dl.distribute.recovery import run_with_recovery
 from keras_dl.distribute.slots import active_session, wait_for_free_slots
+from keras_dl.extras import import_extra
 from keras_dl.launch.metrics_relay import MetricsRelay
 from keras_dl.launch.runner import HorovodRunner
 from keras_dl.launch.shared_storage import check_shared_storage
@@ -64,6 +65,8 @@ def launch(exp, main: Callable | None = None, run_id: str | None = None) -> Any:
         from keras_dl.distribute.horovod import import_horovod
 
         import_horovod()  # fail before creating a run that could never start
+    if exp.runtime.np > 0:  # ranks as Spark tasks: PySpark first, before any table is read
+        import_extra("pyspark", f"runtime.np={exp.runtime.np} (one rank per Spark task)")
     if exp.train.batch_size is None or exp.train.epochs is None:
         from keras_dl.recipe import configure, load_recipe
 
