@@ -61,8 +61,14 @@ def describe_death(
     return f" Its last words: {last!r}." if last else ""
 
 
-def describe_exit(code: int) -> str:
-    """E.g. 'killed by signal 9 (SIGKILL)' for -9 or 137, else 'exit status 1'."""
+def describe_exit(code: int | None) -> str:
+    """E.g. 'killed by signal 9 (SIGKILL)' for -9 or 137, else 'exit status 1'; None (Horovod's
+    Spark launcher got no exit code) is a task whose executor or host went away."""
+    if code is None:
+        return (
+            "its Spark task ended without an exit code (the executor process, or its host, went "
+            "away: check the Spark UI's executors page and the worker's log for it)"
+        )
     sig = -code if code < 0 else code - 128 if code > 128 else 0
     if sig:
         try:

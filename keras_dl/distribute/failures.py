@@ -145,7 +145,8 @@ def explain_failure(
                 if error is not None:
                     errors[int(e.group(1))] = error
     places = rank_places(line for lines in outputs.values() for line in lines)
-    first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", text)
+    # "Exit code: None": the rank's Spark task ended without one (its executor or host gone).
+    first = re.search(r"Process name: (\d+)\s+Exit code: (-?\d+|None)", text)
     first_rank = int(first.group(1)) if first else None
     resumable = _resumable(list(primary.values()))
     if resumable is not None:  # every rank that stopped on its own was preempted, or lost the store
@@ -174,7 +175,7 @@ def explain_failure(
             f"above (lines prefixed [{rank}]).{describe_death(rank, None, places, outputs, started)}"
         )
     if first:
-        code = int(first.group(2))
+        code = None if first.group(2) == "None" else int(first.group(2))
         return DistributedError(
             f"Horovod rank {first_rank} died: {describe_exit(code)}"
             f"{on_host(places, first_rank)}, so the job was stopped. Check its output above (lines "

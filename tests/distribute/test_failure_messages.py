@@ -35,6 +35,9 @@ def _logs(tmp_path, reports: dict[int, tuple[int, str]]) -> str:
         ((1, -9), {0: (1, SHUTDOWN)}, r"rank 1 died: killed by signal 9 \(SIGKILL\)"),
         # Killed, but the stopped rank exited first: the silent rank is the culprit.
         ((0, 1), {0: (1, SHUTDOWN)}, "rank 1 died without an error of its own"),
+        # Its executor died: Horovod's Spark launcher has no exit code (was: "rank 0 failed:
+        # ... Horovod has been shut down", the rank the dead one's peers stopped).
+        ((1, None), {0: (1, SHUTDOWN)}, "rank 1 died: its Spark task ended without an exit code"),
         # Out of memory in native code: exit 137 is SIGKILL too.
         ((2, 137), {}, r"rank 2 died: killed by signal 9 \(SIGKILL\)"),
     ],
