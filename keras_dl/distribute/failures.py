@@ -24,6 +24,7 @@ from pathlib import Path
 from keras_dl.distribute.deaths import describe_death, describe_exit, on_host
 from keras_dl.distribute.network_errors import (
     TASK_TO_TASK_TIMEOUT,
+    explain_rendezvous_timeout,
     explain_task_to_task_timeout,
     explain_unreachable_peer,
     gloo_failure,
@@ -164,6 +165,9 @@ def explain_failure(
         failure = gloo_failure(outputs.get(rank, ()))
         if failure is not None and rank not in causes:
             return DistributedError(explain_unreachable_peer(rank, failure, places))
+        waited = explain_rendezvous_timeout(rank, outputs.get(rank, ()), places)
+        if waited is not None and rank not in causes:
+            return DistributedError(waited)
     silent = [r for r in range(size) if r not in causes]
     if first_rank in causes and silent:
         # Horovod saw a rank that only reported the shutdown exit first; the culprit is the

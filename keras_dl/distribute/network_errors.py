@@ -33,6 +33,10 @@ _CONNECT_RE = re.compile(
     r"\[[^\[\]]*pair\.cc:\d+\] connect"
     r"(?: \[(?P<addr>[^\]]+)\](?::(?P<port>\d+))?(?:\$\d+)?)?: (?P<why>[^\n]+)"
 )
+# A rank that waited at the Gloo rendezvous (horovod/common/gloo/http_store.cc) for peers that
+# never wrote their key; the keys are the ranks (Horovod's store: "1"; Gloo's: "rank_1"), maybe
+# prefixed, separated by spaces.
+_WAIT_RE = re.compile(r"Wait timeout after (?P<secs>\d+) seconds for key\(s\): (?P<keys>.*?)\. You")
 _NONE = "-"
 # Horovod's own timeout, when the tasks registered but could not reach one another
 # (horovod/spark/runner.py, _notify_and_register_task_addresses).
@@ -191,3 +195,26 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return address == "localhost"
+
+
+def explain_rendezvous_timeout(rank: int, lines, places: dict[int, RankPlace]) -> str | None:
+    """What a rank whose Gloo rendezvous timed out should be told (the peers it waited for,
+    and the two causes), or None when its output has no such timeout."""
+    m = next((m for m in map(_WAIT_RE.search, lines) if m), None)
+    if m is None:
+        return None
+    peers = sorted({int(r) for r in re.findall(r"(\d+)(?=\s|$)", m.group("keys"))})
+    named = ", ".join(
+        f"{p} (on host {places[p].host})" if p in places else f"{p} (no start line: it never ran)"
+        for p in peers
+    )
+    me = places.get(rank)
+    return (
+        f"Horovod rank {rank}{f' on host {me.host}' if me else ''} waited {m.group('secs')} s at "
+        f"the Gloo rendezvous (the driver's HTTP store) for rank(s) {named or m.group('keys')}, "
+        "which never registered, and aborted, so the job was stopped. Those ranks did not reach "
+        "hvd.init() in time (an error of their own: check their output above; or a slow start: "
+        "raise HOROVOD_GLOO_TIMEOUT_SECONDS, 30 by default), or their hosts cannot reach the "
+        "rendezvous server (HOROVOD_GLOO_RENDEZVOUS_ADDR and _PORT in their environment): allow "
+        "TCP from them to the driver's address on that port."
+    )

@@ -110,3 +110,23 @@ def test_horovod_that_does_not_import_is_a_clear_error(digits_table, tmp_path, n
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "needs Horovod, but `import horovod.tensorflow` failed" in proc.stderr
     assert "blocked by the test" in proc.stderr and "build_horovod.sh" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_rendezvous_that_times_out_names_the_rank_that_never_came():
+    """Gloo's "Wait timeout after 3 seconds for key(s): 1" (a native abort of rank 0) was
+    "rank 0 died: killed by signal 6"; it is the rank that never reached hvd.init()."""
+    from keras_dl.launch import HorovodRunner
+    from tests.distribute.workers import init_late_on_rank_1
+
+    runner = HorovodRunner(np=-2, env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "3"})
+    began = time.monotonic()
+    with pytest.raises(DistributedError) as caught:
+        runner.run(init_late_on_rank_1, pause=120)
+    text = str(caught.value)
+    assert text.startswith("Horovod rank 0 on host "), text
+    assert (
+        "waited 3 s at the Gloo rendezvous (the driver's HTTP store) for rank(s) 1 (on host" in text
+    )
+    assert "raise HOROVOD_GLOO_TIMEOUT_SECONDS" in text and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in text
+    assert time.monotonic() - began < 100  # rank 1, asleep for 120 s, was stopped

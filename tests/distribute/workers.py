@@ -260,3 +260,16 @@ def digest(weights) -> str:
     import numpy as np
 
     return hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in weights)).hexdigest()
+
+
+def init_late_on_rank_1(pause: float) -> None:
+    """Rank 1 reaches ``hvd.init()`` ``pause`` seconds after rank 0 (a slow start, or an error of
+    its own before init): rank 0's Gloo rendezvous times out waiting for it."""
+    import os
+    import time
+
+    import horovod.tensorflow as hvd
+
+    if os.environ["HOROVOD_RANK"] == "1":
+        time.sleep(pause)
+    hvd.init()
