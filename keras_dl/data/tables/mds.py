@@ -22,13 +22,13 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from keras_dl.data.tables import mds_cache
 from keras_dl.data.tables.mds_shards import arrow_fields, decode_shard, decompressor, sample_dtypes
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 from keras_dl.storage import Storage
 
 INDEX = "index.json"
-CACHE_ENV = "KERAS_DL_MDS_CACHE"  # where decoded shards are kept (default ~/.cache/keras_dl/mds)
 _DECODER = "keras_dl-mds-1"  # part of the cache key: a new decoding never reuses old files
 _ROWS_PER_GROUP = 1024
 
@@ -42,7 +42,7 @@ def is_mds(storage: Storage) -> bool:
 
 def open_mds(storage: Storage, cache_root: str | None = None) -> TableSnapshot:
     """The snapshot of the MDS dataset at ``storage``, its shards decoded into ``cache_root``
-    (default ``$KERAS_DL_MDS_CACHE`` or ``~/.cache/keras_dl/mds``) once.
+    (default ``$KERAS_DL_MDS_CACHE`` or ``~/.cache/keras-dl/mds``; :mod:`.mds_cache`) once.
 
     Raises:
         DataError: Naming the folder, shard or column: an unreadable index, a shard format
@@ -68,8 +68,7 @@ def open_mds(storage: Storage, cache_root: str | None = None) -> TableSnapshot:
     if version.startswith("index-"):  # no hashes: a shard rewritten in place is decoded again
         stamps = json.dumps([(i.size, i.mtime_ns) for i in infos]).encode()
         key = f"{version}-{hashlib.sha256(stamps).hexdigest()[:12]}"
-    folder = os.path.join(cache_root or _default_cache(), key)
-    os.makedirs(folder, exist_ok=True)
+    folder = mds_cache.use(cache_root or mds_cache.cache_root(), key)
     dtypes: dict | None = None if "ndarray" in encodings else {}  # read from the first sample
     files = []
     for i, shard in enumerate(shards):
@@ -216,7 +215,3 @@ def _write(table: pa.Table, target: str) -> None:
 
 def _name(shard: dict) -> str:
     return (shard.get("zip_data") or shard.get("raw_data") or {}).get("basename", "?")
-
-
-def _default_cache() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.expanduser("~/.cache/keras_dl/mds")

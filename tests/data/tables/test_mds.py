@@ -310,3 +310,39 @@ def test_a_recipe_trains_on_an_mds_folder(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     tags = mlflow.get_run(result.run_id).data.tags
     assert tags["data.format"] == "mds" and tags["data.version"].startswith("shards-sha256-")
+
+
+def test_decoded_versions_unused_for_days_are_deleted_and_used_ones_kept(tmp_path, monkeypatch):
+    """Decoded copies were never cleaned up: every version of every dataset stayed."""
+    import os
+    import time
+
+    from keras_dl.data.tables.mds_cache import STAMP
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KERAS_DL_MDS_CACHE", str(cache))
+    monkeypatch.setenv("KERAS_DL_MDS_CACHE_DAYS", "7")
+    old, recent = cache / "shards-sha256-old", cache / "shards-sha256-recent"
+    for folder, days in ((old, 8), (recent, 6)):
+        folder.mkdir(parents=True)
+        (folder / "000000.parquet").write_bytes(b"x")
+        (folder / STAMP).touch()
+        then = time.time() - days * 86400
+        os.utime(folder / STAMP, (then, then))
+    snapshot = open_table(str(FIXTURES / "compressed_gz"))
+    assert not old.exists()  # unused for 8 days
+    assert recent.exists()  # 6 days: kept
+    mine = Path(snapshot.files[0]).parent
+    assert mine.parent == cache and (mine / STAMP).stat().st_mtime > time.time() - 60
+    # Reopened: the same files, and the stamp renewed.
+    assert open_table(str(FIXTURES / "compressed_gz")).files == snapshot.files
+
+
+def test_the_default_cache_is_spelled_keras_dash_dl_and_the_old_one_goes(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERAS_DL_MDS_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    old = tmp_path / ".cache" / "keras_dl" / "mds" / "shards-sha256-x"
+    old.mkdir(parents=True)
+    snapshot = open_table(str(FIXTURES / "compressed_gz"))
+    assert Path(snapshot.files[0]).parents[1] == tmp_path / ".cache" / "keras-dl" / "mds"
+    assert not old.exists()
