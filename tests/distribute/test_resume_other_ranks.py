@@ -28,7 +28,7 @@ pytestmark = HEAVY  # see tests/conftest.py
 EPOCHS = 4
 
 
-def _command(table, tmp_path, uri, np_: int) -> list[str]:
+def _command(table, tmp_path, uri, np_: int, strategy: str = "horovod") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -36,7 +36,7 @@ def _command(table, tmp_path, uri, np_: int) -> list[str]:
         *("--set", f"data.table={table}"),
         *("--set", f"tracking.uri={uri}"),
         *("--set", f"runtime.run_dir={tmp_path / 'run'}"),
-        *("--set", "runtime.strategy=horovod", "--set", f"runtime.np={np_}"),
+        *("--set", f"runtime.strategy={strategy}", "--set", f"runtime.np={np_}"),
         # A global batch every rank count here divides (6, 4 and 12 rows per rank), small
         # enough for 105 steps an epoch: a signal sent as an epoch starts stops inside it.
         *("--set", "train.batch_size=12", "--set", "runtime.lr_scaling=linear"),
@@ -117,3 +117,39 @@ def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
     assert history["rows_trained"] == [(e, rows) for e in range(EPOCHS)], history
     assert sorted(v for _, v in history["runtime.world_size"]) == [1, 2, 3]  # each attempt's
     assert "on 1 rank(s) (checkpoint written on 3)" in run.data.tags[RESUME_TAG]
+
+
+@pytest.mark.slow
+def test_multi_worker_stopped_on_two_workers_resumed_on_one_trains_every_row_once(
+    digits_table, tmp_path
+):
+    """The same for TF's MultiWorkerMirroredStrategy: SIGTERM reaches both workers, which
+    checkpoint inside epoch 2; the rerun on one worker finishes the epoch and the rest."""
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    ckpts = tmp_path / "run" / "checkpoints"
+    cmd = _command(digits_table, tmp_path, uri, -2, "multiworker")
+    _stop_at(cmd, "Epoch 2/", tmp_path / "two.log")
+    first = read_header(list_checkpoints(ckpts)[-1])
+    assert first["world_size"] == 2 and first["rank_batch"] == 6, first
+    assert first["data_position"]["epoch"] == 1 and first["step"] > 0, first
+
+    last = subprocess.run(
+        _command(digits_table, tmp_path, uri, -1, "multiworker"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = last.stdout + last.stderr
+    assert last.returncode == 0, text[-3000:]
+    assert re.search(r"Resuming epoch 2 at \d+% on 1 rank\(s\) \(checkpoint written on 2\)", text)
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED"
+    client = mlflow.MlflowClient(uri)
+    rows = int(run.data.params["data.train_rows"])
+    trained = [
+        (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
+    ]
+    assert sorted(trained) == [(e, rows) for e in range(EPOCHS)], trained
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    assert sorted(m.step for m in losses) == list(range(EPOCHS))  # every epoch once
