@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from keras_dl.data.tables import open_table
 from keras_dl.data.tables.filters import parse_filters, select
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
 from keras_dl.lineage.file_rows import trained_runs
 
 ERASED_TAG = "keras_dl.trained_on_erased_rows"
@@ -48,16 +48,20 @@ def matching_rows(table: str, where: Sequence[str], version: int | None = None) 
 
 
 def removal_version(
-    table: str, where: Sequence[str], trained: int | None, current: int
+    table: str, where: Sequence[str], trained: int | None, current: int, most: int = MAX_SEARCH
 ) -> tuple[int, str]:
     """``(version, how)``: the first version after ``trained`` where no row matches ``where``
     (``how`` is :data:`FIRST`), or ``current`` (:data:`CURRENT`) when it was not searched
-    (row ids, no trained version, or more than :data:`MAX_SEARCH` versions to read)."""
-    if not where or trained is None or current - trained > MAX_SEARCH:
+    (row ids, no trained version, more than ``most`` versions to read, or a version
+    whose files VACUUM removed)."""
+    if not where or trained is None or current - trained > most:
         return current, CURRENT
     for version in range(trained + 1, current + 1):
-        if matching_rows(table, where, version) == 0:
-            return version, FIRST
+        try:
+            if matching_rows(table, where, version) == 0:
+                return version, FIRST
+        except KerasDLError:  # that version's files were vacuumed: not searched further
+            return current, CURRENT
     return current, CURRENT
 
 
