@@ -143,8 +143,10 @@ def _print(report: dict, args) -> None:
             print(
                 f"WARNING: {f['model']}@{alias} STILL POINTS AT v{f['version']}, A MODEL TRAINED "
                 f"ON ERASED ROWS: its retraining (run {f['run_id'] or '-'}) was not registered: "
-                f"{f['reason']}. Train a better one (keras-dl retrain-without ... --set "
-                "train.epochs=...) or move the alias by hand (keras-dl promote).",
+                f"{f['reason']}. Train a better one (the same keras-dl retrain-without with "
+                "--set runtime.resume=false and other train.* settings: without it the same "
+                "model is decided on again, for other registry.* settings) or move the alias "
+                "by hand (keras-dl promote).",
                 file=sys.stderr,
             )
             print(

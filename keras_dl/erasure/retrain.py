@@ -13,7 +13,9 @@ and was registered by the recipe's normal path (:func:`keras_dl.run.finish.finis
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -112,7 +114,8 @@ def retrain(
             with open(path) as f:
                 config = yaml.safe_load(f) or {}
             sets = retrain_settings(config, model, version, table_version, tracking_uri)
-            result = _train(config.get("recipe", ""), path, [*sets, *extra_sets])
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is the report (--json)
+                result = _train(config.get("recipe", ""), path, [*sets, *extra_sets])
     except KerasDLError as exc:
         out.reason = f"training failed: {exc}"
         return out

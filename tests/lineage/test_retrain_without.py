@@ -123,3 +123,8 @@ def test_a_retrained_model_the_gate_refuses_gets_no_version_and_no_alias(tmp_pat
     assert [int(v.version) for v in client.search_model_versions(f"name = '{NAME}'")] == [1]
     tag = json.loads(client.get_model_version(NAME, "1").tags["keras_dl.trained_on_erased_rows"])
     assert (tag["removed_in_version"], tag["removed_in"]) == (1, "first version without them")
+    # Run again without the floor: the refused run is resumed (nothing trains) and decided on
+    # again by the recipe's own gate, which passes it: champion moves.
+    report = retrain_without(uri, table, "customer_id = 42")
+    assert [(m["alias"], m["from"], m["to"]) for m in report["moved"]] == [("champion", 1, 2)]
+    assert client.get_registered_model(NAME).aliases == {"champion": 2}
