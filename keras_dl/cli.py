@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_bench_commands(sub)
 
     from keras_dl import inference as predict
+    from keras_dl.erasure import cli as erasure
     from keras_dl.lineage import cli as lineage
     from keras_dl.model import registry
     from keras_dl.report import build as report
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_module_command(sub, "promote", registry)
     _add_module_command(sub, "report", report)
     _add_module_command(sub, "lineage", lineage)
+    _add_module_command(sub, "retrain-without", erasure)
     return p
 
 

@@ -31,16 +31,20 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 
-def run(args) -> int:
+def read_request(args, command: str = "keras-dl lineage") -> list[int]:
+    """The row ids asked for (``[]`` with ``--where``), after checking exactly one of
+    ``--where`` and ``--row-ids`` is given and the predicate's columns are the table's.
+
+    Raises:
+        DataError: Neither or both given, or a predicate naming no column of the table.
+    """
     from keras_dl.data.tables import open_table
     from keras_dl.data.tables.filters import parse_filters
-    from keras_dl.lineage.query import find_versions
 
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stdout is the answer
     ids = [int(i) for i in args.row_ids.split(",") if i.strip()] if args.row_ids else []
     if bool(ids) == bool(args.where):
         raise DataError(
-            "keras-dl lineage needs exactly one of --where 'COLUMN OP VALUE' or --row-ids "
+            f"{command} needs exactly one of --where 'COLUMN OP VALUE' or --row-ids "
             "ID,ID,...: which rows to look for."
         )
     if args.where:
@@ -49,6 +53,14 @@ def run(args) -> int:
         except DataError as exc:
             if "is not in the table" in str(exc) or "is not 'COLUMN OP VALUE'" in str(exc):
                 raise
+    return ids
+
+
+def run(args) -> int:
+    from keras_dl.lineage.query import find_versions
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stdout is the answer
+    ids = read_request(args)
     answers = find_versions(args.table, args.where, ids, args.tracking_uri, args.model)
     if args.json:
         print(json.dumps([a.to_dict() for a in answers], indent=1))

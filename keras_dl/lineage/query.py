@@ -41,6 +41,8 @@ class VersionAnswer:
         via: The warm-start ancestors that trained on a matching row (or cannot tell), nearest
             first: ``{"model", "version", "status", "splits"}``.
         init_from: The version it was warm-started from, ``models:/NAME/VERSION``, or None.
+        fingerprint: Its train split's fingerprint, or None.
+        table_version: The table version its train split read (a range's end), or None.
     """
 
     model: str
@@ -53,6 +55,7 @@ class VersionAnswer:
     via: list[dict] = field(default_factory=list)
     init_from: str | None = None
     fingerprint: str | None = None
+    table_version: int | None = None
 
     @property
     def direct(self) -> bool:
@@ -70,6 +73,7 @@ class VersionAnswer:
             "via": self.via,
             "init_from": self.init_from,
             "fingerprint": self.fingerprint,
+            "table_version": self.table_version,
         }
 
 
@@ -142,6 +146,7 @@ def _answer_all(client, models, wanted, where, ids, reader, answers, tmp) -> Non
             _add(answer, m, count)
             if m.split == "train":
                 answer.fingerprint = fingerprint(m)
+                answer.table_version = m.version
 
 
 def _artifact_uris(client, run_ids: set[str]) -> dict[str, str]:

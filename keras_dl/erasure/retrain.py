@@ -1,0 +1,154 @@
+"""Train an affected version again from scratch, without the erased rows, through its gate.
+
+The version's run logged its resolved config as the ``config.yaml`` artifact
+(:mod:`keras_dl.run.mlflow_run`): it is read back with the recipe it names, and changed only where
+the erasure needs it: no warm start (``model.init_from``: a warm start carries the erased rows'
+influence), the whole table at its current version (``data.version``; no ``since_version``,
+``since_timestamp``, ``timestamp`` or ``replay``), a run folder of its own (the old one's
+checkpoints trained on the rows), the same registered model, and no ``registry.set_alias``: the
+aliases the affected version holds are moved here, each only when the new model passed the
+recipe's registry gate (the trivial predictor, ``registry.min_metric``, ``registry.must_beat``)
+and was registered by the recipe's normal path (:func:`keras_dl.run.finish.finish`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import yaml
+
+from keras_dl.errors import ConfigError, KerasDLError
+
+RETRAINED_TAG = "keras_dl.retrained_without"  # on the new version: the erasure's tag value
+REPLACES_TAG = "keras_dl.replaces"  # on the new version: models:/NAME/VERSION it replaces
+
+
+@dataclass
+class Outcome:
+    """What retraining one affected version gave.
+
+    Attributes:
+        model, version, aliases: The affected version and the aliases it held.
+        run_id: The new run (None when it could not start).
+        new_version: The version registered (None when the gate refused the model or it failed).
+        moved: The aliases moved to ``new_version``.
+        reason: Why it was not registered, or the error that stopped it ("" when it was).
+    """
+
+    model: str
+    version: int
+    aliases: list[str]
+    run_id: str | None = None
+    new_version: int | None = None
+    moved: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def logged_config(client, model: str, version: int, run_id: str | None, into: str) -> str:
+    """The path of the ``config.yaml`` the version's run logged, downloaded under ``into``.
+
+    Raises:
+        ConfigError: No run, or a run without ``config.yaml``, naming the version and the fix.
+    """
+    try:
+        if not run_id:
+            raise KeyError("no run")
+        return client.download_artifacts(run_id, "config.yaml", into)
+    except Exception as exc:  # MLflow raises several kinds for a missing artifact or run
+        raise ConfigError(
+            f"models:/{model}/{version} cannot be retrained: its run {run_id or '(none)'} has "
+            f"no config.yaml artifact ({type(exc).__name__}: {exc}); keras_dl logs one for "
+            "every run it trains. Retrain it with keras-dl train and the settings it was "
+            "trained with (no model.init_from), then move its aliases with keras-dl promote."
+        ) from exc
+
+
+def retrain_settings(
+    config: dict, model: str, version: int, table_version: int, tracking_uri: str | None
+) -> list[str]:
+    """The ``--set`` overrides that make the logged ``config`` a from-scratch run on
+    ``table_version`` of the same table, registering as ``model``."""
+    run_dir = str((config.get("runtime") or {}).get("run_dir") or "runs").rstrip("/")
+    sets = [
+        "model.init_from=",
+        f"data.version={table_version}",
+        "data.timestamp=null",
+        "data.since_version=null",
+        "data.since_timestamp=null",
+        "data.replay=null",
+        f"runtime.run_dir={run_dir}-without-erased-v{version}-t{table_version}",
+        f"tracking.registered_model={model}",
+        "registry.set_alias=",
+    ]
+    if tracking_uri:
+        sets.append(f"tracking.uri={tracking_uri}")
+    return sets
+
+
+def retrain(
+    client,
+    model: str,
+    version: int,
+    aliases: Sequence[str],
+    run_id: str | None,
+    table_version: int,
+    tracking_uri: str | None,
+    tags: dict[str, str],
+    extra_sets: Sequence[str] = (),
+) -> Outcome:
+    """Retrain ``models:/model/version`` from scratch on ``table_version``; on a registered
+    model, tag it with ``tags`` and move each of ``aliases`` still on the old version to it.
+
+    A :class:`~keras_dl.errors.KerasDLError` while training (a diverged run, a bad setting) is
+    the outcome's ``reason``: the other versions are still retrained.
+    """
+    out = Outcome(model, version, list(aliases))
+    try:
+        with tempfile.TemporaryDirectory(prefix="keras_dl_retrain-") as tmp:
+            path = logged_config(client, model, version, run_id, tmp)
+            with open(path) as f:
+                config = yaml.safe_load(f) or {}
+            sets = retrain_settings(config, model, version, table_version, tracking_uri)
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is the report (--json)
+                result = _train(config.get("recipe", ""), path, [*sets, *extra_sets])
+    except KerasDLError as exc:
+        out.reason = f"training failed: {exc}"
+        return out
+    out.run_id = result.run_id
+    if result.registered_version is None:
+        out.reason = result.not_registered or "the run registered no model version"
+        return out
+    out.new_version = int(result.registered_version)
+    for key, value in tags.items():
+        client.set_model_version_tag(model, str(out.new_version), key, value)
+    held = client.get_registered_model(model).aliases or {}
+    for alias in aliases:
+        if str(held.get(alias)) == str(version):  # not moved by someone else meanwhile
+            client.set_registered_model_alias(model, alias, str(out.new_version))
+            out.moved.append(alias)
+    return out
+
+
+def _train(recipe_name: str, config_path: str, sets: list[str]):
+    """Train the recipe as ``keras-dl train`` does (Horovod or multi-worker ranks too)."""
+    from keras_dl.config import resolve
+    from keras_dl.recipe import load_recipe
+    from keras_dl.train import fit
+
+    if not recipe_name:
+        raise ConfigError(
+            f"{config_path} names no recipe: it is not a config.yaml keras_dl logged."
+        )
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    recipe = load_recipe(recipe_name)
+    exp = resolve(recipe.defaults, config_path, sets)
+    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np != 0:
+        from keras_dl.launch import launch
+
+        return launch(exp)
+    return fit(exp, recipe)
