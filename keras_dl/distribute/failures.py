@@ -58,8 +58,14 @@ _REBUILT = {
     + (SparkConnectError, DistributedError, KerasDLError)
 }
 _MAX_MESSAGE = 20_000
-# Ranks that fail *because* another rank died report Horovod's shutdown: not the cause.
-_SECONDARY = ("Horovod has been shut down", "HorovodInternalError")
+# Ranks that fail *because* another rank died report Horovod's shutdown, or (multi-worker) TF's
+# word that a peer task is gone from a collective: not the cause.
+_SECONDARY = (
+    "Horovod has been shut down",
+    "HorovodInternalError",
+    "The tasks have crashed",  # UnavailableError of a collective whose peer task died
+    "Collective ops is aborted by",  # the other collectives of that step, aborted with it
+)
 
 
 def report_failure(exc: BaseException) -> None:

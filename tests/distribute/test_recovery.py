@@ -136,3 +136,27 @@ def test_sigterm_to_the_driver_reaches_every_rank_and_the_job_resumes(digits_tab
     assert run.info.status == "FINISHED"
     client = mlflow.MlflowClient(uri)
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_lost_multi_worker_worker_is_relaunched_in_the_same_run(digits_exp, tmp_path):
+    """TF's MultiWorkerMirroredStrategy: worker 1 SIGKILLed mid-epoch 2 ends the other; the
+    job restarts from the newest checkpoint in the same run and trains every row once."""
+    exp = digits_exp(
+        "runtime.strategy=multiworker", "runtime.np=-2", "train.epochs=2", "runtime.max_restarts=1"
+    )
+    stamp = tmp_path / "fault_time"
+    main = functools.partial(
+        train_with_fault, mode="kill", rank=1, epoch=1, batch=1, stamp=str(stamp), once=True
+    )
+    launch(exp, main=main)
+    assert stamp.exists(), "the fault was never injected"
+    (run,) = runs_in(exp.tracking.uri)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["keras_dl.restarts"] == 1
+    assert "1 died" in run.data.tags["keras_dl.restart.1"], run.data.tags["keras_dl.restart.1"]
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
+    rows = int(run.data.params["data.train_rows"])
+    trained = client.get_metric_history(run.info.run_id, "rows_trained")
+    assert sorted((m.step, m.value) for m in trained) == [(0, rows), (1, rows)]
