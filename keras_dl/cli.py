@@ -166,7 +166,7 @@ def _cmd_train(args) -> int:
 
     recipe = load_recipe(args.recipe)
     exp = resolve(recipe.defaults, args.config, args.sets)
-    if exp.runtime.strategy == "horovod" and exp.runtime.np > 0:  # before any run exists
+    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np > 0:  # before a run
         from keras_dl.extras import import_extra
 
         import_extra(
