@@ -38,6 +38,7 @@ from keras_dl.launch.barrier import _die_with_parent
 RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
 _REPORT = "keras_dl-worker-failed "  # starts a failed task's report in its error (one JSON line)
 _TAIL = 200  # lines of each stream a failed worker's report carries to the driver
+_LINE = 4000  # characters of each of those lines
 
 
 class WorkerFailed(RuntimeError):
@@ -233,7 +234,9 @@ def _report_text(rank: int, host: str, code: int, folder: Path) -> str:
     for name in ("stdout", "stderr"):
         path = folder / name
         lines = path.read_text(errors="replace").splitlines(keepends=True) if path.exists() else []
-        report[name] = lines[-_TAIL:]
+        report[name] = [
+            line if len(line) <= _LINE else line[:_LINE] + " ...\n" for line in lines[-_TAIL:]
+        ]
     return (
         f"Multi-worker worker {rank} on host {host} exited with status {code}.\n"
         f"{_REPORT}{json.dumps(report)}"
