@@ -1,10 +1,11 @@
 """A Spark driver for the multi-worker cluster test:
 ``python -m tests.distribute.multiworker_spark_driver MASTER TMP``.
 
-It connects to the standalone cluster and runs ``MultiWorkerRunner(np=2)`` twice: a function
+It connects to the standalone cluster and runs ``MultiWorkerRunner(np=2)`` three times: a function
 that creates the strategy and reports the ``TF_CONFIG`` it saw (each worker writes a file under
-TMP: the cluster's workers share this host), then one whose worker 1 raises while worker 0
-sleeps outside any collective (only the end of the stage can stop it). It prints one JSON line.
+TMP: the cluster's workers share this host), then one whose worker 1 raises and one whose
+worker 1 is SIGKILLed, while worker 0 sleeps outside any collective (only the end of the stage
+can stop it). It prints one JSON line.
 It runs in its own process so that its SparkSession cannot clash with other tests' sessions.
 """
 
@@ -43,6 +44,21 @@ def fail_on_worker_1() -> None:
     time.sleep(300)
 
 
+def kill_worker_1() -> None:
+    """Worker 1 dies by SIGKILL (no report of its own); worker 0 sleeps."""
+    import json
+    import os
+    import signal
+    import time
+
+    from keras_dl.distribute import multiworker
+
+    multiworker.init()
+    if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(300)
+
+
 def main(master: str, tmp: str) -> None:
     from pyspark.sql import SparkSession
 
@@ -62,13 +78,14 @@ def main(master: str, tmp: str) -> None:
         start = time.monotonic()
         out["result"] = MultiWorkerRunner(np=2).run(report_tf_config, folder=tmp)
         out["seconds"] = time.monotonic() - start
-        start = time.monotonic()
-        try:
-            MultiWorkerRunner(np=2).run(fail_on_worker_1)
-            out["failure"] = None
-        except KerasDLError as exc:
-            out["failure"] = f"{type(exc).__name__}: {exc}"
-        out["failure_seconds"] = time.monotonic() - start
+        for key, fn in (("failure", fail_on_worker_1), ("killed", kill_worker_1)):
+            start = time.monotonic()
+            try:
+                MultiWorkerRunner(np=2).run(fn)
+                out[key] = None
+            except KerasDLError as exc:
+                out[key] = f"{type(exc).__name__}: {exc}"
+            out[f"{key}_seconds"] = time.monotonic() - start
     finally:
         spark.stop()
     print("RESULT " + json.dumps(out), flush=True)

@@ -56,3 +56,14 @@ def test_a_worker_raising_fails_the_job_naming_its_rank_host_and_cause(driver_ru
     assert "The other workers were stopped." in failure, failure
     # Worker 0 slept for 300 s outside any collective: the barrier stage's end stopped it.
     assert out["failure_seconds"] < 120, out
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_the_job_naming_its_rank_host_and_signal(driver_run):
+    out, log, _ = driver_run
+    killed = out["killed"]
+    print(f"the failure, {out['killed_seconds']:.1f} s after the job started: {killed}")
+    assert killed is not None, log[-4000:]
+    assert re.search(r"^DistributedError: Worker 1 died: killed by signal 9 \(SIGKILL\)", killed)
+    assert "host 127.0.0.1" in killed, killed
+    assert out["killed_seconds"] < 120, out
