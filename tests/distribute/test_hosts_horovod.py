@@ -53,6 +53,21 @@ def check_every_row_once(run: dict, epochs: int) -> None:
     assert run["metrics"]["rows_trained"] == [[e, rows] for e in range(epochs)], run["metrics"]
 
 
+def check_one_finished_run_one_rank_per_host(cluster, host, done, seen, strategy: str) -> None:
+    """The job ended 0 with rank (or worker) 0 and 1 on different hosts; the store ``host``
+    asks holds one FINISHED run of ``strategy`` on 2 tasks, every row once, and its version."""
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
+    assert seen == {"h1": {0}, "h2": {1}} or seen == {"h1": {1}, "h2": {0}}, seen
+    store = store_on(cluster, host)
+    (run,) = store["runs"]
+    assert run["status"] == "FINISHED", run["tags"]
+    assert run["params"]["runtime.np"] == "2"
+    assert run["params"]["runtime.strategy"] == strategy
+    check_every_row_once(run, EPOCHS)
+    (version,) = store["versions"]
+    assert version["run_id"] == run["run_id"]
+
+
 def test_digits_trains_with_one_rank_on_each_of_two_hosts(host_cluster):
     cluster = host_cluster(2)  # each host's own name on 127.0.1.1
     h1, h2 = cluster.network.hosts
@@ -60,15 +75,7 @@ def test_digits_trains_with_one_rank_on_each_of_two_hosts(host_cluster):
 
     done, seen = train_on(cluster, h1, 2, "two-hosts", f"train.epochs={EPOCHS}")
 
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
-    assert seen == {"h1": {0}, "h2": {1}} or seen == {"h1": {1}, "h2": {0}}, seen
-    store = store_on(cluster, h1)
-    (run,) = store["runs"]
-    assert run["status"] == "FINISHED", run["tags"]
-    assert run["params"]["runtime.np"] == "2"
-    check_every_row_once(run, EPOCHS)
-    (version,) = store["versions"]
-    assert version["run_id"] == run["run_id"]
+    check_one_finished_run_one_rank_per_host(cluster, h1, done, seen, "horovod")
 
 
 def test_digits_trains_with_one_multiworker_worker_on_each_of_two_hosts(host_cluster):
@@ -82,13 +89,4 @@ def test_digits_trains_with_one_multiworker_worker_on_each_of_two_hosts(host_clu
         cluster, h1, 2, "two-hosts-mw", f"train.epochs={EPOCHS}", strategy="multiworker"
     )
 
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
-    assert seen == {"h1": {0}, "h2": {1}} or seen == {"h1": {1}, "h2": {0}}, seen
-    store = store_on(cluster, h1)
-    (run,) = store["runs"]
-    assert run["status"] == "FINISHED", run["tags"]
-    assert run["params"]["runtime.np"] == "2"
-    assert run["params"]["runtime.strategy"] == "multiworker"
-    check_every_row_once(run, EPOCHS)
-    (version,) = store["versions"]
-    assert version["run_id"] == run["run_id"]
+    check_one_finished_run_one_rank_per_host(cluster, h1, done, seen, "multiworker")
