@@ -168,10 +168,13 @@ def _cmd_train(args) -> int:
 
     recipe = load_recipe(args.recipe)
     exp = resolve(recipe.defaults, args.config, args.sets)
-    if exp.runtime.strategy == "horovod" and exp.runtime.np > 0:  # before any run exists
+    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np > 0:  # before a run
         from keras_dl.extras import import_extra
 
-        import_extra("pyspark", f"runtime.np={exp.runtime.np} (Horovod ranks as Spark tasks)")
+        import_extra(
+            "pyspark",
+            f"runtime.np={exp.runtime.np} (Horovod ranks or multi-worker workers as Spark tasks)",
+        )
     from keras_dl.run import tracking
     from keras_dl.storage import watchdog
     from keras_dl.train import fit

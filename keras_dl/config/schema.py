@@ -218,7 +218,7 @@ class RuntimeConfig:
         strategy: "auto", "none", "mirrored", "horovod" or "multiworker" (TF's
             MultiWorkerMirroredStrategy, one worker per process). Defaults to "auto".
         np: Horovod ranks or multi-worker processes: < 0 runs -np on this host, > 0 runs np
-            Spark tasks (Horovod only, for now). Defaults to 0.
+            Spark tasks (one rank or worker per task). Defaults to 0.
         run_dir: Folder for the resolved config and checkpoints: a local path, an ``s3://`` or
             an ``abfss://`` URI (checkpoints counted by manifests, the run lock a lease; see
             :mod:`keras_dl.checkpoints.protocol`). Defaults to "runs/<recipe>".

@@ -44,13 +44,6 @@ def validate(exp: Experiment) -> Experiment:
             f"runtime.strategy={exp.runtime.strategy!r}. Add --set runtime.strategy=horovod (or "
             "multiworker), or drop runtime.np."
         )
-    if exp.runtime.strategy == "multiworker" and exp.runtime.np > 0:
-        raise ConfigError(
-            f"runtime.np={exp.runtime.np} with runtime.strategy=multiworker would run Spark tasks, "
-            f"which keras_dl does not launch for the multi-worker strategy yet. Use runtime.np="
-            f"-{exp.runtime.np} for {exp.runtime.np} processes on this host, or "
-            "runtime.strategy=horovod on Spark."
-        )
     if exp.data.image_size and (len(exp.data.image_size) != 2 or min(exp.data.image_size) < 1):
         raise ConfigError(
             f"data.image_size={list(exp.data.image_size)} must be two positive integers "

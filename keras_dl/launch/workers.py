@@ -10,6 +10,11 @@ it runs, each line prefixed ``[rank]<stdout>:`` as Horovod's are, and a copy is 
 is raised as that class; SIGTERM/SIGINT to this process reach every worker, which checkpoint and
 stop (:class:`~keras_dl.errors.Preempted`).
 
+``MultiWorkerRunner(np=2)`` runs the workers as the 2 tasks of one Spark barrier stage of the
+active classic SparkSession, one per task, each at the address its executor is known by
+(:mod:`keras_dl.launch.spark_workers`); a worker that fails ends the stage and the error names its
+rank, its host and the cause.
+
 ``main`` must create the strategy first (``keras_dl.distribute.multiworker.init()``, or
 ``keras_dl.train.fit`` with ``runtime.strategy=multiworker``), before any other TensorFlow op.
 
@@ -19,7 +24,6 @@ TensorFlow's gRPC server listens on its port on every interface (0.0.0.0 is hard
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -36,22 +40,26 @@ from keras_dl.distribute.failures import explain_failure
 from keras_dl.distribute.loopback import LOOPBACK, check_local_job_address
 from keras_dl.errors import DistributedError, KerasDLError, Preempted
 from keras_dl.launch.runner import _check_pickles, _rank_env
+from keras_dl.launch.spark_workers import RANK, WorkerFailed, pump, tf_config
 
-RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
+__all__ = ["MultiWorkerRunner", "tf_config"]
 
 
 class MultiWorkerRunner:
     """Run a function on ``abs(np)`` multi-worker processes and return worker 0's result.
 
     Args:
-        np: ``< 0``: run ``-np`` processes on this host. (``> 0``, Spark barrier tasks, is not
-            built yet.)
-        start_timeout: Seconds every worker has to start its server. Defaults to 120.
+        np: ``< 0``: run ``-np`` processes on this host. ``> 0``: run ``np`` tasks of one
+            Spark barrier stage of the active (classic) SparkSession, one worker per task
+            (:mod:`keras_dl.launch.spark_workers`).
+        start_timeout: Seconds every worker has to start its server (with ``np > 0``: for the
+            cluster's free task slots). Defaults to 120.
         env: Extra environment variables for the workers. Defaults to None.
         stall_timeout: Seconds a worker may wait in a collective (read by ``fit``'s
             ``runtime.stall_timeout`` through ``KERAS_DL_STALL_TIMEOUT``). Defaults to 120.
         bind_address: The address the workers reach each other at: loopback for a job on this
-            host. Defaults to "127.0.0.1".
+            host. With ``np > 0`` each worker uses the address its executor is known by.
+            Defaults to "127.0.0.1".
     """
 
     def __init__(
@@ -64,14 +72,11 @@ class MultiWorkerRunner:
     ):
         if np == 0:
             raise DistributedError(
-                "MultiWorkerRunner(np=0) runs nothing: use np=-N for N processes on this host."
+                "MultiWorkerRunner(np=0) runs nothing: use np=-N for N processes on this host "
+                "or np=N for N Spark tasks."
             )
-        if np > 0:
-            raise DistributedError(
-                f"MultiWorkerRunner(np={np}): multi-worker jobs on Spark tasks are not built yet; "
-                f"use np=-{np} for {np} processes on this host, or runtime.strategy=horovod."
-            )
-        check_local_job_address(bind_address)
+        if np < 0:
+            check_local_job_address(bind_address)
         self.np = np
         self.start_timeout = start_timeout
         self.stall_timeout = stall_timeout
@@ -93,20 +98,26 @@ class MultiWorkerRunner:
         host = "127.0.0.1" if self.bind_address == "0.0.0.0" else self.bind_address
         with tempfile.TemporaryDirectory(prefix="keras_dl_mw_") as logs:
             try:
+                if self.np > 0:
+                    return self._run_spark(payload, env, logs)
                 return _run_local(payload, -self.np, host, env, logs)
             except (DistributedError, Preempted):
                 raise
             except KerasDLError:
                 raise
             except Exception as exc:
-                raise _in_words(explain_failure(exc, logs, size=-self.np)) from exc
+                error = _in_words(explain_failure(exc, logs, size=abs(self.np)))
+                if isinstance(exc, WorkerFailed) and exc.host not in str(error):
+                    error.args = (f"{error.args[0]} Worker {exc.rank} ran on host {exc.host}.",)
+                raise error from exc
 
+    def _run_spark(self, payload: bytes, env: dict, logs: str) -> Any:
+        from keras_dl.distribute.slots import active_session, wait_for_free_slots
+        from keras_dl.launch.spark_workers import run_spark_workers
 
-def tf_config(addresses: list[str], index: int) -> str:
-    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``addresses`` (``host:port``)."""
-    return json.dumps(
-        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
-    )
+        # As HorovodRunner: fewer free task slots than np is an error now, not a stage waiting.
+        wait_for_free_slots(self.np, timeout=self.start_timeout, settle=10.0)
+        return run_spark_workers(active_session(), payload, self.np, env, logs)
 
 
 def _run_local(payload: bytes, n: int, host: str, env: dict, logs: str) -> Any:
@@ -139,7 +150,7 @@ def _run_local(payload: bytes, n: int, host: str, env: dict, logs: str) -> Any:
             (proc.stderr, "stderr", sys.stderr),
         ):
             t = threading.Thread(
-                target=_pump,
+                target=pump,
                 args=(pipe, f"[{index}]<{name}>:", out_dir / name, stream),
                 daemon=True,
             )
@@ -205,16 +216,6 @@ class _forward_signals:
             signal.signal(sig, handler)
 
 
-def _pump(stream, prefix: str, copy: Path, out) -> None:
-    with open(copy, "w") as kept:
-        for line in stream:
-            text = f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}"
-            kept.write(text)
-            kept.flush()
-            out.write(text)
-            out.flush()
-
-
 def _free_ports(host: str, n: int) -> list[int]:
     """``n`` ports free on ``host`` now (the kernel's choice; TF binds them a moment later)."""
     sockets = [socket.socket() for _ in range(n)]
@@ -231,6 +232,7 @@ def _in_words(error: KerasDLError) -> KerasDLError:
     """``explain_failure`` speaks of Horovod ranks: here they are multi-worker processes."""
     if not isinstance(error, Preempted) and error.args and isinstance(error.args[0], str):
         text = error.args[0].replace("Horovod rank", "Worker").replace("Horovod job", "job")
+        text = text.replace("The other ranks", "The other workers")
         error.args = (text, *error.args[1:])
     return error
 

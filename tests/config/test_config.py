@@ -205,13 +205,14 @@ def test_unknown_keys_and_sections_say_did_you_mean():
         resolve(defaults(), sets=["data.learning_rate=3"])
 
 
-def test_multiworker_on_spark_tasks_is_refused_with_the_local_form():
+def test_multiworker_runs_on_spark_tasks_or_here_and_np_needs_a_launching_strategy():
     from keras_dl.config import resolve
     from keras_dl.errors import ConfigError
     from keras_dl.recipe import load_recipe
 
     defaults = load_recipe("digits").defaults
-    with pytest.raises(ConfigError, match="Use runtime.np=-2 for 2 processes on this host"):
-        resolve(defaults, sets=["runtime.strategy=multiworker", "runtime.np=2"])
-    exp = resolve(defaults, sets=["runtime.strategy=multiworker", "runtime.np=-2"])
-    assert (exp.runtime.strategy, exp.runtime.np) == ("multiworker", -2)
+    for np in (2, -2):  # Spark barrier tasks (keras_dl.launch.spark_workers), or this host
+        exp = resolve(defaults, sets=["runtime.strategy=multiworker", f"runtime.np={np}"])
+        assert (exp.runtime.strategy, exp.runtime.np) == ("multiworker", np)
+    with pytest.raises(ConfigError, match=r"runtime.np=2 launches .*runtime.strategy='mirrored'"):
+        resolve(defaults, sets=["runtime.strategy=mirrored", "runtime.np=2"])

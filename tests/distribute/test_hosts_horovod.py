@@ -37,7 +37,10 @@ def train_on(cluster, host, np: int, run: str, *sets: str, strategy: str = "horo
     table = cluster.s3_uri("digits")
     run_dir = cluster.s3_uri(f"runs/{run}")
     cmd = train_command(strategy, np, table, cluster.tracking_uri, run_dir, *sets)
-    watch = RankWatch(cluster.network.hosts)
+    # Horovod's ranks carry HOROVOD_RANK; the multi-worker strategy's workers KERAS_DL_RANK.
+    watch = RankWatch(
+        cluster.network.hosts, "KERAS_DL_RANK" if strategy == "multiworker" else "HOROVOD_RANK"
+    )
     try:
         done = host.run(cmd, env=cluster.env(host), cwd=REPO, timeout=900)
     finally:
@@ -50,6 +53,21 @@ def check_every_row_once(run: dict, epochs: int) -> None:
     assert run["metrics"]["rows_trained"] == [[e, rows] for e in range(epochs)], run["metrics"]
 
 
+def check_one_finished_run_one_rank_per_host(cluster, host, done, seen, strategy: str) -> None:
+    """The job ended 0 with rank (or worker) 0 and 1 on different hosts; the store ``host``
+    asks holds one FINISHED run of ``strategy`` on 2 tasks, every row once, and its version."""
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
+    assert seen == {"h1": {0}, "h2": {1}} or seen == {"h1": {1}, "h2": {0}}, seen
+    store = store_on(cluster, host)
+    (run,) = store["runs"]
+    assert run["status"] == "FINISHED", run["tags"]
+    assert run["params"]["runtime.np"] == "2"
+    assert run["params"]["runtime.strategy"] == strategy
+    check_every_row_once(run, EPOCHS)
+    (version,) = store["versions"]
+    assert version["run_id"] == run["run_id"]
+
+
 def test_digits_trains_with_one_rank_on_each_of_two_hosts(host_cluster):
     cluster = host_cluster(2)  # each host's own name on 127.0.1.1
     h1, h2 = cluster.network.hosts
@@ -57,12 +75,18 @@ def test_digits_trains_with_one_rank_on_each_of_two_hosts(host_cluster):
 
     done, seen = train_on(cluster, h1, 2, "two-hosts", f"train.epochs={EPOCHS}")
 
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
-    assert seen == {"h1": {0}, "h2": {1}} or seen == {"h1": {1}, "h2": {0}}, seen
-    store = store_on(cluster, h1)
-    (run,) = store["runs"]
-    assert run["status"] == "FINISHED", run["tags"]
-    assert run["params"]["runtime.np"] == "2"
-    check_every_row_once(run, EPOCHS)
-    (version,) = store["versions"]
-    assert version["run_id"] == run["run_id"]
+    check_one_finished_run_one_rank_per_host(cluster, h1, done, seen, "horovod")
+
+
+def test_digits_trains_with_one_multiworker_worker_on_each_of_two_hosts(host_cluster):
+    """The same with TF's MultiWorkerMirroredStrategy: one worker per Spark task, each at the
+    address its executor is known by (keras_dl.launch.spark_workers)."""
+    cluster = host_cluster(2)
+    h1, h2 = cluster.network.hosts
+    ingest_digits(cluster, h1, cluster.s3_uri("digits"))
+
+    done, seen = train_on(
+        cluster, h1, 2, "two-hosts-mw", f"train.epochs={EPOCHS}", strategy="multiworker"
+    )
+
+    check_one_finished_run_one_rank_per_host(cluster, h1, done, seen, "multiworker")
