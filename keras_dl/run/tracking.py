@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -171,7 +173,19 @@ def ui_command(uri: str) -> str:
     if uri.startswith("sqlite:///"):
         rel = os.path.relpath(uri[len("sqlite:///") :])
         uri = f"sqlite:///{rel}" if not rel.startswith("..") else uri
-    return f".venv/bin/mlflow ui --backend-store-uri {uri} --port 5000"
+    return f"{_mlflow_script()} ui --backend-store-uri {uri} --port 5000"
+
+
+def _mlflow_script() -> str:
+    """The ``mlflow`` command of this environment: beside this interpreter (relative to the
+    working folder when inside it, as ``.venv/bin/mlflow`` in a checkout), else from PATH."""
+    script = os.path.join(os.path.dirname(sys.executable), "mlflow")
+    if not os.path.exists(script):
+        return "mlflow"
+    if shutil.which("mlflow") == script:
+        return "mlflow"  # what the shell runs already
+    rel = os.path.relpath(script)
+    return rel if not rel.startswith("..") else script
 
 
 def _location(uri: str) -> str:

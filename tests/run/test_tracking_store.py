@@ -34,3 +34,28 @@ def test_processes_creating_one_fresh_store_at_once_all_succeed(tmp_path):
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [e[-800:] for e in errors]
     assert len(runs_in(uri)) == 4
+
+
+@pytest.mark.parametrize("where", ["checkout", "elsewhere", "on_path", "none"])
+def test_the_ui_hint_names_this_environments_mlflow(tmp_path, monkeypatch, where):
+    """It printed .venv/bin/mlflow whatever the install (wrong after pip install keras-dl)."""
+    from keras_dl.run.tracking import ui_command
+
+    work = tmp_path / "work"
+    work.mkdir()
+    bin_dir = (work / ".venv" / "bin") if where == "checkout" else (tmp_path / "env" / "bin")
+    bin_dir.mkdir(parents=True)
+    if where != "none":
+        (bin_dir / "mlflow").write_text("#!/bin/sh\n")
+        (bin_dir / "mlflow").chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(bin_dir / "python"))
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", str(bin_dir) if where == "on_path" else "/usr/bin")
+    expected = {
+        "checkout": ".venv/bin/mlflow",
+        "elsewhere": str(bin_dir / "mlflow"),
+        "on_path": "mlflow",
+        "none": "mlflow",
+    }[where]
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    assert ui_command(uri) == f"{expected} ui --backend-store-uri sqlite:///mlflow.db --port 5000"
