@@ -70,6 +70,8 @@ def test_hosts_have_their_own_names_disks_and_network(network_factory):
 
     # A host killed: its processes gone; the others' still there.
     sleeper1, sleeper2 = h1.popen(["sleep", "600"]), h2.popen(["sleep", "600"])
+    h1.entered(sleeper1)
+    h2.entered(sleeper2)
     h2.kill()
     assert sleeper2.wait(timeout=10) == -9 and sleeper1.poll() is None
 

@@ -82,10 +82,14 @@ def explain_unregistered_executors(sc, np: int) -> str | None:
 def executors_launching(sc) -> bool:
     """True while the master has granted this application cores that no registered executor
     holds yet and the driver's advertised address does not refuse connections: executors still
-    starting (a loaded host takes tens of seconds per JVM), not executors that cannot connect."""
+    starting (a loaded host takes tens of seconds per JVM), not executors that cannot connect.
+    Also True when the master's web UI cannot be read: it cannot tell."""
     if not str(sc.master).startswith("spark://"):
         return False
-    app = _application(master_state(sc.master), sc.applicationId)
+    state = master_state(sc.master)
+    if state is None:  # its web UI did not answer (a loaded master, another port): maybe
+        return True  # the caller's wait is bounded (LAUNCH_WAIT), an error at its end names it
+    app = _application(state, sc.applicationId)
     if app is None or int(app.get("cores", 0)) <= registered_executor_cores(sc):
         return False
     conf = sc.getConf()
@@ -101,7 +105,7 @@ def registered_executor_cores(sc) -> int:
     return int(jsc.maxNumConcurrentTasks(profile)) * task_cpus
 
 
-def master_state(master: str, timeout: float = 5.0) -> dict | None:
+def master_state(master: str, timeout: float = 10.0) -> dict | None:
     """The standalone master's JSON (``/json/`` at its web UI), or None when it cannot be read."""
     host = urlparse(master.split(",")[0]).hostname
     port = os.environ.get("SPARK_MASTER_WEBUI_PORT", "8080")

@@ -221,13 +221,16 @@ def test_spark_tasks_read_the_table_and_keep_checkpoints_on_s3(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
 def test_a_classic_jobs_rank_output_comes_as_written_and_a_killed_rank_stops_the_job(
-    spark_cluster, tmp_path
+    driver_target, tmp_path
 ):
     """horovod.spark.run, as a classic session runs it: each line of a rank reaches the driver
     as it is written, and a rank SIGKILLed mid-job stops the job within seconds, while the other
     rank is outside any collective (it would have slept on for 300 s)."""
-    master, env = spark_cluster
+    # Through driver_target (classic), so that it runs before the Connect server starts: that
+    # server holds the cluster's two cores while it lives (CI: "has 0 free of 0").
+    master, env = driver_target
     pidfile = tmp_path / "rank1.pid"
     driver = subprocess.Popen(
         [sys.executable, "-m", "tests.distribute.spark_ranks_driver", master, str(tmp_path)],
