@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -28,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from keras_dl import storage
+from keras_dl.launch.child import start_module
 from keras_dl.launch.rank_output import (
     RankOutputTail,
     RankOutputWriter,
@@ -240,16 +239,7 @@ def _run_child(rank: int, payload: bytes, env: dict, server: tuple[str, int], wr
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="keras_dl_rank_") as tmp:
-        Path(tmp, "payload").write_bytes(payload)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keras_dl.launch.barrier", tmp],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            preexec_fn=_die_with_parent,
-        )
+        proc = start_module("keras_dl.launch.barrier", tmp, payload, env, die_with_parent=True)
         lines: list[str] = []
         pumps = [
             threading.Thread(target=_pump, args=(pipe, f"[{rank}]<{name}>:", lines, out, writer))
@@ -295,16 +285,6 @@ def _pump(stream, prefix: str, lines: list, out, writer) -> None:
             writer.add(text)
         out.write(text)
         out.flush()
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: die when the task's Python worker dies (a killed task)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: a killed task may leave its rank running
-        pass
 
 
 def _url(server: tuple[str, int], key: str) -> str:

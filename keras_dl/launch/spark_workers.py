@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_dl.errors import DistributedError
-from keras_dl.launch.barrier import _die_with_parent
+from keras_dl.launch.child import start_module
 
 RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
 _REPORT = "keras_dl-worker-failed "  # starts a failed task's report in its error (one JSON line)
@@ -57,6 +56,11 @@ def tf_config(addresses: list[str], index: int) -> str:
     return json.dumps(
         {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
     )
+
+
+def worker_env(env: dict, addresses: list[str], index: int) -> dict:
+    """The environment of worker ``index``: this process's, ``env``, its ``TF_CONFIG`` and rank."""
+    return {**os.environ, **env, "TF_CONFIG": tf_config(addresses, index), RANK: str(index)}
 
 
 def pump(stream, prefix: str, copy: Path, out) -> None:
@@ -177,25 +181,12 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict) -> bytes | None:
     host = executor_host(ctx)
     with _reserve_port(host, rank) as reserved:
         addresses = ctx.allGather(f"{host}:{reserved.getsockname()[1]}")
-    worker_env = {
-        **os.environ,
-        **env,
-        "TF_CONFIG": tf_config(addresses, rank),
-        RANK: str(rank),
-        **child_env(),  # the GPUs Spark gave this task, if any
-    }
+    # With the GPUs Spark gave this task, if any.
+    env = {**worker_env(env, addresses, rank), **child_env()}
     with tempfile.TemporaryDirectory(prefix="keras_dl_mw_") as tmp:
         folder = Path(tmp)
-        Path(folder, "payload").write_bytes(payload)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keras_dl.launch.workers", tmp],
-            env=worker_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            preexec_fn=_die_with_parent,  # a killed task (the stage ended) ends its worker
-        )
+        # A killed task (the stage ended) ends its worker.
+        proc = start_module("keras_dl.launch.workers", tmp, payload, env, die_with_parent=True)
         pumps = [
             threading.Thread(
                 target=pump, args=(pipe, f"[{rank}]<{name}>:", folder / name, stream), daemon=True

@@ -39,8 +39,9 @@ from typing import Any
 from keras_dl.distribute.failures import explain_failure
 from keras_dl.distribute.loopback import LOOPBACK, check_local_job_address
 from keras_dl.errors import DistributedError, KerasDLError, Preempted
+from keras_dl.launch.child import start_module
 from keras_dl.launch.runner import _check_pickles, _rank_env
-from keras_dl.launch.spark_workers import RANK, WorkerFailed, pump, tf_config
+from keras_dl.launch.spark_workers import RANK, WorkerFailed, pump, tf_config, worker_env
 
 __all__ = ["MultiWorkerRunner", "tf_config"]
 
@@ -124,23 +125,16 @@ def _run_local(payload: bytes, n: int, host: str, env: dict, logs: str) -> Any:
     """Start ``n`` worker processes, pump their output, stop all when one fails."""
     addresses = [f"{host}:{port}" for port in _free_ports(host, n)]
     folder = Path(logs)
-    Path(folder, "payload").write_bytes(payload)
+    Path(folder, "payload").write_bytes(payload)  # one for every worker
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     for index in range(n):
-        worker_env = {
-            **os.environ,
-            **env,
-            "TF_CONFIG": tf_config(addresses, index),
-            RANK: str(index),
-        }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "keras_dl.launch.workers", str(folder)],
-            env=worker_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
+        proc = start_module(
+            "keras_dl.launch.workers",
+            str(folder),
+            None,
+            worker_env(env, addresses, index),
+            die_with_parent=False,
         )
         procs.append(proc)
         out_dir = folder / f"rank.{index}"

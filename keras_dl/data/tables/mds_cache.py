@@ -45,7 +45,7 @@ def use(root: str, key: str) -> str:
     return folder
 
 
-def _max_age_seconds() -> float:
+def _max_age_days() -> float:
     raw = os.environ.get(DAYS_ENV, "7")
     try:
         days = float(raw)
@@ -56,7 +56,7 @@ def _max_age_seconds() -> float:
             f"{DAYS_ENV}={raw!r} is not a number of days: set it to how long a decoded MDS "
             "version unused by any run is kept (7 by default)."
         ) from None
-    return days * 86400.0
+    return days
 
 
 def _evict_unused(root: str, keep: str) -> None:
@@ -64,7 +64,8 @@ def _evict_unused(root: str, keep: str) -> None:
         names = os.listdir(root)
     except FileNotFoundError:
         return
-    cutoff = time.time() - _max_age_seconds()
+    days = _max_age_days()
+    cutoff = time.time() - days * 86400.0
     for name in names:
         folder = os.path.join(root, name)
         if name == keep or not os.path.isdir(folder):
@@ -75,12 +76,8 @@ def _evict_unused(root: str, keep: str) -> None:
         except FileNotFoundError:
             continue  # another process deleted it
         if used < cutoff:
-            log.info("Deleting decoded MDS copy %s: unused for over %s days.", folder, _days())
+            log.info("Deleting decoded MDS copy %s: unused for over %g days.", folder, days)
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _days() -> str:
-    return os.environ.get(DAYS_ENV, "7")
 
 
 def _drop_old_default() -> None:
