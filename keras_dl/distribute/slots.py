@@ -29,22 +29,29 @@ def active_session():
     """The active SparkSession, Spark Connect or classic; None when there is none.
 
     A Connect session on a local server (``SparkSession.builder.remote("local[2]")``) shares
-    its process with that server's classic context: the Connect session is the user's.
+    its process with that server's classic context: the Connect session is the user's while
+    pyspark is in Connect mode (what ``builder.remote`` turns on, and what picks the Connect
+    flavour of ``functions`` and Spark ML), or when no classic context exists. A process that
+    left Connect mode for its classic session gets the classic one.
     """
     import sys
 
-    if "pyspark.sql.connect.session" in sys.modules:  # imported once a Connect session exists
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-        session = ConnectSession.getActiveSession() or ConnectSession._get_default_session()
-        if session is not None and not session.is_stopped:
-            return session
+    classic_context = None
     try:
         from pyspark import SparkContext
+
+        classic_context = SparkContext._active_spark_context
     except ImportError:  # no PySpark (a core install): no session either
         return None
+    if "pyspark.sql.connect.session" in sys.modules:  # imported once a Connect session exists
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+        from pyspark.sql.utils import is_remote
 
-    if SparkContext._active_spark_context is None:
+        if is_remote() or classic_context is None:
+            session = ConnectSession.getActiveSession() or ConnectSession._get_default_session()
+            if session is not None and not session.is_stopped:
+                return session
+    if classic_context is None:
         return None
     from pyspark.sql import SparkSession
 

@@ -21,3 +21,17 @@ def test_more_tasks_than_the_clusters_slots_in_all_are_refused_at_once(spark):
 
 def test_tasks_the_cluster_has_free_slots_for_pass(spark):
     wait_for_free_slots(2, timeout=3600, settle=3600)
+
+
+@pytest.mark.classic_only
+def test_a_process_out_of_connect_mode_gets_its_classic_session(spark, _spark_sessions, monkeypatch):
+    # A Connect session that still exists (a Connect test ran first on this process) is not
+    # the user's once pyspark is out of Connect mode: the classic session is.
+    from keras_dl.distribute.slots import active_session
+
+    remote = _spark_sessions.connect()
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+    assert active_session() is not remote
+    assert not type(active_session()).__module__.startswith("pyspark.sql.connect")
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    assert active_session() is remote
