@@ -72,7 +72,10 @@ def init(timeout_seconds: float | None = None):
 
     Args:
         timeout_seconds: How long one collective may wait for a peer before it fails (TF's
-            ``CommunicationOptions``). Defaults to None: wait for ever.
+            ``CommunicationOptions``), and how long a worker may send TF's coordination
+            service no heartbeat before it is declared unhealthy
+            (:mod:`~keras_dl.distribute.mw_coordination`). Defaults to None: TF's defaults
+            (collectives wait for ever; a heartbeat timeout of 10 s).
 
     Returns:
         The strategy.
@@ -85,6 +88,9 @@ def init(timeout_seconds: float | None = None):
     rank, size = tf_config_task()
     import tensorflow as tf
 
+    from keras_dl.distribute import mw_coordination
+
+    mw_coordination.configure(timeout_seconds)
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     fix_keras()

@@ -94,10 +94,12 @@ def report_rank_start(environ=os.environ, stream=None) -> None:
 
 
 def this_rank(environ=os.environ) -> RankPlace:
-    """This process as a :class:`RankPlace`, from Horovod's environment and its interfaces."""
+    """This process as a :class:`RankPlace`, from Horovod's (or the multi-worker strategy's)
+    environment and its interfaces."""
     iface = environ.get("HOROVOD_GLOO_IFACE", "")
     return RankPlace(
-        rank=int(environ.get("HOROVOD_RANK", "0") or 0),
+        # A multi-worker worker's index is KERAS_DL_RANK (keras_dl.launch.spark_workers.RANK).
+        rank=int(environ.get("HOROVOD_RANK") or environ.get("KERAS_DL_RANK") or 0),
         host=socket.gethostname(),
         pid=os.getpid(),
         iface=iface,

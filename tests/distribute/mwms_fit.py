@@ -14,15 +14,17 @@ import json
 import os
 import sys
 
+HEARTBEAT = 45.0
+
 
 def main(mode: str, out: str) -> None:
     import numpy as np
     import tensorflow as tf
 
     if mode == "keras_dl":
-        from keras_dl.distribute import multiworker
+        from keras_dl.distribute import multiworker, mw_coordination
 
-        strategy = multiworker.init()
+        strategy = multiworker.init(HEARTBEAT)  # runtime.stall_timeout's place
     else:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
@@ -36,6 +38,8 @@ def main(mode: str, out: str) -> None:
     with strategy.scope():
         model = make_model()
     report = {"rank": rank, "replicas": strategy.num_replicas_in_sync}
+    if mode == "keras_dl":  # TF's coordination service waits that long for a silent worker
+        report["heartbeat"] = mw_coordination.heartbeat_timeout_seconds()
     try:
         history = model.fit(dataset, epochs=2, steps_per_epoch=8, verbose=0, shuffle=False)
     except Exception as exc:  # what plain Keras 3 raises: the report says which

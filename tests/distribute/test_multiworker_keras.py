@@ -36,6 +36,8 @@ def test_plain_keras_fit_fails_under_multiworker_mirrored_strategy(tmp_path):
 def test_keras_dl_fit_trains_each_worker_shard_like_one_process(tmp_path):
     reports = _run_workers("keras_dl", tmp_path)
     assert all("error" not in r for r in reports), reports
+    # A peer silent for the stall timeout is lost, not one silent for TF's default 10 s.
+    assert [r["heartbeat"] for r in reports] == [mwms_fit.HEARTBEAT] * 2
     assert reports[0]["digest"] == reports[1]["digest"]  # bit-identical weights
     assert reports[0]["history"] == reports[1]["history"]  # logs reduced over the workers
     # One process whose every batch is both workers' batches: the same steps, had each worker

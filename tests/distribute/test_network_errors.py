@@ -8,6 +8,7 @@ that connects is refused on its own host, then aborts (SIGABRT, exit 134)."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from keras_dl.distribute.network_errors import (
     explain_unreachable_peer,
     gloo_failure,
     rank_places,
+    report_rank_start,
 )
 from tests.conftest import HEAVY, REPO
 from tests.distribute.test_death_evidence import GLOO_ABORT, _needs
@@ -174,3 +176,15 @@ def test_a_rank_refused_by_its_peers_loopback_address_is_named(tmp_path):
     assert "at 127.0.0.1" in message and "Connection refused" in message, message
     assert "It offers its peers 127.0.0.1 on interface lo (HOROVOD_GLOO_IFACE)." in message
     assert "/etc/hosts" in message and "memory" not in message
+
+
+def test_a_multiworker_workers_start_line_gives_its_own_index():
+    # Worker 1's line said rank=0 (no HOROVOD_RANK), and a failure named worker 0 on its host.
+    from keras_dl.distribute.network_errors import rank_places, this_rank
+
+    assert this_rank({"KERAS_DL_RANK": "1"}).rank == 1
+    assert this_rank({"HOROVOD_RANK": "2"}).rank == 2
+    assert this_rank({}).rank == 0
+    line = io.StringIO()
+    report_rank_start({"KERAS_DL_RANK": "1"}, line)
+    assert list(rank_places([line.getvalue()])) == [1]
