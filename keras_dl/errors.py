@@ -90,21 +90,35 @@ class HostLost(Preempted):
         waited: Seconds the driver waited for it to stop after the job's first failure.
     """
 
-    def __init__(self, rank: int, host: str, waited: float):
+    def __init__(
+        self,
+        rank: int,
+        host: str,
+        waited: float,
+        worker: str = "Horovod rank",
+        silence: str | None = None,
+    ):
+        """``worker``: what the engine calls a process ("Horovod rank", "Multi-worker worker");
+        ``silence``: the evidence that it stopped answering, and what that says (Horovod's:
+        its task service did not respond)."""
+        silence = silence or (
+            f"its task service did not respond for {waited:.0f} s after the job's first "
+            "failure, so its host or the network to it is gone"
+        )
         KerasDLError.__init__(
             self,
-            f"Horovod rank {rank} on host {host} stopped answering: its task service did not "
-            f"respond for {waited:.0f} s after the job's first failure, so its host or the "
-            "network to it is gone. The job was ended; nothing is lost: run the same command "
+            f"{worker} {rank} on host {host} stopped answering: {silence}. The job was ended; "
+            "nothing is lost: run the same command "
             "again to resume from the last checkpoint, on the hosts left (a smaller "
             "runtime.np if the cluster now has fewer task slots).",
         )
         self.rank, self.host, self.waited = rank, host, waited
+        self.worker, self.silence = worker, silence
         self.signal_name = "HOST_LOST"
         self.global_step = -1
 
     def __reduce__(self):
-        return (type(self), (self.rank, self.host, self.waited))
+        return (type(self), (self.rank, self.host, self.waited, self.worker, self.silence))
 
 
 class StoreUnavailable(Preempted):

@@ -114,21 +114,15 @@ def _runner(exp):
     """The launcher of ``exp``'s engine: Horovod's ranks or the multi-worker strategy's workers."""
     # The driver holds runtime.run_dir's lock: rank 0's fit must not wait for it.
     env = {HELD_BY_LAUNCHER: launcher_key(exp.runtime.run_dir)}
-    if exp.runtime.strategy == "multiworker":
-        return MultiWorkerRunner(
-            exp.runtime.np,
-            start_timeout=exp.runtime.start_timeout,
-            stall_timeout=exp.runtime.stall_timeout,
-            bind_address=exp.runtime.bind_address,
-            env=env,
-        )
-    return HorovodRunner(
+    # On Spark the ranks (Horovod's, on Spark Connect; the multi-worker strategy's on any
+    # session) write their output there while they run: the run folder, which the executors
+    # reach, as they write their checkpoints there.
+    kind = MultiWorkerRunner if exp.runtime.strategy == "multiworker" else HorovodRunner
+    return kind(
         exp.runtime.np,
         start_timeout=exp.runtime.start_timeout,
         stall_timeout=exp.runtime.stall_timeout,
         bind_address=exp.runtime.bind_address,
-        # On Spark Connect the ranks write their output there while they run (the run folder:
-        # the executors reach it, as they write their checkpoints there).
         output_dir=storage.join(str(exp.runtime.run_dir), "rank-output"),
         env=env,
     )

@@ -22,33 +22,31 @@ TensorFlow's gRPC server listens on it on every interface (0.0.0.0 is hard-coded
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
+from keras_dl import storage
 from keras_dl.errors import DistributedError
 from keras_dl.launch.child import start_module
+from keras_dl.launch.rank_output import POLL_SECONDS, RankOutputTail, RankOutputWriter
+from keras_dl.launch.worker_report import (
+    WorkerFailed,
+    failure_report,
+    first_lines,
+    keep_output,
+    lost_peer,
+    report_text,
+)
 
 RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
-_REPORT = "keras_dl-worker-failed "  # starts a failed task's report in its error (one JSON line)
-_TAIL = 200  # lines of each stream a failed worker's report carries to the driver
-_LINE = 4000  # characters of each of those lines
-
-
-class WorkerFailed(RuntimeError):
-    """A worker of a Spark job exited non-zero: in Horovod's words, for ``explain_failure``."""
-
-    def __init__(self, rank: int, host: str, code: int):
-        super().__init__(
-            f"A multi-worker process exited with non-zero status. Process name: {rank} "
-            f"Exit code: {code}"
-        )
-        self.rank, self.host, self.code = rank, host, code
 
 
 def tf_config(addresses: list[str], index: int) -> str:
@@ -63,8 +61,9 @@ def worker_env(env: dict, addresses: list[str], index: int) -> dict:
     return {**os.environ, **env, "TF_CONFIG": tf_config(addresses, index), RANK: str(index)}
 
 
-def pump(stream, prefix: str, copy: Path, out) -> None:
-    """Write each line of ``stream`` to ``out`` and to the file ``copy``, prefixed."""
+def pump(stream, prefix: str, copy: Path, out, live=None) -> None:
+    """Write each line of ``stream`` to ``out`` and to the file ``copy``, prefixed (and give it
+    to ``live``, a :class:`~keras_dl.launch.rank_output.RankOutputWriter`, when there is one)."""
     with open(copy, "w") as kept:
         for line in stream:
             text = f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}"
@@ -72,10 +71,19 @@ def pump(stream, prefix: str, copy: Path, out) -> None:
             kept.flush()
             out.write(text)
             out.flush()
+            if live is not None:
+                live.add(text)
 
 
-def run_spark_workers(spark, payload: bytes, np: int, env: dict, logs: str) -> Any:
+def run_spark_workers(
+    spark, payload: bytes, np: int, env: dict, logs: str, output_dir: str | None = None
+) -> Any:
     """Run ``rank_main(payload)`` on ``np`` barrier tasks of ``spark``; return worker 0's result.
+
+    With ``output_dir`` (a folder this process and the executors both reach: the run folder's
+    ``rank-output``), each worker's lines are printed here while it runs, as Horovod's ranks'
+    are (:mod:`keras_dl.launch.rank_output`); without it they reach the executors' logs, and a
+    failed worker's last lines come back with its task's failure.
 
     Raises:
         WorkerFailed: A worker exited non-zero; its output is copied to ``logs/rank.R``.
@@ -90,48 +98,49 @@ def run_spark_workers(spark, payload: bytes, np: int, env: dict, logs: str) -> A
             "runtime.strategy=horovod on Spark Connect, or runtime.np=-N on this host."
         )
     sc = spark.sparkContext
-    task = _task_function(payload, env)
+    folder = None if output_dir is None else storage.join(str(output_dir), uuid.uuid4().hex)
+    task = _task_function(payload, env, folder, storage.environment())
     try:
-        rows = sc.parallelize(range(np), np).barrier().mapPartitions(task).collect()
+        with _printed_live(folder):
+            rows = sc.parallelize(range(np), np).barrier().mapPartitions(task).collect()
     except Exception as exc:
         report = failure_report(str(exc))
         if report is None:
             raise DistributedError(
                 f"The Spark barrier stage of the {np} multi-worker tasks failed before a worker "
-                f"reported: {type(exc).__name__}: {_first_lines(str(exc))} Check the executors' "
+                f"reported: {type(exc).__name__}: {first_lines(str(exc))} Check the executors' "
                 "logs, and that their Python (PYSPARK_PYTHON) has keras_dl's dependencies."
             ) from None
-        _keep_output(report, logs)
+        keep_output(report, logs, printed=folder is not None)
+        lost = lost_peer(report, float(env.get("KERAS_DL_STALL_TIMEOUT") or 0))
+        if lost is not None:
+            raise lost from None
         raise WorkerFailed(report["rank"], report["host"], report["code"]) from None
     return cloudpickle.loads(rows[0])
 
 
-def failure_report(text: str) -> dict | None:
-    """The first failed worker's report in a Spark error's text, or None."""
-    at = text.find(_REPORT)
-    if at < 0:
-        return None
+@contextlib.contextmanager
+def _printed_live(folder: str | None):
+    """Within the block, print every new output file the tasks write to ``folder``."""
+    if folder is None:
+        yield
+        return
+    tail = RankOutputTail(folder)
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(POLL_SECONDS):
+            tail.poll()
+
+    thread = threading.Thread(target=poll, daemon=True, name="keras_dl-worker-output")
+    thread.start()
     try:
-        report, _ = json.JSONDecoder().raw_decode(text, at + len(_REPORT))
-    except ValueError:
-        return None
-    return report
-
-
-def _keep_output(report: dict, logs: str) -> None:
-    """Copy the failed worker's last lines to ``logs/rank.R`` and print them here."""
-    folder = Path(logs, f"rank.{report['rank']}")
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("stdout", "stderr"):
-        lines = report.get(name, [])
-        Path(folder, name).write_text("".join(lines))
-        (sys.stdout if name == "stdout" else sys.stderr).write("".join(lines))
-    sys.stdout.flush()
-    sys.stderr.flush()
-
-
-def _first_lines(text: str, n: int = 3) -> str:
-    return " ".join(line.strip() for line in text.strip().splitlines()[:n])
+        yield
+    finally:
+        done.set()
+        thread.join()
+        tail.poll()  # the lines written after the last poll
+        tail.remove()
 
 
 def _is_connect(spark) -> bool:
@@ -140,13 +149,23 @@ def _is_connect(spark) -> bool:
     return is_connect(spark)
 
 
-def _task_function(payload: bytes, env: dict):
+def _task_function(payload: bytes, env: dict, folder: str | None, store_env: dict):
     """The function each barrier task runs (pickled to the executors)."""
 
     def task(_partition):
         from pyspark import BarrierTaskContext
 
-        result = _run_worker_in_task(BarrierTaskContext.get(), payload, env)
+        ctx = BarrierTaskContext.get()
+        writer = None
+        if folder is not None:
+            storage.use_environment(store_env)  # the driver's object-store settings
+            writer = RankOutputWriter(folder, ctx.partitionId())
+            writer.start()
+        try:
+            result = _run_worker_in_task(ctx, payload, env, writer)
+        finally:
+            if writer is not None:
+                writer.close()
         if result is not None:
             yield result
 
@@ -173,7 +192,7 @@ def _reserve_port(host: str, rank: int) -> socket.socket:
     return s
 
 
-def _run_worker_in_task(ctx, payload: bytes, env: dict) -> bytes | None:
+def _run_worker_in_task(ctx, payload: bytes, env: dict, writer=None) -> bytes | None:
     """On an executor: agree on the cluster, run this task's worker, return the chief's result."""
     from keras_dl.distribute.gpus import child_env
 
@@ -189,7 +208,9 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict) -> bytes | None:
         proc = start_module("keras_dl.launch.workers", tmp, payload, env, die_with_parent=True)
         pumps = [
             threading.Thread(
-                target=pump, args=(pipe, f"[{rank}]<{name}>:", folder / name, stream), daemon=True
+                target=pump,
+                args=(pipe, f"[{rank}]<{name}>:", folder / name, stream, writer),
+                daemon=True,
             )
             for pipe, name, stream in (
                 (proc.stdout, "stdout", sys.stdout),
@@ -206,7 +227,7 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict) -> bytes | None:
         for t in pumps:
             t.join(timeout=10)
         if code != 0:
-            raise RuntimeError(_report_text(rank, host, code, folder))
+            raise RuntimeError(report_text(rank, host, code, folder, addresses))
         if rank != 0:
             return None
         result = Path(folder, "result").read_bytes()
@@ -217,18 +238,3 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict) -> bytes | None:
 def _release_after_chief(ctx, folder: Path) -> None:
     ctx.barrier()
     Path(folder, "result").write_bytes(b"")
-
-
-def _report_text(rank: int, host: str, code: int, folder: Path) -> str:
-    """A failed task's error: the words, then its report as one JSON line for the driver."""
-    report: dict = {"rank": rank, "host": host, "code": code}
-    for name in ("stdout", "stderr"):
-        path = folder / name
-        lines = path.read_text(errors="replace").splitlines(keepends=True) if path.exists() else []
-        report[name] = [
-            line if len(line) <= _LINE else line[:_LINE] + " ...\n" for line in lines[-_TAIL:]
-        ]
-    return (
-        f"Multi-worker worker {rank} on host {host} exited with status {code}.\n"
-        f"{_REPORT}{json.dumps(report)}"
-    )

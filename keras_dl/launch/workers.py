@@ -41,7 +41,8 @@ from keras_dl.distribute.loopback import LOOPBACK, check_local_job_address
 from keras_dl.errors import DistributedError, KerasDLError, Preempted
 from keras_dl.launch.child import start_module
 from keras_dl.launch.runner import _check_pickles, _rank_env
-from keras_dl.launch.spark_workers import RANK, WorkerFailed, pump, tf_config, worker_env
+from keras_dl.launch.spark_workers import RANK, pump, tf_config, worker_env
+from keras_dl.launch.worker_report import WorkerFailed
 
 __all__ = ["MultiWorkerRunner", "tf_config"]
 
@@ -61,6 +62,11 @@ class MultiWorkerRunner:
         bind_address: The address the workers reach each other at: loopback for a job on this
             host. With ``np > 0`` each worker uses the address its executor is known by.
             Defaults to "127.0.0.1".
+        output_dir: With ``np > 0``: a folder this process and the executors both reach
+            (``s3://...``, ``abfss://...``, a shared mount) where the tasks write their
+            workers' output, printed here while they run. Defaults to None: the output goes
+            to the executors' logs, and a failed worker's last lines come back with its
+            failure.
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class MultiWorkerRunner:
         env: dict[str, str] | None = None,
         stall_timeout: int = 120,
         bind_address: str = LOOPBACK,
+        output_dir: str | None = None,
     ):
         if np == 0:
             raise DistributedError(
@@ -83,6 +90,7 @@ class MultiWorkerRunner:
         self.stall_timeout = stall_timeout
         self.env = dict(env or {})
         self.bind_address = bind_address
+        self.output_dir = output_dir
 
     def run(self, main: Callable, **kwargs) -> Any:
         """Run ``main(**kwargs)`` on every worker; return what worker 0 returned.
@@ -118,7 +126,7 @@ class MultiWorkerRunner:
 
         # As HorovodRunner: fewer free task slots than np is an error now, not a stage waiting.
         wait_for_free_slots(self.np, timeout=self.start_timeout, settle=10.0)
-        return run_spark_workers(active_session(), payload, self.np, env, logs)
+        return run_spark_workers(active_session(), payload, self.np, env, logs, self.output_dir)
 
 
 def _run_local(payload: bytes, n: int, host: str, env: dict, logs: str) -> Any:

@@ -1,9 +1,10 @@
 """A Spark driver for the multi-worker cluster test:
 ``python -m tests.distribute.multiworker_spark_driver MASTER TMP``.
 
-It connects to the standalone cluster and runs ``MultiWorkerRunner(np=2)`` three times: a function
+It connects to the standalone cluster and runs ``MultiWorkerRunner(np=2)`` four times: a function
 that creates the strategy and reports the ``TF_CONFIG`` it saw (each worker writes a file under
-TMP: the cluster's workers share this host), then one whose worker 1 raises and one whose
+TMP: the cluster's workers share this host), one whose workers print a line and wait until the
+driver printed it (an ``output_dir``), then one whose worker 1 raises and one whose
 worker 1 is SIGKILLed, while worker 0 sleeps outside any collective (only the end of the stage
 can stop it). It prints one JSON line.
 It runs in its own process so that its SparkSession cannot clash with other tests' sessions.
@@ -59,6 +60,70 @@ def kill_worker_1() -> None:
     time.sleep(300)
 
 
+MARKER = "printed before the worker waits"
+
+
+def print_then_wait(folder: str) -> bool:
+    """A worker: print a line, then wait (2 minutes at most) for the driver to create ``go``."""
+    import os
+    import time
+
+    print(MARKER, flush=True)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(folder, "go")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return os.path.exists(os.path.join(folder, "go"))
+
+
+class _Recorded:
+    """This process's stdout, recorded too."""
+
+    def __init__(self, stream):
+        self.stream, self.text = stream, []
+
+    def write(self, text: str) -> int:
+        self.text.append(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def live_output(tmp: str) -> dict:
+    """A job with an ``output_dir``: how long worker 0's line took to be printed here, while
+    the workers wait for it (they end only once it was seen), and what the job returned."""
+    import os
+    import threading
+
+    from keras_dl.launch import MultiWorkerRunner
+
+    recorded = _Recorded(sys.stdout)
+    sys.stdout = recorded
+    outcome: dict = {}
+    runner = MultiWorkerRunner(np=2, output_dir=os.path.join(tmp, "worker-output"))
+
+    def job() -> None:
+        try:
+            outcome["result"] = runner.run(print_then_wait, folder=tmp)
+        except Exception as exc:
+            outcome["result"] = f"{type(exc).__name__}: {exc}"
+
+    start = time.monotonic()
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
+    seen = None
+    while thread.is_alive() and time.monotonic() - start < 150:
+        if any(f"[0]<stdout>:{MARKER}" in t for t in recorded.text):
+            seen = time.monotonic() - start
+            break
+        time.sleep(0.2)
+    open(os.path.join(tmp, "go"), "w").close()
+    thread.join(150)
+    sys.stdout = recorded.stream
+    leftover = os.listdir(os.path.join(tmp, "worker-output"))
+    return {"seen_after": seen, "result": outcome.get("result"), "leftover": leftover}
+
+
 def main(master: str, tmp: str) -> None:
     from pyspark.sql import SparkSession
 
@@ -78,6 +143,7 @@ def main(master: str, tmp: str) -> None:
         start = time.monotonic()
         out["result"] = MultiWorkerRunner(np=2).run(report_tf_config, folder=tmp)
         out["seconds"] = time.monotonic() - start
+        out["live"] = live_output(tmp)
         for key, fn in (("failure", fail_on_worker_1), ("killed", kill_worker_1)):
             start = time.monotonic()
             try:

@@ -45,6 +45,17 @@ def test_two_barrier_tasks_run_one_worker_each_and_return_worker_0s_value(driver
 
 
 @pytest.mark.slow
+def test_with_an_output_dir_a_workers_output_reaches_the_driver_while_it_runs(driver_run):
+    out, log, _ = driver_run
+    live = out["live"]
+    # The workers wait (up to 120 s) until the driver printed worker 0's line: it came live.
+    assert live["seen_after"] is not None, log[-4000:]
+    assert live["result"] is True, live
+    assert live["leftover"] == [], live  # the driver deleted what the tasks wrote
+    print(f"worker 0's first line printed {live['seen_after']:.1f} s after the job started")
+
+
+@pytest.mark.slow
 def test_a_worker_raising_fails_the_job_naming_its_rank_host_and_cause(driver_run):
     out, log, _ = driver_run
     failure = out["failure"]

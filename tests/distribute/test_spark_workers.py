@@ -1,23 +1,28 @@
-"""A failed multi-worker task's report (keras_dl.launch.spark_workers) reaches the driver inside
+"""A failed multi-worker task's report (keras_dl.launch.worker_report) reaches the driver inside
 Spark's error text, and the driver names the worker's rank, host and cause from it; with no
 SparkSession, MultiWorkerRunner(np>0) says what HorovodRunner says."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
 from keras_dl.distribute.failures import explain_failure
-from keras_dl.launch import spark_workers
+from keras_dl.errors import PREEMPTED_EXIT, HostLost
+from keras_dl.launch import worker_report as spark_workers
 from keras_dl.launch.workers import _in_words
 from tests.conftest import REPO
 
+CLUSTER = ["10.0.0.1:41000", "10.0.0.2:41001"]
 
-def _failed_task_error(tmp_path, stderr: str) -> str:
+
+def _failed_task_error(tmp_path, stderr: str, rank: int = 1) -> str:
     """What a failed task raises, inside text shaped like Spark's (the report comes twice)."""
-    (tmp_path / "stdout").write_text("[1]<stdout>:Epoch 1/2\n")
+    (tmp_path / "stdout").write_text(f"[{rank}]<stdout>:Epoch 1/2\n")
     (tmp_path / "stderr").write_text(stderr)
-    task = spark_workers._report_text(1, "10.0.0.2", 1, tmp_path)
+    host = CLUSTER[rank].split(":")[0]
+    task = spark_workers.report_text(rank, host, 1, tmp_path, CLUSTER)
     return (
         "An error occurred while calling o42.collectAndServe.\n: org.apache.spark.SparkException:"
         " Job aborted due to stage failure: Could not recover from a failed barrier ResultStage."
@@ -36,10 +41,88 @@ def test_a_failed_workers_report_names_its_rank_host_and_cause(tmp_path):
     assert report["stderr"][1] == "[1]<stderr>:ValueError: worker 1 fails\n"
 
     logs = tmp_path / "logs"
-    spark_workers._keep_output(report, str(logs))
+    spark_workers.keep_output(report, str(logs))
     assert (logs / "rank.1" / "stderr").read_text().endswith("worker 1 fails\n")
     error = _in_words(explain_failure(spark_workers.WorkerFailed(1, "10.0.0.2", 1), str(logs), 2))
     assert "Worker 1" in str(error) and "Horovod" not in str(error), error
+
+
+# Worker 0's output on the two-host cluster when host 2's link was down past TF's default 10 s
+# heartbeat timeout (2026-12-02); worker 1's task could not report.
+UNHEALTHY = """\
+[0]<stderr>:E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: \
+Error reported from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):
+[0]<stderr>:/job:worker/replica:0/task:1
+[0]<stderr>:The tasks have crashed. Check the task logs for an earlier error, or scheduler events
+[0]<stderr>:keras_dl rank failed: rank=0 secondary=1 cause=UnavailableError: Graph execution error
+"""
+
+
+def test_a_peer_without_heartbeats_is_a_lost_host_naming_it_and_the_wait(tmp_path):
+    report = spark_workers.failure_report(_failed_task_error(tmp_path, UNHEALTHY, rank=0))
+    lost = spark_workers.lost_peer(report, 60.0)
+    assert isinstance(lost, HostLost) and lost.exit_code == PREEMPTED_EXIT
+    assert (lost.rank, lost.host) == (1, "10.0.0.2")
+    text = str(lost)
+    assert text.startswith("Multi-worker worker 1 on host 10.0.0.2 stopped answering: it sent ")
+    assert "no heartbeat for 60 s (runtime.stall_timeout)" in text, text
+    assert "worker 0 on host 10.0.0.1 stopped too" in text and "run the same command" in text
+    assert pickle.loads(pickle.dumps(lost)).args == lost.args
+
+
+# Worker 1's output on the two-host cluster after host 2's link was down for 20 s (2026-12-02):
+# its collective's call to worker 0 failed when the link came back; worker 0's task was stopped.
+DROPPED = """\
+[1]<stderr>:keras_dl rank started: rank=1 host=h2 pid=29990 iface=- address=- hostname=-
+[1]<stderr>:E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: \
+recvmsg:Connection reset by peer
+[1]<stderr>:Additional GRPC error information from remote target /job:worker/replica:0/task:0 \
+while calling /tensorflow.WorkerService/CompleteInstance:
+[1]<stderr>::UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Connection reset by peer", \
+grpc_status:14}
+[1]<stderr>:keras_dl rank failed: rank=1 secondary=1 cause=UnavailableError: Graph execution error
+"""
+
+
+def test_a_connection_to_a_peer_dropped_mid_collective_is_a_lost_host(tmp_path):
+    report = spark_workers.failure_report(_failed_task_error(tmp_path, DROPPED, rank=1))
+    lost = spark_workers.lost_peer(report, 60.0)
+    assert isinstance(lost, HostLost), report
+    assert (lost.rank, lost.host) == (0, "10.0.0.1")
+    text = str(lost)
+    assert "worker 1 on host 10.0.0.2 lost its connection to it (10.0.0.1:41000)" in text, text
+    assert "(gRPC: recvmsg:Connection reset by peer)" in text, text
+    assert "TF's collectives do not reconnect" in text and "run the same command" in text
+    # A worker that failed on its own in the same words is not one that lost a peer.
+    own = DROPPED.replace("secondary=1", "secondary=0")
+    report = spark_workers.failure_report(_failed_task_error(tmp_path, own, rank=1))
+    assert spark_workers.lost_peer(report, 60.0) is None
+
+
+# Worker 1's output on the two-host cluster once host 2, worker 0's, was gone (2026-12-02).
+LEADER_GONE = """\
+[1]<stderr>:E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort \
+DEADLINE_EXCEEDED: Deadline Exceeded
+[1]<stderr>:
+[1]<stderr>:RPC: /tensorflow.CoordinationService/Heartbeat
+[1]<stderr>:keras_dl rank failed: rank=1 secondary=1 cause=DeadlineExceededError: Graph execution
+"""
+
+
+def test_a_heartbeat_the_coordination_leader_never_answered_is_worker_0_lost(tmp_path):
+    report = spark_workers.failure_report(_failed_task_error(tmp_path, LEADER_GONE, rank=1))
+    lost = spark_workers.lost_peer(report, 60.0)
+    assert isinstance(lost, HostLost), report
+    assert (lost.rank, lost.host) == (0, "10.0.0.1")
+    text = str(lost)
+    assert text.startswith("Multi-worker worker 0 on host 10.0.0.1 stopped answering: "), text
+    assert "which worker 0 runs (10.0.0.1:41000), and got no answer within 60 s" in text, text
+
+
+def test_a_worker_that_failed_on_its_own_is_not_a_lost_host(tmp_path):
+    stderr = "[1]<stderr>:ValueError: worker 1 fails\n"
+    report = spark_workers.failure_report(_failed_task_error(tmp_path, stderr))
+    assert spark_workers.lost_peer(report, 60.0) is None
 
 
 def test_spark_text_without_a_report_is_none():
