@@ -50,7 +50,8 @@ def train_on(cluster, host, np: int, run: str, *sets: str, strategy: str = "horo
 
 def check_every_row_once(run: dict, epochs: int) -> None:
     rows = int(run["params"]["data.train_rows"])
-    assert run["metrics"]["rows_trained"] == [[e, rows] for e in range(epochs)], run["metrics"]
+    got = run["metrics"].get("rows_trained")
+    assert got == [[e, rows] for e in range(epochs)], f"rows_trained {got}: {run['metrics']}"
 
 
 def check_one_finished_run_one_rank_per_host(cluster, host, done, seen, strategy: str) -> None:

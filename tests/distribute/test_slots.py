@@ -24,7 +24,9 @@ def test_tasks_the_cluster_has_free_slots_for_pass(spark):
 
 
 @pytest.mark.classic_only
-def test_a_process_out_of_connect_mode_gets_its_classic_session(spark, _spark_sessions, monkeypatch):
+def test_a_process_out_of_connect_mode_gets_its_classic_session(
+    spark, _spark_sessions, monkeypatch
+):
     # A Connect session that still exists (a Connect test ran first on this process) is not
     # the user's once pyspark is out of Connect mode: the classic session is.
     from keras_dl.distribute.slots import active_session
