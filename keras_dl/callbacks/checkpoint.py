@@ -106,6 +106,8 @@ class Checkpoint(keras.callbacks.Callback):
         self._restore_done = False
         self._data = None  # keras_dl's training split: the data position (attach_data)
         self._start: tuple[int, int] | None = None  # (epoch, its steps left), from attach_data
+        # Save each epoch in on_epoch_end; False: a later callback calls save_epoch.
+        self.save_at_epoch_end = True
 
     def attach_data(self, data, epoch: int = 0, steps_left: int | None = None) -> None:
         """Record ``data``'s position in every header, and start ``fit`` at ``epoch``.
@@ -244,6 +246,13 @@ class Checkpoint(keras.callbacks.Callback):
         if self._truncate_after is not None:
             self._truncate_after = None
             self.model.stop_training = False
+        if self.save_at_epoch_end:
+            self.save_epoch(epoch, logs)
+
+    def save_epoch(self, epoch: int, logs=None) -> None:
+        """Write epoch ``epoch``'s checkpoint, its logs in the header (``on_epoch_end`` calls
+        it unless :attr:`save_at_epoch_end` is False: then call it after the callbacks that add
+        to the epoch's logs and the loggers, e.g. with :class:`SaveAtEpochEnd`)."""
         bad = [k for k, v in (logs or {}).items() if "loss" in k and not _finite(v)]
         if bad:  # a checkpoint of diverged weights would only resume the divergence
             log.warning("Not checkpointing epoch %d: %s not finite.", epoch + 1, ", ".join(bad))
@@ -298,6 +307,21 @@ class Checkpoint(keras.callbacks.Callback):
         if moved:
             where = self.store.child(PREVIOUS).uri
             print(f"Moved {moved} checkpoint(s) that cannot be resumed to {where}.")
+
+
+class SaveAtEpochEnd(keras.callbacks.Callback):
+    """``checkpoint``'s epoch-end save, where this callback stands in the list (after the ones
+    that add to the epoch's logs, and the loggers): the header then holds every metric of the
+    epoch (``rows_trained``, throughput), which a resumed run logs if the kill came before the
+    loggers sent them."""
+
+    def __init__(self, checkpoint: Checkpoint):
+        super().__init__()
+        checkpoint.save_at_epoch_end = False
+        self.checkpoint = checkpoint
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.checkpoint.save_epoch(epoch, logs)
 
 
 def _finite(value) -> bool:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from keras_dl.callbacks.checkpoint import Checkpoint
+from keras_dl.callbacks.checkpoint import Checkpoint, SaveAtEpochEnd
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
 from keras_dl.callbacks.plots import Plots
@@ -41,12 +41,15 @@ class RunCallbacks:
     # Prometheus, plots, TensorBoard, the progress bar, and Preemption last
     after_logger: tuple = ()
     prometheus: PrometheusMetrics | None = None  # also in after_logger
+    save_epoch: SaveAtEpochEnd | None = None  # the checkpoint's epoch-end save, after the logger
 
     def ordered(self, extra: Sequence = ()) -> list:
         """The callbacks for ``model.fit``, with ``extra`` (the caller's own) after them."""
         system = [self.system_metrics] if self.system_metrics is not None else []
         first = [self.checkpoint, self.rows_trained, self.early_stopping, self.throughput]
-        return [*first, *system, self.logger, *self.after_logger, *extra]
+        # The epoch's checkpoint once its logs are whole and queued to MLflow (SaveAtEpochEnd).
+        save = [self.save_epoch] if self.save_epoch is not None else []
+        return [*first, *system, self.logger, *save, *self.after_logger, *extra]
 
     def __iter__(self) -> Iterator:
         return iter(self.ordered())
@@ -65,9 +68,11 @@ def make_callbacks(run, data) -> RunCallbacks:
     """The default callbacks for ``exp``, in the order they must run.
 
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
-    then EarlyStopping, Throughput (it adds its figures to the logs the loggers read),
+    then RowsTrained, EarlyStopping, Throughput (they add to the logs the loggers read),
     SystemMetrics (each rank's CPU, memory, I/O and GPU, queued through the logger),
-    MLflowLogger, PrometheusMetrics (with ``tracking.prometheus_port`` or
+    MLflowLogger, the checkpoint's epoch-end save (:class:`SaveAtEpochEnd`: its header holds
+    the whole epoch's logs, backfilled by a resumed run if a kill came before MLflow got them),
+    PrometheusMetrics (with ``tracking.prometheus_port`` or
     ``tracking.prometheus_pushgateway``), Plots, TensorBoard (rank 0 only), the progress bar,
     and Preemption last
     (SIGTERM/SIGINT: checkpoint at the end of the step and stop). Every rank gets the same
@@ -154,6 +159,7 @@ def make_callbacks(run, data) -> RunCallbacks:
         ),
         after_logger=tuple(after_logger),
         prometheus=prometheus,
+        save_epoch=SaveAtEpochEnd(checkpoint),
     )
 
 

@@ -158,9 +158,7 @@ def test_multiworker_a_link_cut_and_a_host_gone_end_resumable_and_the_run_finish
         assert "Multi-worker worker" in last_error(out) and "stopped answering" in out, out
         proc = start_training(cluster, h1, "mw", *sets, strategy="multiworker")
     wait_for_checkpoint(cluster, "mw", proc, checkpoints_put(cluster, "mw") + 1)
-    # Into the next epoch, as for Horovod: the epoch's checkpoint is written before its
-    # metrics are logged (keras_dl.run.callbacks), and a kill between loses those.
-    time.sleep(1)
+    time.sleep(1)  # into the next epoch, as for Horovod
 
     gone = time.monotonic()
     h2.kill()

@@ -16,7 +16,7 @@ from keras_dl.callbacks import (
     SystemMetrics,
     Throughput,
 )
-from keras_dl.callbacks.checkpoint import COMPLETE
+from keras_dl.callbacks.checkpoint import COMPLETE, SaveAtEpochEnd, list_checkpoints, read_header
 from keras_dl.callbacks.preemption import Preemption
 from keras_dl.callbacks.rows_trained import RowsTrained
 from keras_dl.callbacks.tensorboard import RunTensorBoard
@@ -83,12 +83,16 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         Throughput,
         SystemMetrics,
         MLflowLogger,
+        SaveAtEpochEnd,
         Plots,
         RunTensorBoard,
         ProgressBar,
         Preemption,
     ]
-    ckpt, rows, stop, tp, system, logger, plots, tensorboard, bar, preemption = cbs
+    ckpt, rows, stop, tp, system, logger, save, plots, tensorboard, bar, preemption = cbs
+    # The epoch's checkpoint is written once its logs are whole (rows_trained, throughput)
+    # and queued to MLflow: the header a resumed run backfills from holds them all.
+    assert save.checkpoint is ckpt and ckpt.save_at_epoch_end is False
     # The run holds them by name, the ones train.py and prepare_fit reach for.
     assert (cbs.checkpoint, cbs.rows_trained, cbs.early_stopping) == (ckpt, rows, stop)
     assert (cbs.throughput, cbs.system_metrics, cbs.logger) == (tp, system, logger)
@@ -117,6 +121,7 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         Throughput,
         SystemMetrics,
         MLflowLogger,
+        SaveAtEpochEnd,
         Plots,
         Preemption,
     ]
@@ -141,7 +146,9 @@ def test_prometheus_settings_add_its_callback_fed_by_the_run_s_own_figures(digit
     data = make_splits(exp.data, 32, accept=recipe.accept, preprocess=recipe.preprocess)
     cbs = make_callbacks(_run(exp, World(), run_id), data)
     types = [type(c) for c in cbs]
-    assert types.index(PrometheusMetrics) == types.index(MLflowLogger) + 1
+    # After the logger and the epoch's checkpoint, before plots and the rest.
+    assert types.index(PrometheusMetrics) == types.index(MLflowLogger) + 2
+    assert types.index(SaveAtEpochEnd) == types.index(MLflowLogger) + 1
     prom = cbs.prometheus
     assert prom.metrics.restarts == 2 and prom.metrics.run_id == run_id
     assert prom.metrics.recipe == "digits"
@@ -196,3 +203,25 @@ def test_a_changed_config_is_not_resumed_but_more_epochs_are(digits_table, tmp_p
     _, other = _exp(digits_table, tmp_path, f"tracking.uri={mlflow_uri}", "model.filters=8")
     assert config_fingerprint(other) != config_fingerprint(exp)
     assert resume_run_id(other) is None
+
+
+def test_an_epochs_checkpoint_holds_its_whole_logs_for_a_resume_to_backfill(digits_table, tmp_path):
+    # On the two-host cluster (2026-12-02) a worker died between epoch 2's checkpoint and its
+    # rows_trained: the header's logs, saved before rows_trained was added, lacked it, and the
+    # resumed run's rows_trained had no epoch 2.
+    from keras_dl.train import fit
+
+    recipe, exp = _exp(
+        digits_table,
+        tmp_path,
+        "train.epochs=1",
+        "train.verbose=0",
+        "callbacks.plots=false",
+        "data.validation_split=",
+    )
+    fit(exp, recipe)
+    header = read_header(list_checkpoints(checkpoint_dir(exp))[-1])
+    logs = header["last_epoch"]["logs"]
+    assert header["last_epoch"]["epoch"] == 0
+    assert logs["rows_trained"] == 1257, logs  # the train split, every row once
+    assert {"loss", "accuracy", "rows_trained", "samples_per_sec"} <= set(logs), sorted(logs)
