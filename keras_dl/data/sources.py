@@ -39,15 +39,16 @@ def mixes(data: DataConfig) -> bool:
 def open_sources(data: DataConfig) -> list[Source]:
     """Each source's training rows (``data.split_column = data.train_split`` when set).
 
-    ``data.replay=r`` with ``data.since_version=N`` is the sources ``replay`` (``data.table``
-    at version N, weight r) and ``new`` (the rows versions N+1.. added, weight 1 - r).
+    ``data.replay=r`` with ``data.since_version=N`` is the sources ``replay`` (the rows of
+    ``data.table`` at version N still live at ``data.version``, weight r: :func:`rows_kept`)
+    and ``new`` (the rows versions N+1.. added, weight 1 - r).
 
     Raises:
         DataError: A table that cannot be opened (named), a source without training rows.
     """
     if data.replay is not None:
         specs = [
-            (REPLAY, data.table, data.since_version, None, (), data.replay),
+            (REPLAY, data.table, data.version, None, (), data.replay),
             (NEW, data.table, data.version, data.since_version, (), 1 - data.replay),
         ]
     else:
@@ -59,6 +60,9 @@ def open_sources(data: DataConfig) -> list[Source]:
         snapshot = open_table(
             table, version, None, data.trust_petastorm_metadata, since_version=since
         )
+        if name == REPLAY and data.replay is not None:
+            old = open_table(table, data.since_version, None, data.trust_petastorm_metadata)
+            snapshot = rows_kept(snapshot, old)
         rules = parse_filters(tuple(data.filters) + tuple(filters), snapshot.schema)
         if data.split_column:
             if data.split_column not in snapshot.schema.names:
@@ -74,6 +78,20 @@ def open_sources(data: DataConfig) -> list[Source]:
             snapshot = cache_files(snapshot, data.cache_dir, data.cache_dir_max_bytes)
         out.append(Source(name, float(weight), snapshot))
     return out
+
+
+def rows_kept(current: TableSnapshot, old: TableSnapshot) -> TableSnapshot:
+    """The rows of ``old`` (a table at ``data.since_version``) still live in ``current`` (the
+    same table at the version trained): ``current``'s files that ``old`` held too, with
+    ``current``'s deletion vectors. Rows deleted since are never replayed.
+
+    A Delta file's rows never change, so a row of ``old`` is live in ``current`` exactly when
+    its file is still there and no deletion vector of ``current`` removed it. Rows that a
+    later copy-on-write DELETE or UPDATE rewrote into a new file are not replayed: their new
+    file is not ``old``'s, and they were not added since either.
+    """
+    held = set(old.files)
+    return current.take(i for i, f in enumerate(current.files) if f in held)
 
 
 def epoch_rows(data: DataConfig, rows: list[int]) -> int | None:

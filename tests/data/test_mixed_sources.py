@@ -164,3 +164,49 @@ def test_replay_mixes_the_rows_at_since_version_with_the_new_ones(tmp_path):
         old = [i for i in ids.elements() if i < 1000]
         assert len(old) == len(set(old)) == 6
     assert {i for i in epochs[0] if i < 1000} != {i for i in epochs[1] if i < 1000}
+
+
+def test_replay_never_replays_a_row_deleted_since(tmp_path):
+    """Rows of version since_version deleted later are not replayed (they were: the replay
+    source was the table *at* since_version). Here a DELETE after the new rows removes ids
+    0-19; the replay draws only from ids 20-39, every epoch."""
+    from deltalake import DeltaTable, write_deltalake
+
+    path = _table(tmp_path / "t", 40, 0)  # version 0 (and 1: files of 20 rows)
+    ids = np.arange(1000, 1014, dtype=np.int64)
+    new = pa.table(
+        {"id": ids, "x": ids.astype(np.float32), "label": ids % 10, "split": ["train"] * 14}
+    )
+    write_deltalake(path, new, mode="append")
+    table = DeltaTable(path)  # change data on: the new rows stay known through the DELETE
+    table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    DeltaTable(path).delete("id < 20")
+    data = DataConfig(
+        table=path,
+        since_version=1,
+        replay=0.5,
+        features=("id", "x"),
+        split_column="split",
+        test_split="",
+        validation_split="",
+    )
+    split = make_splits(data, batch_size=4).train
+    epochs = _epochs_ids(split, 3, split.steps)
+    for ids in epochs:
+        assert sorted(i for i in ids if i >= 1000) == list(range(1000, 1014))
+        old = [i for i in ids.elements() if i < 1000]
+        assert old and all(20 <= i < 40 for i in old), sorted(old)
+        assert len(old) == len(set(old)) == 14  # 14 new rows / 0.5 = 28 rows an epoch
+
+
+def test_replay_applies_the_deletion_vectors_of_the_version_trained(copy):
+    """On a table Databricks wrote: version 1's deletion vector removed 2 of version 0's 10
+    rows. The rows of version 0 still live at version 1 are the other 8."""
+    from keras_dl.data.sources import rows_kept
+    from keras_dl.data.tables import open_table
+
+    path = copy("table-with-dv-small")
+    kept = rows_kept(open_table(path, 1), open_table(path, 0))
+    assert kept.version == 1 and len(kept.files) == 1
+    assert kept.live_records() == (8,)
+    assert kept.deleted_rows[0].tolist() == [0, 9]
