@@ -45,6 +45,7 @@ from keras_dl.launch.worker_report import (
     lost_peer,
     report_text,
 )
+from keras_dl.launch.worker_stop import StopWatch, stop_on_signal
 
 RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
 
@@ -101,7 +102,7 @@ def run_spark_workers(
     folder = None if output_dir is None else storage.join(str(output_dir), uuid.uuid4().hex)
     task = _task_function(payload, env, folder, storage.environment())
     try:
-        with _printed_live(folder):
+        with _printed_live(folder), stop_on_signal(folder):
             rows = sc.parallelize(range(np), np).barrier().mapPartitions(task).collect()
     except Exception as exc:
         report = failure_report(str(exc))
@@ -219,11 +220,15 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict, writer=None) -> bytes | 
         ]
         for t in pumps:
             t.start()
+        # SIGTERM/SIGINT to the driver reach the worker as a SIGTERM (a preemption).
+        watch = StopWatch(writer.folder, rank, proc) if writer is not None else None
         if rank != 0:
             # The worker stays until the chief's worker is done (it waits for "result"): the
             # chief's task enters the barrier only then.
             threading.Thread(target=_release_after_chief, args=(ctx, folder), daemon=True).start()
         code = proc.wait()
+        if watch is not None:
+            watch.ended()  # after a stop: the chief's checkpoint is written before this fails
         for t in pumps:
             t.join(timeout=10)
         if code != 0:

@@ -12,6 +12,7 @@ from tests.conftest import SPARK_CLUSTER
 from tests.distribute.test_horovod_spark import _run_driver, standalone_cluster
 
 pytestmark = SPARK_CLUSTER  # see tests/conftest.py
+EPOCHS = 4  # the multi-worker test's (tests/distribute/multiworker_resume_driver.py)
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +45,39 @@ def test_a_two_task_job_stopped_mid_epoch_resumes_on_one_task_training_every_row
         (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
     ]
     assert trained == [(e, rows) for e in range(3)]  # every epoch once, every row once
+
+
+@pytest.mark.slow
+def test_a_multiworker_job_preempted_by_a_worker_then_the_driver_resumes_on_one_task(
+    spark_cluster, digits_table, tmp_path
+):
+    """runtime.strategy=multiworker on 2 Spark tasks: SIGTERM to worker 1 mid-epoch 2, then
+    SIGTERM to the driver (its workers are told through the run folder's rank-output), each
+    end the job as a preemption (checkpoint, exit 75's error); a rerun on 1 task finishes the
+    same run, every epoch's rows once."""
+    import mlflow
+
+    from tests.conftest import runs_in
+
+    master, env = spark_cluster
+    out, logs = _run_driver(
+        env,
+        master,
+        digits_table,
+        str(tmp_path),
+        module="tests.distribute.multiworker_resume_driver",
+    )
+    print(out)
+    assert out["worker"].startswith("preempted by SIGTERM at "), logs[-3000:]
+    assert out["driver"].startswith("preempted by SIGTERM at "), logs[-3000:]
+    assert "SIGTERM: asking every worker to checkpoint and stop" in logs, logs[-3000:]
+    assert out["rerun"] == "finished"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED"
+    client = mlflow.MlflowClient(uri)
+    rows = int(run.data.params["data.train_rows"])
+    trained = [
+        (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
+    ]
+    assert trained == [(e, rows) for e in range(EPOCHS)]  # every epoch once, every row once
