@@ -228,7 +228,7 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict, writer=None) -> bytes | 
             threading.Thread(target=_release_after_chief, args=(ctx, folder), daemon=True).start()
         code = proc.wait()
         if watch is not None:
-            watch.ended()  # after a stop: the chief's checkpoint is written before this fails
+            watch.ended(code)  # after a preemption: the chief's checkpoint is written first
         for t in pumps:
             t.join(timeout=10)
         if code != 0:

@@ -7,8 +7,9 @@ each task, which lists that folder every second, sends SIGTERM to its worker. Th
 after the same step, the chief writes that step's checkpoint, and the job ends as a preemption
 (:class:`~keras_dl.errors.Preempted`, exit 75): the same command resumes it.
 
-The chief's task writes ``ended-00000`` once its worker has exited; the other tasks, whose
-workers may stop first, wait for it (up to ``CHIEF_GRACE`` seconds) before they fail their
+The chief's task writes ``ended-00000`` once its worker has exited; the other tasks whose
+workers stopped as a preemption (the driver's marker, or a SIGTERM of their own, e.g. an
+executor decommissioned) wait for it (up to ``CHIEF_GRACE`` seconds) before they fail their
 task, since a failed barrier task ends the others' (the chief's checkpoint would be cut short).
 """
 
@@ -21,6 +22,7 @@ import threading
 import time
 
 from keras_dl import storage
+from keras_dl.errors import PREEMPTED_EXIT
 from keras_dl.storage import retry
 
 log = logging.getLogger(__name__)
@@ -88,16 +90,17 @@ class StopWatch:
                     self.proc.send_signal(signal.SIGTERM)
                 return
 
-    def ended(self) -> None:
-        """The worker exited: stop watching; after a stop, the chief's task says it ended and
-        the others wait for that (``CHIEF_GRACE`` at most)."""
+    def ended(self, code: int) -> None:
+        """The worker exited with ``code``: stop watching. The chief's task says it ended; a
+        task whose worker stopped as a preemption (asked here, or its own SIGTERM: exit 75)
+        waits for that (``CHIEF_GRACE`` at most), so the chief's checkpoint is written."""
         self._done.set()
-        if not self.asked:
-            return
         if self.rank == 0:
             name = storage.join(self.folder, _ended(0))
             with contextlib.suppress(Exception):
                 retry.retrying(lambda: storage.write_atomic(name, b""), name)
+            return
+        if code == 0 or not (self.asked or code == PREEMPTED_EXIT):
             return
         deadline = time.monotonic() + CHIEF_GRACE
         while time.monotonic() < deadline:
