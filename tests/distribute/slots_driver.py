@@ -32,6 +32,7 @@ def main(master: str, np: int, settle: float) -> None:
         out["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         out["waited"] = time.monotonic() - began
+        out["ended_at"] = time.time()
         spark.stop()
     print("RESULT " + json.dumps(out), flush=True)
 
