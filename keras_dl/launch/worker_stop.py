@@ -38,8 +38,9 @@ def _ended(rank: int) -> str:
 
 @contextlib.contextmanager
 def stop_on_signal(folder: str | None):
-    """On the driver, within the block: SIGTERM/SIGINT write ``folder``'s stop marker (once)
-    instead of ending this process. Without a folder, or off the main thread, nothing changes."""
+    """On the driver, within the block: SIGTERM/SIGINT write ``folder``'s stop marker instead of
+    ending this process; a second one does what it did before. Without a folder, or off the
+    main thread, nothing changes."""
     if folder is None or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -50,16 +51,22 @@ def stop_on_signal(folder: str | None):
         retry.retrying(lambda: storage.write_atomic(marker, b""), marker)
 
     def handler(signum, frame) -> None:
-        if not asked.is_set():
-            asked.set()
-            print(
-                f"{signal.Signals(signum).name}: asking every worker to checkpoint and stop "
-                "(rerun the same command to resume).",
-                flush=True,
-            )
-            threading.Thread(target=write, daemon=True, name="keras_dl-stop").start()
+        if asked.is_set():  # a second signal: what it did before (end this process)
+            previous = saved.get(signum)
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        asked.set()
+        print(
+            f"{signal.Signals(signum).name}: asking every worker to checkpoint and stop "
+            "(rerun the same command to resume; signal again to stop this process now).",
+            flush=True,
+        )
+        threading.Thread(target=write, daemon=True, name="keras_dl-stop").start()
 
-    saved = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    saved: dict = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        saved[sig] = signal.signal(sig, handler)
     try:
         yield
     finally:
