@@ -287,6 +287,14 @@ def runs_in(uri: str):
     return client.search_runs(exps) if exps else []
 
 
+def rows_trained_history(uri: str, run) -> list[tuple[int, float]]:
+    """``(epoch, rows)`` of ``run``'s ``rows_trained`` metric in the store at ``uri``."""
+    import mlflow
+
+    history = mlflow.MlflowClient(uri).get_metric_history(run.info.run_id, "rows_trained")
+    return [(m.step, m.value) for m in history]
+
+
 def train_digits(table: str, tmp: Path, *sets: str):
     """Train the digits recipe on ``table`` with ``sets`` overrides, tracked in a fresh SQLite
     store under ``tmp``. Returns ``(experiment, TrainResult, tracking_uri)``. The loss curves

@@ -135,9 +135,9 @@ def test_sources_whose_columns_differ_are_refused_by_name(tmp_path):
         make_splits(data, batch_size=4)
 
 
-def test_replay_mixes_the_rows_at_since_version_with_the_new_ones(tmp_path):
-    """data.replay=0.3 with data.since_version=0: each epoch is the new rows (once each) and
-    30 % of rows from version 0, sampled anew each epoch."""
+def _old_then_new_rows(tmp_path) -> str:
+    """A table of ids 0-39 (versions 0 and 1: files of 20 rows), then ids 1000-1013 appended
+    (version 2): the new rows after ``since_version=1``."""
     from deltalake import write_deltalake
 
     path = _table(tmp_path / "t", 40, 0)  # version 0 (and 1: files of 20 rows)
@@ -146,15 +146,27 @@ def test_replay_mixes_the_rows_at_since_version_with_the_new_ones(tmp_path):
         {"id": ids, "x": ids.astype(np.float32), "label": ids % 10, "split": ["train"] * 14}
     )
     write_deltalake(path, new, mode="append")
-    data = DataConfig(
+    return path
+
+
+def _replay(path: str, replay: float) -> DataConfig:
+    """``data.replay`` of ``path`` with ``data.since_version=1``, training rows only."""
+    return DataConfig(
         table=path,
         since_version=1,
-        replay=0.3,
+        replay=replay,
         features=("id", "x"),
         split_column="split",
         test_split="",
         validation_split="",
     )
+
+
+def test_replay_mixes_the_rows_at_since_version_with_the_new_ones(tmp_path):
+    """data.replay=0.3 with data.since_version=0: each epoch is the new rows (once each) and
+    30 % of rows from version 0, sampled anew each epoch."""
+    path = _old_then_new_rows(tmp_path)
+    data = _replay(path, 0.3)
     split = make_splits(data, batch_size=4).train
     assert split.stream.names == ("replay", "new")
     assert split.stream.mix.shares == [6, 14]  # 14 new rows / 0.7 = 20 rows an epoch
@@ -170,26 +182,13 @@ def test_replay_never_replays_a_row_deleted_since(tmp_path):
     """Rows of version since_version deleted later are not replayed (they were: the replay
     source was the table *at* since_version). Here a DELETE after the new rows removes ids
     0-19; the replay draws only from ids 20-39, every epoch."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable
 
-    path = _table(tmp_path / "t", 40, 0)  # version 0 (and 1: files of 20 rows)
-    ids = np.arange(1000, 1014, dtype=np.int64)
-    new = pa.table(
-        {"id": ids, "x": ids.astype(np.float32), "label": ids % 10, "split": ["train"] * 14}
-    )
-    write_deltalake(path, new, mode="append")
+    path = _old_then_new_rows(tmp_path)
     table = DeltaTable(path)  # change data on: the new rows stay known through the DELETE
     table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
     DeltaTable(path).delete("id < 20")
-    data = DataConfig(
-        table=path,
-        since_version=1,
-        replay=0.5,
-        features=("id", "x"),
-        split_column="split",
-        test_split="",
-        validation_split="",
-    )
+    data = _replay(path, 0.5)
     split = make_splits(data, batch_size=4).train
     epochs = _epochs_ids(split, 3, split.steps)
     for ids in epochs:

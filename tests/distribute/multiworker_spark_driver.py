@@ -60,21 +60,6 @@ def kill_worker_1() -> None:
     time.sleep(300)
 
 
-MARKER = "printed before the worker waits"
-
-
-def print_then_wait(folder: str) -> bool:
-    """A worker: print a line, then wait (2 minutes at most) for the driver to create ``go``."""
-    import os
-    import time
-
-    print(MARKER, flush=True)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(os.path.join(folder, "go")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return os.path.exists(os.path.join(folder, "go"))
-
-
 class _Recorded:
     """This process's stdout, recorded too."""
 
@@ -96,6 +81,7 @@ def live_output(tmp: str) -> dict:
     import threading
 
     from keras_dl.launch import MultiWorkerRunner
+    from tests.distribute.print_wait import MARKER, print_then_wait
 
     recorded = _Recorded(sys.stdout)
     sys.stdout = recorded

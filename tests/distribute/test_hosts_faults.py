@@ -60,6 +60,23 @@ def checkpoints_put(cluster, run: str) -> int:
     return len(set(re.findall(pattern, text)))
 
 
+def kill_and_wait(cluster, host, run: str, proc) -> tuple[int, float, str]:
+    """``host`` gone for good (link down, every process killed); wait up to GONE_BOUND for the
+    job to end: its exit code, the seconds it took and the driver's output."""
+    gone = time.monotonic()
+    host.kill()
+    try:
+        code = proc.wait(timeout=GONE_BOUND)
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"the job went on {GONE_BOUND} s after host 2 died:\n{driver_output(cluster, run)}"
+        )
+    took = time.monotonic() - gone
+    ended = driver_output(cluster, run)
+    print(f"the job ended {took:.0f} s after host 2 died, exit {code}:\n{ended[-1500:]}")
+    return code, took, ended
+
+
 def last_error(output: str) -> str:
     """The last ``error:`` line the CLI printed (the driver's log holds every leg's)."""
     return ([line for line in output.splitlines() if line.startswith("error:")] or [""])[-1]
@@ -104,17 +121,7 @@ def test_a_host_gone_for_good_ends_the_job_and_the_host_left_resumes(host_cluste
 
     wait_for_checkpoint(cluster, "gone", proc)
     time.sleep(1)
-    gone = time.monotonic()
-    h2.kill()
-    try:
-        code = proc.wait(timeout=GONE_BOUND)
-    except subprocess.TimeoutExpired:
-        pytest.fail(
-            f"the job went on {GONE_BOUND} s after host 2 died:\n{driver_output(cluster, 'gone')}"
-        )
-    took = time.monotonic() - gone
-    ended = driver_output(cluster, "gone")
-    print(f"the job ended {took:.0f} s after host 2 died, exit {code}:\n{ended[-1500:]}")
+    code, took, ended = kill_and_wait(cluster, h2, "gone", proc)
 
     # The host left, alone: one rank resumes the run from its last checkpoint.
     again = start_training(cluster, h1, "gone", *sets, np=1)
@@ -160,17 +167,7 @@ def test_multiworker_a_link_cut_and_a_host_gone_end_resumable_and_the_run_finish
     wait_for_checkpoint(cluster, "mw", proc, checkpoints_put(cluster, "mw") + 1)
     time.sleep(1)  # into the next epoch, as for Horovod
 
-    gone = time.monotonic()
-    h2.kill()
-    try:
-        code = proc.wait(timeout=GONE_BOUND)
-    except subprocess.TimeoutExpired:
-        pytest.fail(
-            f"the job went on {GONE_BOUND} s after host 2 died:\n{driver_output(cluster, 'mw')}"
-        )
-    took = time.monotonic() - gone
-    ended = driver_output(cluster, "mw")
-    print(f"the job ended {took:.0f} s after host 2 died, exit {code}:\n{ended[-1500:]}")
+    code, took, ended = kill_and_wait(cluster, h2, "mw", proc)
     assert code == 75, f"exit {code} {took:.0f} s after host 2 died:\n{ended}"
     assert "stopped answering" in last_error(ended), ended[-3000:]
 

@@ -15,22 +15,9 @@ import pytest
 
 from keras_dl.errors import DistributedError
 from keras_dl.launch import HorovodRunner
+from tests.distribute.print_wait import MARKER, print_then_wait
 
 pytestmark = pytest.mark.connect_only
-
-MARKER = "printed before the rank waits"
-
-
-def _print_then_wait(folder: str) -> bool:
-    """A rank: print a line, then wait (2 minutes at most) for the test to create ``go``."""
-    import os
-    import time
-
-    print(MARKER, flush=True)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(os.path.join(folder, "go")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return os.path.exists(os.path.join(folder, "go"))
 
 
 def _rank_zero() -> int:
@@ -53,7 +40,7 @@ def _in_thread(call) -> tuple[threading.Thread, dict]:
 
 def test_a_rank_s_output_reaches_the_driver_while_the_stage_runs(spark, tmp_path, capsys):
     runner = HorovodRunner(np=1, start_timeout=60)
-    thread, outcome = _in_thread(lambda: runner.run(_print_then_wait, folder=str(tmp_path)))
+    thread, outcome = _in_thread(lambda: runner.run(print_then_wait, folder=str(tmp_path)))
     seen = ""
     deadline = time.monotonic() + 90
     while f"[0]<stdout>:{MARKER}" not in seen and thread.is_alive():

@@ -26,9 +26,7 @@ def spark_cluster(tmp_path_factory):
 def test_a_two_task_job_stopped_mid_epoch_resumes_on_one_task_training_every_row_once(
     spark_cluster, digits_table, tmp_path
 ):
-    import mlflow
-
-    from tests.conftest import runs_in
+    from tests.conftest import rows_trained_history, runs_in
 
     master, env = spark_cluster
     out, logs = _run_driver(
@@ -39,11 +37,8 @@ def test_a_two_task_job_stopped_mid_epoch_resumes_on_one_task_training_every_row
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (run,) = runs_in(uri)
     assert run.info.run_id == out["run_id"] and run.info.status == "FINISHED"
-    client = mlflow.MlflowClient(uri)
     rows = int(run.data.params["data.train_rows"])
-    trained = [
-        (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
-    ]
+    trained = rows_trained_history(uri, run)
     assert trained == [(e, rows) for e in range(3)]  # every epoch once, every row once
 
 
@@ -55,9 +50,7 @@ def test_a_multiworker_job_preempted_by_a_worker_then_the_driver_resumes_on_one_
     SIGTERM to the driver (its workers are told through the run folder's rank-output), each
     end the job as a preemption (checkpoint, exit 75's error); a rerun on 1 task finishes the
     same run, every epoch's rows once."""
-    import mlflow
-
-    from tests.conftest import runs_in
+    from tests.conftest import rows_trained_history, runs_in
 
     master, env = spark_cluster
     out, logs = _run_driver(
@@ -75,9 +68,6 @@ def test_a_multiworker_job_preempted_by_a_worker_then_the_driver_resumes_on_one_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (run,) = runs_in(uri)
     assert run.info.status == "FINISHED"
-    client = mlflow.MlflowClient(uri)
     rows = int(run.data.params["data.train_rows"])
-    trained = [
-        (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
-    ]
+    trained = rows_trained_history(uri, run)
     assert trained == [(e, rows) for e in range(EPOCHS)]  # every epoch once, every row once
