@@ -252,7 +252,7 @@ class Checkpoint(keras.callbacks.Callback):
     def save_epoch(self, epoch: int, logs=None) -> None:
         """Write epoch ``epoch``'s checkpoint, its logs in the header (``on_epoch_end`` calls
         it unless :attr:`save_at_epoch_end` is False: then call it after the callbacks that add
-        to the epoch's logs and the loggers, e.g. with :class:`SaveAtEpochEnd`)."""
+        to the epoch's logs and before the loggers, e.g. with :class:`SaveAtEpochEnd`)."""
         bad = [k for k, v in (logs or {}).items() if "loss" in k and not _finite(v)]
         if bad:  # a checkpoint of diverged weights would only resume the divergence
             log.warning("Not checkpointing epoch %d: %s not finite.", epoch + 1, ", ".join(bad))
@@ -311,9 +311,10 @@ class Checkpoint(keras.callbacks.Callback):
 
 class SaveAtEpochEnd(keras.callbacks.Callback):
     """``checkpoint``'s epoch-end save, where this callback stands in the list (after the ones
-    that add to the epoch's logs, and the loggers): the header then holds every metric of the
-    epoch (``rows_trained``, throughput), which a resumed run logs if the kill came before the
-    loggers sent them."""
+    that add to the epoch's logs, before the loggers): the header then holds every metric of
+    the epoch (``rows_trained``, throughput), which a resumed run logs if the kill came before
+    the loggers sent them; and an epoch whose checkpoint cannot be written (a full disk) is
+    not logged, so the rerun that trains it again logs it once."""
 
     def __init__(self, checkpoint: Checkpoint):
         super().__init__()

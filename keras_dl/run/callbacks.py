@@ -41,15 +41,17 @@ class RunCallbacks:
     # Prometheus, plots, TensorBoard, the progress bar, and Preemption last
     after_logger: tuple = ()
     prometheus: PrometheusMetrics | None = None  # also in after_logger
-    save_epoch: SaveAtEpochEnd | None = None  # the checkpoint's epoch-end save, after the logger
+    save_epoch: SaveAtEpochEnd | None = None  # the checkpoint's epoch-end save, before the logger
 
     def ordered(self, extra: Sequence = ()) -> list:
         """The callbacks for ``model.fit``, with ``extra`` (the caller's own) after them."""
         system = [self.system_metrics] if self.system_metrics is not None else []
         first = [self.checkpoint, self.rows_trained, self.early_stopping, self.throughput]
-        # The epoch's checkpoint once its logs are whole and queued to MLflow (SaveAtEpochEnd).
+        # The epoch's checkpoint once its logs are whole, before MLflow gets them: an epoch
+        # whose checkpoint cannot be written (a full disk) is not logged, and its rerun logs
+        # it once (SaveAtEpochEnd).
         save = [self.save_epoch] if self.save_epoch is not None else []
-        return [*first, *system, self.logger, *save, *self.after_logger, *extra]
+        return [*first, *system, *save, self.logger, *self.after_logger, *extra]
 
     def __iter__(self) -> Iterator:
         return iter(self.ordered())
@@ -69,9 +71,10 @@ def make_callbacks(run, data) -> RunCallbacks:
 
     Checkpoint first (it may end a resumed epoch early and must clear that before others look),
     then RowsTrained, EarlyStopping, Throughput (they add to the logs the loggers read),
-    SystemMetrics (each rank's CPU, memory, I/O and GPU, queued through the logger),
-    MLflowLogger, the checkpoint's epoch-end save (:class:`SaveAtEpochEnd`: its header holds
-    the whole epoch's logs, backfilled by a resumed run if a kill came before MLflow got them),
+    SystemMetrics (each rank's CPU, memory, I/O and GPU, queued through the logger), the
+    checkpoint's epoch-end save (:class:`SaveAtEpochEnd`: its header holds the whole epoch's
+    logs, backfilled by a resumed run if a kill came before MLflow got them; an epoch whose
+    checkpoint cannot be written is never logged, so its rerun logs it once), MLflowLogger,
     PrometheusMetrics (with ``tracking.prometheus_port`` or
     ``tracking.prometheus_pushgateway``), Plots, TensorBoard (rank 0 only), the progress bar,
     and Preemption last

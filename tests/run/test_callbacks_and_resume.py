@@ -82,16 +82,17 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         EarlyStopping,
         Throughput,
         SystemMetrics,
-        MLflowLogger,
         SaveAtEpochEnd,
+        MLflowLogger,
         Plots,
         RunTensorBoard,
         ProgressBar,
         Preemption,
     ]
-    ckpt, rows, stop, tp, system, logger, save, plots, tensorboard, bar, preemption = cbs
-    # The epoch's checkpoint is written once its logs are whole (rows_trained, throughput)
-    # and queued to MLflow: the header a resumed run backfills from holds them all.
+    ckpt, rows, stop, tp, system, save, logger, plots, tensorboard, bar, preemption = cbs
+    # The epoch's checkpoint is written once its logs are whole (rows_trained, throughput),
+    # so the header a resumed run backfills from holds them all; and before MLflow gets them,
+    # so an epoch whose checkpoint a full disk refused is not logged twice (test_disk_full).
     assert save.checkpoint is ckpt and ckpt.save_at_epoch_end is False
     # The run holds them by name, the ones train.py and prepare_fit reach for.
     assert (cbs.checkpoint, cbs.rows_trained, cbs.early_stopping) == (ckpt, rows, stop)
@@ -120,8 +121,8 @@ def test_config_keys_reach_the_callbacks_in_their_order(digits_table, tmp_path):
         EarlyStopping,
         Throughput,
         SystemMetrics,
-        MLflowLogger,
         SaveAtEpochEnd,
+        MLflowLogger,
         Plots,
         Preemption,
     ]
@@ -146,9 +147,9 @@ def test_prometheus_settings_add_its_callback_fed_by_the_run_s_own_figures(digit
     data = make_splits(exp.data, 32, accept=recipe.accept, preprocess=recipe.preprocess)
     cbs = make_callbacks(_run(exp, World(), run_id), data)
     types = [type(c) for c in cbs]
-    # After the logger and the epoch's checkpoint, before plots and the rest.
-    assert types.index(PrometheusMetrics) == types.index(MLflowLogger) + 2
-    assert types.index(SaveAtEpochEnd) == types.index(MLflowLogger) + 1
+    # After the epoch's checkpoint and the logger, before plots and the rest.
+    assert types.index(PrometheusMetrics) == types.index(MLflowLogger) + 1
+    assert types.index(SaveAtEpochEnd) == types.index(MLflowLogger) - 1
     prom = cbs.prometheus
     assert prom.metrics.restarts == 2 and prom.metrics.run_id == run_id
     assert prom.metrics.recipe == "digits"
