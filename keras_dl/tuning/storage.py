@@ -18,6 +18,7 @@ from keras_dl.errors import ConfigError
 log = logging.getLogger(__name__)
 
 FINISHED = ("COMPLETE", "PRUNED")
+TASK_ATTR = "spark_task"  # which Spark task of which fan-out ran the trial (its retries too)
 
 
 def storage_path(exp: Experiment, study: str) -> str:
@@ -75,31 +76,45 @@ def load_study(path: str, study: str, seed: int, pruning: bool = True):
     )
 
 
+def held_trials(study, task: str) -> tuple[list, list]:
+    """The trials the Spark task ``task`` (:data:`TASK_ATTR`) ran in its earlier attempts:
+    ``(ended, running)``. Ended ones (complete, pruned or failed) count against the task's
+    share; running ones are its dead attempt's, for :func:`requeue_stale`."""
+    held = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(TASK_ATTR) == task]
+    ended = [t for t in held if t.state.is_finished()]
+    return ended, [t for t in held if t.state.name == "RUNNING"]
+
+
 def finished_trials(study) -> list:
     """The trials that count against the budget: COMPLETE and PRUNED."""
     return [t for t in study.get_trials(deepcopy=False) if t.state.name in FINISHED]
 
 
-def requeue_stale(study) -> list:
+def requeue_stale(study, held_by: str | None = None) -> list:
     """Mark trials left RUNNING (their driver was killed) FAIL, and queue their values again.
 
     Only one driver runs a study at a time (the caller holds the run folder's lock), so a
     RUNNING trial at the start is one whose process is gone. A trial the kill caught between
     ``study.ask()`` and choosing its values has none to run again: it is marked FAIL and not
     queued (the budget counts finished trials, so a fresh trial takes its place); one caught
-    part-way through choosing them queues the values it had. Returns the stale trials.
+    part-way through choosing them queues the values it had. With ``held_by``, only the
+    trials that Spark task held (:data:`TASK_ATTR`): a retried task's dead attempt's, while
+    the other tasks' trials run on. Returns the stale trials.
     """
     from optuna.trial import TrialState
 
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+    if held_by is not None:
+        stale = [t for t in stale if t.user_attrs.get(TASK_ATTR) == held_by]
     for t in stale:
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         if t.params:
             study.enqueue_trial(t.params, skip_if_exists=False)
     if stale:
         log.warning(
-            "Trial(s) %s were running when the last tune stopped; their values run again.",
+            "Trial(s) %s were running when %s; their values run again.",
             ", ".join(str(t.number) for t in stale),
+            "the last tune stopped" if held_by is None else f"Spark task {held_by} failed",
         )
     return stale
 

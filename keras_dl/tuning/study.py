@@ -19,7 +19,7 @@ from keras_dl.runlock import open_run_lock
 from keras_dl.tuning.best import TuneResult, finish_study
 from keras_dl.tuning.space import Dimension, check_space
 from keras_dl.tuning.storage import finished_trials, open_study, requeue_stale, storage_path
-from keras_dl.tuning.trial import TrialSpec, run_trials
+from keras_dl.tuning.trial import TrialSpec, end_stale_runs, run_trials
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def tune(exp: Experiment, space: list[Dimension]) -> TuneResult:
         stale = requeue_stale(study)
         parent = _parent_run(exp, study, space, path)
         lock.update(run_id=parent)
-        _end_stale_runs(exp, parent, stale)
+        end_stale_runs(exp, parent, stale)
         spec = TrialSpec(exp, tuple(space), name, path, metric, direction, parent)
         try:
             left = exp.tune.trials - len(finished_trials(study))
@@ -122,33 +122,6 @@ def _parent_run(exp: Experiment, study, space, path: str) -> str:
     client.set_tag(parent, "keras_dl.tune.storage", path)
     study.set_user_attr(PARENT_ATTR, parent)
     return parent
-
-
-def _end_stale_runs(exp: Experiment, parent: str, stale: list) -> None:
-    """The MLflow runs of trials a killed driver left running end KILLED (values re-queued).
-
-    A trial records its run's id once the run exists: a kill in between leaves a RUNNING run
-    the trial does not name, found by its parent and its trial tag instead.
-    """
-    import mlflow
-
-    from keras_dl.run.mlflow_run import terminate_run
-    from keras_dl.tuning.trial import RUN_ATTR, STATE_TAG, TRIAL_TAG
-
-    if not stale:
-        return
-    runs = {t.user_attrs[RUN_ATTR] for t in stale if t.user_attrs.get(RUN_ATTR)}
-    numbers = {str(t.number) for t in stale}
-    client = mlflow.MlflowClient(exp.tracking.uri)
-    experiment = client.get_run(parent).info.experiment_id
-    children = client.search_runs(
-        [experiment],
-        filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and attributes.status = 'RUNNING'",
-        max_results=1000,
-    )
-    runs |= {r.info.run_id for r in children if r.data.tags.get(TRIAL_TAG) in numbers}
-    for run_id in sorted(runs):
-        terminate_run(exp.tracking.uri, run_id, "KILLED", {STATE_TAG: "killed"})
 
 
 def _end_parent(exp: Experiment, parent: str, error: BaseException | None) -> None:

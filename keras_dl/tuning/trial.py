@@ -24,6 +24,7 @@ from keras_dl.config.schema import Experiment
 from keras_dl.distribute.gpus import VISIBLE, assigned_by_spark
 from keras_dl.errors import KerasDLError
 from keras_dl.tuning.space import Dimension, apply_values
+from keras_dl.tuning.storage import TASK_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +49,28 @@ class TrialSpec:
     parent_run_id: str
 
 
-def run_trials(spec: TrialSpec, count: int, worker: int = 0) -> list[int]:
+def run_trials(spec: TrialSpec, count: int, worker: int = 0, task: str | None = None) -> list[int]:
     """Ask for, train and tell ``count`` trials; return their numbers.
 
-    Trials the driver re-queued after a kill (WAITING) are asked for first.
+    Trials the driver re-queued after a kill (WAITING) are asked for first. ``task`` names the
+    Spark task running them, the same in each attempt Spark makes of it: a retried task counts
+    the trials its earlier attempts ended against ``count``, and the one its dead attempt left
+    RUNNING is marked FAIL, its values queued again and its MLflow run ended KILLED. Without
+    that, a retry would run its whole share again and leave the study a trial over budget.
     """
-    from keras_dl.tuning.storage import load_study
+    from keras_dl.tuning.storage import held_trials, load_study, requeue_stale
 
     study = load_study(spec.storage, spec.study, spec.exp.tune.seed + worker, spec.exp.tune.pruning)
-    return [run_trial(spec, study) for _ in range(count)]
+    ended: list = []
+    if task is not None:
+        ended, running = held_trials(study, task)
+        if running:
+            end_stale_runs(spec.exp, spec.parent_run_id, requeue_stale(study, held_by=task))
+    numbers = [t.number for t in ended]
+    return numbers + [run_trial(spec, study, task) for _ in range(count - len(ended))]
 
 
-def run_trial(spec: TrialSpec, study) -> int:
+def run_trial(spec: TrialSpec, study, task: str | None = None) -> int:
     """Train one trial of ``study``; return its number. A trial whose training raised a
     :class:`~keras_dl.errors.KerasDLError` (e.g. it diverged) is FAIL; anything else is raised
     after the trial is marked FAIL."""
@@ -73,6 +84,8 @@ def run_trial(spec: TrialSpec, study) -> int:
     trial = study.ask()
     # Who runs it, first: a trial a kill leaves RUNNING still says which process held it.
     trial.set_user_attr(PROCESS_ATTR, f"{socket.gethostname()}:{os.getpid()}")
+    if task is not None:
+        trial.set_user_attr(TASK_ATTR, task)
     values = {d.key: d.suggest(trial) for d in spec.space}
     exp = _trial_experiment(spec, trial.number, values)
     tags = {
@@ -107,6 +120,33 @@ def run_trial(spec: TrialSpec, study) -> int:
         state = "complete"
     client.set_tag(child, STATE_TAG, state)
     return trial.number
+
+
+def end_stale_runs(exp: Experiment, parent: str, stale: list) -> None:
+    """The MLflow runs of trials a killed driver or task attempt left running end KILLED
+    (their values re-queued).
+
+    A trial records its run's id once the run exists: a kill in between leaves a RUNNING run
+    the trial does not name, found by its parent and its trial tag instead.
+    """
+    import mlflow
+
+    from keras_dl.run.mlflow_run import terminate_run
+
+    if not stale:
+        return
+    runs = {t.user_attrs[RUN_ATTR] for t in stale if t.user_attrs.get(RUN_ATTR)}
+    numbers = {str(t.number) for t in stale}
+    client = mlflow.MlflowClient(exp.tracking.uri)
+    experiment = client.get_run(parent).info.experiment_id
+    children = client.search_runs(
+        [experiment],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
+    runs |= {r.info.run_id for r in children if r.data.tags.get(TRIAL_TAG) in numbers}
+    for run_id in sorted(runs):
+        terminate_run(exp.tracking.uri, run_id, "KILLED", {STATE_TAG: "killed"})
 
 
 def _train(exp: Experiment, run_id: str, pruning) -> str | None:

@@ -61,8 +61,7 @@ def test_a_killed_trials_mlflow_run_ends_killed_even_before_the_trial_names_it(t
 
     from keras_dl.config import Experiment, resolve
     from keras_dl.run.mlflow_run import create_run
-    from keras_dl.tuning.study import _end_stale_runs
-    from keras_dl.tuning.trial import RUN_ATTR, STATE_TAG, TRIAL_TAG
+    from keras_dl.tuning.trial import RUN_ATTR, STATE_TAG, TRIAL_TAG, end_stale_runs
     from tests.conftest import seed_store
 
     uri = seed_store(tmp_path / "mlflow.db")
@@ -78,7 +77,7 @@ def test_a_killed_trials_mlflow_run_ends_killed_even_before_the_trial_names_it(t
     named.set_user_attr(RUN_ATTR, runs[named.number])  # the other was killed before this
     other = create_run(exp, {"mlflow.parentRunId": parent, TRIAL_TAG: "7"})  # not stale
 
-    _end_stale_runs(exp, parent, requeue_stale(study))
+    end_stale_runs(exp, parent, requeue_stale(study))
 
     client = mlflow.MlflowClient(uri)
     for run_id in runs.values():
@@ -86,3 +85,37 @@ def test_a_killed_trials_mlflow_run_ends_killed_even_before_the_trial_names_it(t
         assert run.info.status == "KILLED" and run.data.tags[STATE_TAG] == "killed"
     assert client.get_run(other).info.status == "RUNNING"
     assert client.get_run(parent).info.status == "RUNNING"
+
+
+def test_a_retried_task_counts_its_ended_trials_and_reruns_only_its_dead_one(tmp_path):
+    """A Spark task retried mid-share: the trials its failed attempt ended count against its
+    share, and only its own RUNNING trial is failed and queued; another task's runs on."""
+    from keras_dl.tuning.storage import TASK_ATTR, held_trials
+
+    study = _study(tmp_path)
+    ended = study.ask()
+    ended.set_user_attr(TASK_ATTR, "f/0")
+    ended.suggest_float("lr", 1e-3, 1e-1, log=True)
+    study.tell(ended, 0.5)
+    dead = study.ask()  # the attempt's worker crashed in this trial
+    dead.set_user_attr(TASK_ATTR, "f/0")
+    lr = dead.suggest_float("lr", 1e-3, 1e-1, log=True)
+    other = study.ask()  # task 1 is still training this one
+    other.set_user_attr(TASK_ATTR, "f/1")
+    other.suggest_float("lr", 1e-3, 1e-1, log=True)
+
+    done, running = held_trials(study, "f/0")
+    assert [t.number for t in done] == [ended.number]
+    assert [t.number for t in running] == [dead.number]
+    assert [t.number for t in requeue_stale(study, held_by="f/0")] == [dead.number]
+
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {
+        0: TrialState.COMPLETE,
+        1: TrialState.FAIL,
+        2: TrialState.RUNNING,  # the other task's, untouched
+        3: TrialState.WAITING,
+    }
+    assert study.get_trials(deepcopy=False)[3].system_attrs["fixed_params"] == {"lr": lr}
+    assert held_trials(study, "f/1")[1][0].number == other.number
+    assert held_trials(study, "g/0") == ([], [])  # another fan-out's task 0 holds nothing
