@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from keras_dl.distribute.deaths import describe_death, describe_exit, on_host
@@ -58,6 +59,22 @@ _REBUILT = {
     + (SparkConnectError, DistributedError, KerasDLError)
 }
 _MAX_MESSAGE = 20_000
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How an explanation names a job's processes: Horovod's ranks, or TF's workers."""
+
+    rank: str = "Horovod rank"  # "Horovod rank 1 failed"
+    ranks: str = "Horovod ranks"
+    job: str = "Horovod job"
+    others: str = "The other ranks"
+
+
+HOROVOD = Engine()
+MULTIWORKER = Engine(
+    rank="Worker", ranks="workers", job="multi-worker job", others="The other workers"
+)
 # Ranks that fail *because* another rank died report Horovod's shutdown, or (multi-worker) TF's
 # word that a peer task is gone from a collective: not the cause.
 _SECONDARY = (
@@ -115,7 +132,11 @@ def _resumable(causes: list[str]) -> KerasDLError | None:
 
 
 def explain_failure(
-    exc: Exception, logs: str, size: int = 0, started: float | None = None
+    exc: Exception,
+    logs: str,
+    size: int = 0,
+    started: float | None = None,
+    engine: Engine = HOROVOD,
 ) -> KerasDLError:
     """Turn Horovod's "a process exited non-zero" into an error naming the rank and the cause,
     or into :class:`~keras_dl.errors.Preempted` when the ranks stopped on SIGTERM/SIGINT.
@@ -132,7 +153,10 @@ def explain_failure(
         size: Number of ranks, to find one that died without a word. Defaults to 0 (unknown).
         started: When the job started (:func:`~keras_dl.distribute.kernel_log.job_clock`):
             the kernel's log is read from then on. Defaults to None (since boot).
+        engine: How the text names the processes: :data:`HOROVOD` (ranks), or
+            :data:`MULTIWORKER` (TF's workers). Defaults to HOROVOD.
     """
+    w = engine
     text = str(exc)
     causes: dict[int, str] = {}
     primary: dict[int, str] = {}
@@ -148,7 +172,7 @@ def explain_failure(
                     primary.setdefault(rank, cause)
             e = _ERROR_RE.search(line)
             if e and int(e.group(1)) not in errors:
-                error = _rebuild(int(e.group(1)), *e.group(2, 3, 4))
+                error = _rebuild(int(e.group(1)), *e.group(2, 3, 4), engine)
                 if error is not None:
                     errors[int(e.group(1))] = error
     places = rank_places(line for lines in outputs.values() for line in lines)
@@ -164,7 +188,7 @@ def explain_failure(
             return errors[rank]
         # A diverged model stays a DivergenceError (exit code 3, tagged diverged, not retried).
         kind = DivergenceError if primary[rank].startswith("DivergenceError:") else DistributedError
-        return kind(_failed(rank, primary[rank]))
+        return kind(_failed(rank, primary[rank], engine))
     # A rank that could not reach a peer aborts in native code: Gloo's words are in its output.
     suspects = [r for r in (first_rank,) if r is not None] + sorted(outputs)
     for rank in dict.fromkeys(suspects):
@@ -180,20 +204,20 @@ def explain_failure(
         # rank that left no report at all (killed, or crashed in native code).
         rank = silent[0]
         return DistributedError(
-            f"Horovod rank {rank} died without an error of its own (killed, or crashed in "
+            f"{w.rank} {rank} died without an error of its own (killed, or crashed in "
             f"native code){on_host(places, rank)}, so the job was stopped. Check its output "
             f"above (lines prefixed [{rank}]).{describe_death(rank, None, places, outputs, started)}"
         )
     if first:
         code = None if first.group(2) == "None" else int(first.group(2))
         return DistributedError(
-            f"Horovod rank {first_rank} died: {describe_exit(code)}"
+            f"{w.rank} {first_rank} died: {describe_exit(code)}"
             f"{on_host(places, first_rank)}, so the job was stopped. Check its output above (lines "
             f"prefixed [{first_rank}]).{describe_death(first_rank, code, places, outputs, started)}"
         )
     if causes:
         rank = min(causes)
-        return DistributedError(f"Horovod rank {rank} failed: {causes[rank]}")
+        return DistributedError(f"{w.rank} {rank} failed: {causes[rank]}")
     if "Spark job has failed" in text:
         return DistributedError(
             "A Spark task failed before its Horovod rank started (the Python traceback is "
@@ -205,10 +229,10 @@ def explain_failure(
         return DistributedError(explain_task_to_task_timeout(text))
     if "Timed out" in text or "timeout" in text.lower():
         return DistributedError(
-            f"The Horovod ranks did not all start: {text.strip()} Check that the cluster has "
+            f"The {w.ranks} did not all start: {text.strip()} Check that the cluster has "
             "enough free task slots, or raise runtime.start_timeout."
         )
-    return DistributedError(f"The Horovod job failed: {type(exc).__name__}: {text.strip()}")
+    return DistributedError(f"The {w.job} failed: {type(exc).__name__}: {text.strip()}")
 
 
 def rank_outputs(logs: str) -> dict[int, list[str]]:
@@ -234,10 +258,10 @@ _RANK_FOLDER_RE = re.compile(r"rank\.(\d+)")
 _PREFIX_RE = re.compile(r"(?:\w{3} \w{3} +\d+ [\d:]+ \d{4})?\[(\d+)\]<std(?:out|err)>:")
 
 
-def _failed(rank: int, cause: str) -> str:
+def _failed(rank: int, cause: str, engine: Engine) -> str:
     return (
-        f"Horovod rank {rank} failed: {cause} (its traceback is above, lines prefixed "
-        f"[{rank}]). The other ranks were stopped."
+        f"{engine.rank} {rank} failed: {cause} (its traceback is above, lines prefixed "
+        f"[{rank}]). {engine.others} were stopped."
     )
 
 
@@ -248,7 +272,7 @@ def _rebuilt_kind(exc: BaseException) -> str | None:
     return next(c.__name__ for c in type(exc).__mro__ if _REBUILT.get(c.__name__) is c)
 
 
-def _rebuild(rank: int, kind: str, name: str, message: str) -> KerasDLError | None:
+def _rebuild(rank: int, kind: str, name: str, message: str, engine: Engine) -> KerasDLError | None:
     """The error a rank reported (as ``kind``, named ``name`` in the text), or None when its
     line is not one keras_dl wrote."""
     cls = _REBUILT.get(kind)
@@ -258,4 +282,4 @@ def _rebuild(rank: int, kind: str, name: str, message: str) -> KerasDLError | No
         return None
     if cls is None or not isinstance(text, str):
         return None
-    return cls(_failed(rank, f"{name}: {text}"))
+    return cls(_failed(rank, f"{name}: {text}", engine))

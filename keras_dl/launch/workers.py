@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keras_dl.distribute.failures import explain_failure
+from keras_dl.distribute.failures import MULTIWORKER, explain_failure
 from keras_dl.distribute.loopback import LOOPBACK, check_local_job_address
 from keras_dl.errors import DistributedError, KerasDLError, Preempted
 from keras_dl.launch.child import start_module
@@ -55,7 +55,8 @@ class MultiWorkerRunner:
             Spark barrier stage of the active (classic) SparkSession, one worker per task
             (:mod:`keras_dl.launch.spark_workers`).
         start_timeout: Seconds every worker has to start its server (with ``np > 0``: for the
-            cluster's free task slots). Defaults to 120.
+            cluster's free task slots, then for the barrier stage's tasks to start, or the
+            stage is cancelled). Defaults to 120.
         env: Extra environment variables for the workers. Defaults to None.
         stall_timeout: Seconds a worker may wait in a collective (read by ``fit``'s
             ``runtime.stall_timeout`` through ``KERAS_DL_STALL_TIMEOUT``). Defaults to 120.
@@ -115,7 +116,7 @@ class MultiWorkerRunner:
             except KerasDLError:
                 raise
             except Exception as exc:
-                error = _in_words(explain_failure(exc, logs, size=abs(self.np)))
+                error = explain_failure(exc, logs, size=abs(self.np), engine=MULTIWORKER)
                 if isinstance(exc, WorkerFailed) and exc.host not in str(error):
                     error.args = (f"{error.args[0]} Worker {exc.rank} ran on host {exc.host}.",)
                 raise error from exc
@@ -126,7 +127,9 @@ class MultiWorkerRunner:
 
         # As HorovodRunner: fewer free task slots than np is an error now, not a stage waiting.
         wait_for_free_slots(self.np, timeout=self.start_timeout, settle=10.0)
-        return run_spark_workers(active_session(), payload, self.np, env, logs, self.output_dir)
+        return run_spark_workers(
+            active_session(), payload, self.np, env, logs, self.output_dir, self.start_timeout
+        )
 
 
 def _run_local(payload: bytes, n: int, host: str, env: dict, logs: str) -> Any:
@@ -228,15 +231,6 @@ def _free_ports(host: str, n: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def _in_words(error: KerasDLError) -> KerasDLError:
-    """``explain_failure`` speaks of Horovod ranks: here they are multi-worker processes."""
-    if not isinstance(error, Preempted) and error.args and isinstance(error.args[0], str):
-        text = error.args[0].replace("Horovod rank", "Worker").replace("Horovod job", "job")
-        text = text.replace("The other ranks", "The other workers")
-        error.args = (text, *error.args[1:])
-    return error
 
 
 def _child_main(folder: str) -> None:

@@ -8,10 +8,9 @@ import pickle
 import subprocess
 import sys
 
-from keras_dl.distribute.failures import explain_failure
+from keras_dl.distribute.failures import MULTIWORKER, explain_failure
 from keras_dl.errors import PREEMPTED_EXIT, HostLost
 from keras_dl.launch import worker_report as spark_workers
-from keras_dl.launch.workers import _in_words
 from tests.conftest import REPO
 
 CLUSTER = ["10.0.0.1:41000", "10.0.0.2:41001"]
@@ -43,7 +42,8 @@ def test_a_failed_workers_report_names_its_rank_host_and_cause(tmp_path):
     logs = tmp_path / "logs"
     spark_workers.keep_output(report, str(logs))
     assert (logs / "rank.1" / "stderr").read_text().endswith("worker 1 fails\n")
-    error = _in_words(explain_failure(spark_workers.WorkerFailed(1, "10.0.0.2", 1), str(logs), 2))
+    failed = spark_workers.WorkerFailed(1, "10.0.0.2", 1)
+    error = explain_failure(failed, str(logs), 2, engine=MULTIWORKER)
     assert "Worker 1" in str(error) and "Horovod" not in str(error), error
 
 
