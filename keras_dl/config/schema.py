@@ -229,8 +229,9 @@ class RuntimeConfig:
         warmup_epochs: Epochs over which the learning rate ramps up to its (scaled) value.
             Defaults to 0.
         fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
-        start_timeout: Horovod: seconds to wait for all processes or Spark tasks to start before
-            failing. Defaults to 120.
+        start_timeout: Horovod and multiworker: seconds to wait for all processes or Spark
+            tasks to start before failing (a waiting barrier stage is cancelled). Defaults
+            to 120.
         max_restarts: Horovod: relaunch the job from its newest checkpoint, in the same MLflow
             run, when a rank dies or is preempted, up to this many times. Python errors are
             never retried. Defaults to 0 (as TF Model Garden's ``recovery_max_trials``).

@@ -193,7 +193,9 @@ def collect_watched(spark, df, np: int, tail: RankOutputTail, start_timeout: flo
             tail.poll()
             if len(tail.started) < np and time.monotonic() >= deadline and thread.is_alive():
                 _cancel(spark, tag, thread)
-                raise _not_started(np, len(tail.started), start_timeout)
+                raise not_started(
+                    np, len(tail.started), start_timeout, "Horovod ranks", "HorovodRunner"
+                )
     except KeyboardInterrupt:  # a notebook's stop button: the Spark job stops too
         _cancel(spark, tag, thread)
         raise
@@ -211,10 +213,14 @@ def _cancel(spark, tag: str, thread: threading.Thread) -> None:
     thread.join(_CANCEL_SECONDS)
 
 
-def _not_started(np: int, started: int, start_timeout: float) -> DistributedError:
+def not_started(
+    np: int, started: int, start_timeout: float, who: str, runner: str
+) -> DistributedError:
+    """The error of a barrier stage whose ``np`` tasks (running ``who``, launched by
+    ``runner``) did not all start."""
     return DistributedError(
-        f"The Horovod ranks did not all start within runtime.start_timeout={start_timeout:g} s "
-        f"(HorovodRunner's start_timeout): {started} of the {np} Spark tasks of the barrier "
+        f"The {who} did not all start within runtime.start_timeout={start_timeout:g} s "
+        f"({runner}'s start_timeout): {started} of the {np} Spark tasks of the barrier "
         f"stage started, and a barrier stage starts only when {np} task slots are free at once. "
         "The Spark job was cancelled. Free task slots (wait for the cluster's running jobs, or "
         "add executors or cores), use a smaller runtime.np, or raise runtime.start_timeout."

@@ -37,6 +37,7 @@ from keras_dl import storage
 from keras_dl.errors import DistributedError
 from keras_dl.launch.child import start_module
 from keras_dl.launch.rank_output import POLL_SECONDS, RankOutputTail, RankOutputWriter
+from keras_dl.launch.stage_start import collect_started
 from keras_dl.launch.worker_report import (
     WorkerFailed,
     failure_report,
@@ -77,7 +78,13 @@ def pump(stream, prefix: str, copy: Path, out, live=None) -> None:
 
 
 def run_spark_workers(
-    spark, payload: bytes, np: int, env: dict, logs: str, output_dir: str | None = None
+    spark,
+    payload: bytes,
+    np: int,
+    env: dict,
+    logs: str,
+    output_dir: str | None = None,
+    start_timeout: float = 120,
 ) -> Any:
     """Run ``rank_main(payload)`` on ``np`` barrier tasks of ``spark``; return worker 0's result.
 
@@ -86,9 +93,13 @@ def run_spark_workers(
     are (:mod:`keras_dl.launch.rank_output`); without it they reach the executors' logs, and a
     failed worker's last lines come back with its task's failure.
 
+    The stage's tasks must all start within ``start_timeout`` seconds
+    (:mod:`keras_dl.launch.stage_start`): another job may take the free slots the launcher saw.
+
     Raises:
         WorkerFailed: A worker exited non-zero; its output is copied to ``logs/rank.R``.
-        DistributedError: The session is Spark Connect, or the stage failed before a worker ran.
+        DistributedError: The session is Spark Connect, the tasks did not all start within
+            ``start_timeout`` (the stage was cancelled), or the stage failed before a worker ran.
     """
     import cloudpickle
 
@@ -103,7 +114,10 @@ def run_spark_workers(
     task = _task_function(payload, env, folder, storage.environment())
     try:
         with _printed_live(folder), stop_on_signal(folder):
-            rows = sc.parallelize(range(np), np).barrier().mapPartitions(task).collect()
+            stage = sc.parallelize(range(np), np).barrier().mapPartitions(task)
+            rows = collect_started(sc, stage, np, start_timeout, "multi-worker workers")
+    except DistributedError:
+        raise
     except Exception as exc:
         report = failure_report(str(exc))
         if report is None:

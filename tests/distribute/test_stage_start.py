@@ -1,0 +1,75 @@
+"""A multi-worker barrier stage on the suite's classic local[2] session whose tasks cannot all
+start (another job took a slot after the launcher's free-slot check): cancelled after
+``start_timeout``, naming how many started, and the session's next barrier stage gets both
+slots. The deadlines below only keep a launcher without the timeout from hanging the suite."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+from keras_dl.errors import DistributedError
+from keras_dl.launch.spark_workers import run_spark_workers
+from keras_dl.launch.stage_start import started_tasks
+
+pytestmark = pytest.mark.classic_only  # Connect has its own (tests/distribute/test_rank_output)
+
+
+def _hold_a_slot(folder: str):
+    def hold(_partition):
+        import os
+        import time
+
+        open(os.path.join(folder, "holding"), "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(folder, "release")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield 1
+
+    return hold
+
+
+def test_workers_whose_tasks_find_no_free_slots_are_cancelled_after_start_timeout(spark, tmp_path):
+    sc = spark.sparkContext
+    holder = sc.parallelize([0], 1).mapPartitions(_hold_a_slot(str(tmp_path)))
+    other = threading.Thread(target=holder.collect, daemon=True)
+    other.start()
+    outcome: dict = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "holding").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (tmp_path / "holding").exists(), "the slot-holding task did not start"
+        payload = cloudpickle.dumps((lambda: 0, (), {}))  # never unpickled: no task starts
+
+        def launch() -> None:
+            try:
+                run_spark_workers(spark, payload, 2, {}, str(tmp_path / "logs"), start_timeout=5)
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=launch, daemon=True)
+        began = time.monotonic()
+        thread.start()
+        thread.join(90)  # on a launcher without the timeout: the stage waits for the slot
+        alive, waited = thread.is_alive(), time.monotonic() - began
+    finally:
+        (tmp_path / "release").touch()
+    other.join(120)
+    assert not alive, "the barrier stage waited for its slots beyond start_timeout"
+    error = outcome.get("error")
+    assert isinstance(error, DistributedError), outcome
+    text = str(error)
+    assert "The multi-worker workers did not all start within runtime.start_timeout=5 s" in text
+    assert "(MultiWorkerRunner's start_timeout)" in text and "0 of the 2 Spark tasks" in text
+    assert "The Spark job was cancelled" in text and "raise runtime.start_timeout" in text
+    print(f"the stage was cancelled {waited:.1f} s after it was submitted")
+    # The cancelled stage holds no slot: a barrier stage of both runs now.
+    assert sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: [1]).collect() == [1, 1]
+
+
+def test_a_group_without_jobs_has_no_started_tasks(spark):
+    assert started_tasks(spark.sparkContext, "keras_dl-stage-none") == 0
