@@ -73,7 +73,6 @@ def retrain_settings(
 ) -> list[str]:
     """The ``--set`` overrides that make the logged ``config`` a from-scratch run on
     ``table_version`` of the same table, registering as ``model``."""
-    run_dir = str((config.get("runtime") or {}).get("run_dir") or "runs").rstrip("/")
     sets = [
         "model.init_from=",
         f"data.version={table_version}",
@@ -81,13 +80,36 @@ def retrain_settings(
         "data.since_version=null",
         "data.since_timestamp=null",
         "data.replay=null",
-        f"runtime.run_dir={run_dir}-without-erased-v{version}-t{table_version}",
+        f"runtime.run_dir={retrain_dir(config, version, table_version)}",
         f"tracking.registered_model={model}",
         "registry.set_alias=",
     ]
     if tracking_uri:
         sets.append(f"tracking.uri={tracking_uri}")
     return sets
+
+
+def retrain_dir(config: dict, version: int, table_version: int) -> str:
+    """The run folder of version ``version``'s retraining on ``table_version``: its own, and
+    the same in every call, so a call after a crash finds that retraining again."""
+    run_dir = str((config.get("runtime") or {}).get("run_dir") or "runs").rstrip("/")
+    return f"{run_dir}-without-erased-v{version}-t{table_version}"
+
+
+def registered_earlier(client, model: str, version: int, run_dir: str) -> tuple[str, int] | None:
+    """``(run_id, version)`` of the version of ``model``, newer than ``version``, that a
+    retraining in ``run_dir`` registered: an earlier call stopped (a crash, a kill) after the
+    gate passed it and before it was tagged and given the aliases. None when there is none."""
+    for mv in client.search_model_versions(f"name = '{model}'"):
+        if int(mv.version) <= version or not mv.run_id:
+            continue
+        try:
+            params = client.get_run(mv.run_id).data.params
+        except Exception:  # a version whose run is gone: not one of ours
+            continue
+        if params.get("runtime.run_dir") == run_dir:
+            return mv.run_id, int(mv.version)
+    return None
 
 
 def retrain(
@@ -104,8 +126,11 @@ def retrain(
     """Retrain ``models:/model/version`` from scratch on ``table_version``; on a registered
     model, tag it with ``tags`` and move each of ``aliases`` still on the old version to it.
 
-    A :class:`~keras_dl.errors.KerasDLError` while training (a diverged run, a bad setting) is
-    the outcome's ``reason``: the other versions are still retrained.
+    A version an earlier call's retraining registered (that call stopped before moving the
+    aliases) is taken as it is, not trained again (:func:`registered_earlier`). An error while
+    training (a diverged run, a bad setting, a crash of the recipe's own code) is the outcome's
+    ``reason``, with its class: the other versions are still retrained, and the report says
+    which failed and why.
     """
     out = Outcome(model, version, list(aliases))
     try:
@@ -113,17 +138,27 @@ def retrain(
             path = logged_config(client, model, version, run_id, tmp)
             with open(path) as f:
                 config = yaml.safe_load(f) or {}
-            sets = retrain_settings(config, model, version, table_version, tracking_uri)
-            with contextlib.redirect_stdout(sys.stderr):  # stdout is the report (--json)
-                result = _train(config.get("recipe", ""), path, [*sets, *extra_sets])
+            earlier = registered_earlier(
+                client, model, version, retrain_dir(config, version, table_version)
+            )
+            if earlier is not None:
+                out.run_id, out.new_version = earlier
+            else:
+                sets = retrain_settings(config, model, version, table_version, tracking_uri)
+                with contextlib.redirect_stdout(sys.stderr):  # stdout is the report (--json)
+                    result = _train(config.get("recipe", ""), path, [*sets, *extra_sets])
     except KerasDLError as exc:
         out.reason = f"training failed: {exc}"
         return out
-    out.run_id = result.run_id
-    if result.registered_version is None:
-        out.reason = result.not_registered or "the run registered no model version"
+    except Exception as exc:  # not keras_dl's: reported with its class, the others go on
+        out.reason = f"training failed: {type(exc).__name__}: {exc}"
         return out
-    out.new_version = int(result.registered_version)
+    if out.new_version is None:
+        out.run_id = result.run_id
+        if result.registered_version is None:
+            out.reason = result.not_registered or "the run registered no model version"
+            return out
+        out.new_version = int(result.registered_version)
     for key, value in tags.items():
         client.set_model_version_tag(model, str(out.new_version), key, value)
     held = client.get_registered_model(model).aliases or {}

@@ -128,3 +128,49 @@ def test_a_retrained_model_the_gate_refuses_gets_no_version_and_no_alias(tmp_pat
     report = retrain_without(uri, table, "customer_id = 42")
     assert [(m["alias"], m["from"], m["to"]) for m in report["moved"]] == [("champion", 1, 2)]
     assert client.get_registered_model(NAME).aliases == {"champion": 2}
+
+
+@pytest.mark.slow
+def test_a_call_that_stopped_after_registering_is_finished_by_the_next_without_training(
+    tmp_path,
+):
+    import yaml
+    from deltalake import DeltaTable
+
+    from keras_dl.erasure import retrain
+
+    table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    train(table, tmp_path, "v1")
+    where = "customer_id = 42"
+    DeltaTable(table).delete(where)  # table version 1
+    # What a call killed after its retraining returned leaves: the retraining ran, through
+    # the gate, and registered v2; v2 has no tag and champion is still on v1.
+    client = mlflow.MlflowClient(uri)
+    path = retrain.logged_config(
+        client, NAME, 1, client.get_model_version(NAME, "1").run_id, str(tmp_path)
+    )
+    with open(path) as f:
+        config = yaml.safe_load(f)
+    done = retrain._train(config["recipe"], path, retrain.retrain_settings(config, NAME, 1, 1, uri))
+    assert int(done.registered_version) == 2
+    assert client.get_registered_model(NAME).aliases == {"champion": 1}
+
+    report = retrain_without(uri, table, where)
+
+    assert [(m["alias"], m["from"], m["to"], m["run_id"]) for m in report["moved"]] == [
+        ("champion", 1, 2, done.run_id)
+    ]
+    assert report["failed"] == []
+    # Taken as it was: not trained again (no v3), tagged as the call would have tagged it.
+    assert sorted(int(v.version) for v in client.search_model_versions(f"name = '{NAME}'")) == [
+        1,
+        2,
+    ]
+    new = client.get_model_version(NAME, "2")
+    assert new.tags["keras_dl.replaces"] == f"models:/{NAME}/1"
+    assert json.loads(new.tags["keras_dl.retrained_without"]) == {
+        "predicate_sha256": hashlib.sha256(where.encode()).hexdigest(),
+        "table_version": 1,
+    }
+    assert client.get_registered_model(NAME).aliases == {"champion": 2}
