@@ -28,11 +28,11 @@ import tempfile
 import time
 
 SIZES = {
-    "full": {"narrow": 1_000_000, "wide": 100_000, "images": 3_000},
-    "quick": {"narrow": 10_000, "wide": 1_000, "images": 256},
+    "full": {"narrow": 1_000_000, "wide": 100_000, "images": 3_000, "mixed": 500_000},
+    "quick": {"narrow": 10_000, "wide": 1_000, "images": 256, "mixed": 5_000},
 }
-ROWS_PER_GROUP = {"narrow": 65_536, "wide": 8_192, "images": 256}
-QUICK_ROWS_PER_GROUP = {"narrow": 2_048, "wide": 256, "images": 64}
+ROWS_PER_GROUP = {"narrow": 65_536, "wide": 8_192, "images": 256, "mixed": 65_536}
+QUICK_ROWS_PER_GROUP = {"narrow": 2_048, "wide": 256, "images": 64, "mixed": 1_024}
 # Ratio name: minimum, of the medians, at every batch size; the worst batch size counts
 # (issue 25). "limit" is, per round, the slower of raw pyarrow decoding the table and the
 # tf.data floor (one batch handed over again and again): no streaming path can beat both;
@@ -59,6 +59,8 @@ IMAGE_TARGETS = {
     # The same, as a run gets it by default (data.cache=auto: the encoded bytes in memory).
     "keras_dl_cached/in_memory_decode": 0.9,
 }
+# Two tables mixed by weight (data.sources) against the slower of them alone, per round.
+MIXED_TARGETS = {"mixed/slower_table": 0.9}
 RSS_TOLERANCE = 0.15
 
 
@@ -70,8 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tables",
         default=None,
-        help="which tables to measure (default: narrow,wide,images; with --store s3|azure: "
-        "issue34,wide)",
+        help="which tables to measure (default: narrow,wide,images,mixed; mixed: two narrow "
+        "tables mixed by weight beside each alone; with --store s3|azure: issue34,wide)",
     )
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument(
@@ -115,7 +117,7 @@ def run(args) -> int:
         timing.MIN_SECONDS = 0.2  # a smoke test: the figures are not meant to be read
     else:
         rounds = max(args.rounds or timing.MIN_ROUNDS, timing.MIN_ROUNDS)
-    wanted = (args.tables or "narrow,wide,images").split(",")
+    wanted = (args.tables or "narrow,wide,images,mixed").split(",")
     work = args.dir or tempfile.mkdtemp(prefix="keras_dl_bench_input_")
     os.makedirs(work, exist_ok=True)
     report: dict = {
@@ -157,6 +159,10 @@ def run(args) -> int:
         if "images" in wanted:
             url, delta = tables.write_images(work, size["images"], groups["images"])
             report["images"] = images.measure_images(url, delta, batches, rounds)
+        if "mixed" in wanted:
+            from benchmarks.input_mixed import measure_mixed
+
+            report["mixed"] = measure_mixed(work, size["mixed"], groups["mixed"], batches, rounds)
         if "narrow" in wanted and not args.no_rss:
             report["rss"] = _measure_rss(work, size["narrow"], groups["narrow"], tables)
         report["targets"] = _check_targets(report)
@@ -208,7 +214,7 @@ def format_profile(profile: dict) -> str:
 def _check_targets(report: dict) -> list[dict]:
     out = []
     for table in SIZES["full"]:
-        targets = IMAGE_TARGETS if table == "images" else TABULAR_TARGETS
+        targets = {"images": IMAGE_TARGETS, "mixed": MIXED_TARGETS}.get(table, TABULAR_TARGETS)
         for batch, figures in report.get(table, {}).get("batches", {}).items():
             for name, minimum in targets.items():
                 value = figures["ratios"].get(name)

@@ -172,8 +172,8 @@ def test_quick_bench_narrow_beside_ray_and_stock_tf_data_with_its_memory(tmp_pat
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a hang guard: about 120 s quiet, over 900 on a CI machine loaded 5x
 def test_quick_bench_wide_and_images_report_every_path_beside_its_baseline(tmp_path):
-    done, report = _quick_bench(tmp_path, "--tables", "wide,images", "--no-ray")
-    assert set(report) == {"config", "wide", "images", "targets"}
+    done, report = _quick_bench(tmp_path, "--tables", "wide,images,mixed", "--no-ray")
+    assert set(report) == {"config", "wide", "images", "mixed", "targets"}
     assert not report["config"]["ray"]  # --no-ray: no Ray peers, and no targets against them
     packed = {"keras_dl_packed", "keras_dl_packed_cached", "tfdata_floor_packed"}
     _check_paths(report, "wide", (TABULAR - RAY) | packed)
@@ -211,8 +211,17 @@ def test_quick_bench_wide_and_images_report_every_path_beside_its_baseline(tmp_p
         {
             *(("wide", b, r) for b in (32, 256) for r in wide),
             *(("images", b, r) for b in (32, 256) for r in images),
+            *(("mixed", b, "mixed/slower_table") for b in (32, 256)),
         },
     )
+    # Two tables mixed by weight beside each alone, in the same rounds, with CPU per row.
+    assert report["mixed"]["rows"] == {"table_a": 5_000, "table_b": 5_000, "mixed": 10_000}
+    for figures in report["mixed"]["batches"].values():
+        assert set(figures["rows_per_s"]) == {"mixed", "table_a", "table_b"}
+        assert all(v > 0 for v in figures["rows_per_s"].values())
+        assert set(figures["cpu_us_per_unit"]) == {"mixed", "table_a", "table_b"}
+        assert figures["ratios"]["mixed/slower_table"] > 0
+    assert re.search(r"^mixed +256 +mixed/slower_table ", done.stderr, re.M)
     assert re.search(r"^wide +32 +keras_dl_packed/stock_rebatch ", done.stderr, re.M)
     assert "cores to feed 10,000 rows/s" in done.stderr
     assert re.search(r"^wide +256 .*keras_dl_cached \d", done.stderr, re.M), done.stderr[-2000:]

@@ -92,12 +92,20 @@ def install() -> None:
     FutureWarnings about pyarrow's legacy dataset off stderr (they warn from their own threads,
     where a caller's ``catch_warnings`` does not reach).
     """
+    global _modules_seen
     prepare()
     import petastorm.etl.rowgroup_indexing  # noqa: F401  (the modules keras_dl's reader uses)
     import petastorm.reader  # noqa: F401
     import petastorm.workers_pool.thread_pool  # noqa: F401
 
-    for name, module in list(sys.modules.items()):
-        if module is not None and (name == "petastorm" or name.startswith("petastorm.")):
-            patch_module(module)
+    # Every reader calls this: walk sys.modules only when modules were imported since (a
+    # walk costs milliseconds, a reader per source and epoch of a mix).
+    if len(sys.modules) != _modules_seen:
+        for name, module in list(sys.modules.items()):
+            if module is not None and (name == "petastorm" or name.startswith("petastorm.")):
+                patch_module(module)
+        _modules_seen = len(sys.modules)
     warnings.filterwarnings("ignore", category=FutureWarning, module="petastorm")
+
+
+_modules_seen = 0  # len(sys.modules) at install()'s last walk

@@ -103,6 +103,7 @@ class MixStream:
         self.seen: dict[int, int] = {}
         self._handed: dict[int, tuple[np.ndarray, int, int]] = {}  # epoch: (labels, from, to)
         self.errors: deque = deque(maxlen=4)
+        self._rank: tuple | None = None  # (epoch, layout, RankMix) last planned
         self.pack = lambda values: to_structure(values, plan)
         self.signature = input_signature(plan, blocked=True, weighted=self.weighted)
         self.in_graph = preprocess
@@ -135,8 +136,12 @@ class MixStream:
 
     # -- reading -----------------------------------------------------------------------------
     def rank(self, epoch: int) -> RankMix:
-        """This shard's plan of ``epoch``."""
-        return self.mix.rank(epoch, self._layout(epoch), self.options.shard)
+        """This shard's plan of ``epoch`` (the last one asked for is kept: an epoch asks twice)."""
+        layout = self._layout(epoch)
+        kept = self._rank
+        if kept is None or kept[0] != epoch or not _same_layout(kept[1], layout):
+            self._rank = kept = (epoch, layout, self.mix.rank(epoch, layout, self.options.shard))
+        return kept[2]
 
     def chunks(self, epoch: int) -> Iterator[dict]:
         """``epoch``'s rows of this shard, mixed, as chunks (the shuffle pools permuted)."""
@@ -148,16 +153,14 @@ class MixStream:
             _Rows(self._read(epoch, s, draws)) if len(draws) else None
             for s, draws in enumerate(rank.draws)
         ]
-        step = self.mix.buffer if self.mix.buffer > 0 else CHUNK_ROWS
+        step = self._chunk_rows()
         for lo in range(0, rank.rows, step):
             labels = rank.sources[lo : lo + step]
             parts = {
                 int(s): readers[int(s)].take(int((labels == s).sum())) for s in np.unique(labels)
             }
-            block = _place(labels, parts)
-            if rank.order is not None:
-                block = {k: v[rank.order[lo : lo + step] - lo] for k, v in block.items()}
-            yield block
+            order = rank.order[lo : lo + step] - lo if rank.order is not None else None
+            yield _place(labels, parts, order)
 
     def epoch(self, epoch: int, skip: int = 0):
         """An epoch's chunks with weights and padding (when weighted), after ``skip`` rows."""
@@ -208,6 +211,14 @@ class MixStream:
 
     def close(self) -> None:
         """Nothing is read ahead: the readers stop with their generators."""
+
+    def _chunk_rows(self) -> int:
+        """Rows per chunk: whole shuffle pools (each is permuted within itself), about a row
+        group of the sources' (the smaller one's), as a single table's stream hands over a
+        row group at a time: fewer, larger blocks cost tf.data less per row."""
+        pool = self.mix.buffer if self.mix.buffer > 0 else CHUNK_ROWS
+        group = min(_group_rows(g) for g in self.groups)
+        return pool * max(1, group // pool)
 
     def _layout(self, epoch: int) -> MixLayout:
         if epoch == self.resume.epoch:
@@ -278,6 +289,19 @@ class _Rows:
         return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
 
 
+def _same_layout(a: MixLayout, b: MixLayout) -> bool:
+    """Whether two layouts plan the same rows: the same object, or whole epochs alike."""
+    return a is b or (
+        a.rest is None and b.rest is None and (a.ranks, a.depth) == (b.ranks, b.depth)
+    )
+
+
+def _group_rows(groups: RowGroupCounts) -> int:
+    """A source's rows per row group: the largest of its first file's (its footer is read
+    for the epoch anyway)."""
+    return max(groups(0), default=0) if groups.stats.files else 0
+
+
 def _unique_runs(pieces: list) -> Iterator[list]:
     """``pieces`` cut where a row group comes again (a rotated pass's two ends, or the next
     pass): one reader keys its masks by row group, so each read holds a row group once."""
@@ -293,12 +317,25 @@ def _unique_runs(pieces: list) -> Iterator[list]:
         yield part
 
 
-def _place(labels: np.ndarray, parts: dict[int, dict]) -> dict:
-    """One chunk whose row ``i`` is the next row of source ``labels[i]``."""
+def _place(labels: np.ndarray, parts: dict[int, dict], order: np.ndarray | None = None) -> dict:
+    """One chunk whose row ``i`` is the next row of source ``labels[i]``; with ``order``, that
+    chunk permuted (row ``i`` is its row ``order[i]``).
+
+    Each source's part is written once, straight to where its rows end up (an integer
+    scatter per source and column: no intermediate chunk to permute after).
+    """
+    if len(parts) == 1:
+        only = next(iter(parts.values()))
+        return only if order is None else {c: v[order] for c, v in only.items()}
+    if order is not None:
+        at = np.empty(len(labels), dtype=np.intp)
+        at[order] = np.arange(len(labels), dtype=np.intp)  # where each chunk row ends up
     first = next(iter(parts.values()))
     out = {c: np.empty((len(labels), *v.shape[1:]), dtype=v.dtype) for c, v in first.items()}
     for s, arrays in parts.items():
-        where = labels == s
+        where = np.flatnonzero(labels == s)
+        if order is not None:
+            where = at[where]
         for c, v in arrays.items():
             out[c][where] = v
     return out

@@ -1,0 +1,62 @@
+"""The mixed case of ``keras-dl bench input``: two tables mixed by weight (``data.sources``,
+half each) beside each table alone, through the same training split ``fit`` gets
+(``make_splits``), interleaved in the same rounds.
+
+The target (``benchmarks.input.MIXED_TARGETS``): a mixed epoch streams within 0.9x of the
+slower table alone (``mixed/slower_table``: of the medians; its spread, per round against that
+round's slower table). Both tables are the narrow table's shape, each of ``rows`` rows, so the
+mixed epoch is ``2 * rows`` rows. All three stream (``data.cache=never``): a mixed split is
+never cached in memory, and a cached table would be a figure of another path.
+"""
+
+from __future__ import annotations
+
+
+def measure_mixed(work: str, rows: int, rows_per_group: int, batches: list[int], rounds: int):
+    """Rows/s of the mixed split and of each table alone, per batch size, with CPU per row."""
+    from benchmarks import input_tables as tables
+    from benchmarks import timing
+    from benchmarks.input_paths import consume_split
+    from keras_dl.config import DataConfig, SourceConfig
+
+    a = tables.write_narrow(f"{work}/mixed_a", rows, rows_per_group, seed=1)
+    b = tables.write_narrow(f"{work}/mixed_b", rows, rows_per_group, seed=2)
+    common = {
+        "label": "i",
+        "features": ("f", "v"),
+        "validation_split": "",
+        "test_split": "",
+        "cache": "never",
+    }
+    configs = {
+        "mixed": DataConfig(
+            sources=(SourceConfig("a", a, 1.0), SourceConfig("b", b, 1.0)), **common
+        ),
+        "table_a": DataConfig(table=a, **common),
+        "table_b": DataConfig(table=b, **common),
+    }
+    out: dict = {"rows": {"table_a": rows, "table_b": rows, "mixed": 2 * rows}, "batches": {}}
+    for batch in batches:
+        splits = {name: _train_split(data, batch) for name, data in configs.items()}
+        paths = {name: (lambda s=s, b=batch: consume_split(s, b)) for name, s in splits.items()}
+        cpu: dict = {}
+        samples = timing.measure_rounds(rounds, paths, cpu)
+        figures = timing.summarize(samples, subjects=("mixed",), cpu=cpu)
+        slower = [min(x, y) for x, y in zip(samples["table_a"], samples["table_b"])]
+        per_round = [m / s for m, s in zip(samples["mixed"], slower) if s > 0]
+        medians = figures["rows_per_s"]
+        figures["ratios"]["mixed/slower_table"] = round(
+            medians["mixed"] / min(medians["table_a"], medians["table_b"]), 3
+        )
+        figures["ratio_spread"]["mixed/slower_table"] = [
+            round(min(per_round), 3),
+            round(max(per_round), 3),
+        ]
+        out["batches"][str(batch)] = figures
+    return out
+
+
+def _train_split(data, batch: int):
+    from keras_dl.data import make_splits
+
+    return make_splits(data, batch).train
