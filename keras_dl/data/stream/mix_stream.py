@@ -23,6 +23,7 @@ from keras_dl.data.stream.blocks import as_block, cut_blocks, num_rows, trim, we
 from keras_dl.data.stream.epoch_position import EpochPosition, Resume, Segment
 from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.data.stream.mix import MixLayout, MixRows, RankMix
+from keras_dl.data.stream.mix_chunks import Rows, place, unique_runs
 from keras_dl.data.stream.read_options import ReadOptions
 from keras_dl.data.stream.shard_epochs import RowGroupCounts, read_pieces
 from keras_dl.data.stream.shards import ShardPlan, plan_pieces
@@ -150,7 +151,7 @@ class MixStream:
             yield from self._pad_source()
             return
         readers = [
-            _Rows(self._read(epoch, s, draws)) if len(draws) else None
+            Rows(self._read(epoch, s, draws)) if len(draws) else None
             for s, draws in enumerate(rank.draws)
         ]
         step = self._chunk_rows()
@@ -160,7 +161,7 @@ class MixStream:
                 int(s): readers[int(s)].take(int((labels == s).sum())) for s in np.unique(labels)
             }
             order = rank.order[lo : lo + step] - lo if rank.order is not None else None
-            yield _place(labels, parts, order)
+            yield place(labels, parts, order)
 
     def epoch(self, epoch: int, skip: int = 0):
         """An epoch's chunks with weights and padding (when weighted), after ``skip`` rows."""
@@ -246,7 +247,7 @@ class MixStream:
             return to_arrays(table, plan, snapshot, where)
 
         o = self.options
-        for part in _unique_runs(pieces):
+        for part in unique_runs(pieces):
             reads = read_pieces(snapshot, plan.columns, part, o.workers, convert=convert, io=o.io)
             for _, arrays in reads:
                 yield arrays
@@ -263,32 +264,6 @@ class MixStream:
         return self._arrays(source, plan_pieces(plan, self.groups[source]))
 
 
-class _Rows:
-    """Rows of one source's read, taken ``n`` at a time across its chunks."""
-
-    def __init__(self, chunks: Iterator[dict]):
-        self.chunks, self.held, self.at = chunks, None, 0
-
-    def take(self, n: int) -> dict:
-        parts = []
-        while n > 0:
-            if self.held is None or self.at >= num_rows(self.held):
-                try:
-                    self.held, self.at = next(self.chunks), 0
-                except StopIteration:
-                    raise DataError(
-                        "A mixed epoch's source ended before its planned rows: its table "
-                        "changed while it was read. Retry; if it persists, report it."
-                    ) from None
-            k = min(n, num_rows(self.held) - self.at)
-            parts.append({c: v[self.at : self.at + k] for c, v in self.held.items()})
-            self.at += k
-            n -= k
-        if len(parts) == 1:
-            return parts[0]
-        return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-
-
 def _same_layout(a: MixLayout, b: MixLayout) -> bool:
     """Whether two layouts plan the same rows: the same object, or whole epochs alike."""
     return a is b or (
@@ -300,45 +275,6 @@ def _group_rows(groups: RowGroupCounts) -> int:
     """A source's rows per row group: the largest of its first file's (its footer is read
     for the epoch anyway)."""
     return max(groups(0), default=0) if groups.stats.files else 0
-
-
-def _unique_runs(pieces: list) -> Iterator[list]:
-    """``pieces`` cut where a row group comes again (a rotated pass's two ends, or the next
-    pass): one reader keys its masks by row group, so each read holds a row group once."""
-    part, seen = [], set()
-    for p in pieces:
-        key = (p.file, p.row_group)
-        if key in seen:
-            yield part
-            part, seen = [], set()
-        part.append(p)
-        seen.add(key)
-    if part:
-        yield part
-
-
-def _place(labels: np.ndarray, parts: dict[int, dict], order: np.ndarray | None = None) -> dict:
-    """One chunk whose row ``i`` is the next row of source ``labels[i]``; with ``order``, that
-    chunk permuted (row ``i`` is its row ``order[i]``).
-
-    Each source's part is written once, straight to where its rows end up (an integer
-    scatter per source and column: no intermediate chunk to permute after).
-    """
-    if len(parts) == 1:
-        only = next(iter(parts.values()))
-        return only if order is None else {c: v[order] for c, v in only.items()}
-    if order is not None:
-        at = np.empty(len(labels), dtype=np.intp)
-        at[order] = np.arange(len(labels), dtype=np.intp)  # where each chunk row ends up
-    first = next(iter(parts.values()))
-    out = {c: np.empty((len(labels), *v.shape[1:]), dtype=v.dtype) for c, v in first.items()}
-    for s, arrays in parts.items():
-        where = np.flatnonzero(labels == s)
-        if order is not None:
-            where = at[where]
-        for c, v in arrays.items():
-            out[c][where] = v
-    return out
 
 
 __all__ = ["MixStream"]
