@@ -7,7 +7,6 @@ in place of a fit. The deadlines below only keep a broken launcher from hanging 
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from keras_dl.errors import DistributedError
 from keras_dl.launch import HorovodRunner
 from tests.distribute.print_wait import MARKER, print_then_wait
+from tests.distribute.slot_holder import hold_a_slot, in_thread, launch_with_a_slot_held
 
 pytestmark = pytest.mark.connect_only
 
@@ -24,23 +24,9 @@ def _rank_zero() -> int:
     return 0
 
 
-def _in_thread(call) -> tuple[threading.Thread, dict]:
-    outcome: dict = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
 def test_a_rank_s_output_reaches_the_driver_while_the_stage_runs(spark, tmp_path, capsys):
     runner = HorovodRunner(np=1, start_timeout=60)
-    thread, outcome = _in_thread(lambda: runner.run(print_then_wait, folder=str(tmp_path)))
+    thread, outcome = in_thread(lambda: runner.run(print_then_wait, folder=str(tmp_path)))
     seen = ""
     deadline = time.monotonic() + 90
     while f"[0]<stdout>:{MARKER}" not in seen and thread.is_alive():
@@ -56,43 +42,14 @@ def test_a_rank_s_output_reaches_the_driver_while_the_stage_runs(spark, tmp_path
     assert MARKER not in after  # printed once, not again when the stage's rows arrive
 
 
-def _hold_a_slot(folder: str):
-    """A Spark task that says it runs, then holds its task slot until ``release`` exists."""
-
-    def hold(batches):
-        import os
-        import time
-
-        for _ in batches:
-            pass
-        open(os.path.join(folder, "holding"), "w").close()
-        deadline = time.monotonic() + 300
-        while not os.path.exists(os.path.join(folder, "release")):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        yield from ()
-
-    return hold
-
-
 def test_ranks_that_find_no_free_slots_fail_after_start_timeout(spark, tmp_path: Path):
     # Another job holds one of the server's two task slots: a 2-rank barrier stage cannot
     # start (a Connect client does not see the free slots, only the configured two).
-    holder = spark.range(0, 1, 1, 1).mapInPandas(_hold_a_slot(str(tmp_path)), schema="id long")
-    other, _ = _in_thread(holder.collect)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "holding").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (tmp_path / "holding").exists(), "the slot-holding task did not start"
-        runner = HorovodRunner(np=2, start_timeout=5)
-        thread, outcome = _in_thread(lambda: runner.run(_rank_zero))
-        thread.join(90)  # on a launcher without the timeout: the stage waits for the slot
-        alive = thread.is_alive()
-    finally:
-        (tmp_path / "release").touch()
-    other.join(120)
+    holder = spark.range(0, 1, 1, 1).mapInPandas(hold_a_slot(str(tmp_path)), schema="id long")
+    runner = HorovodRunner(np=2, start_timeout=5)
+    alive, outcome, _ = launch_with_a_slot_held(
+        holder.collect, tmp_path, lambda: runner.run(_rank_zero)
+    )
     assert not alive, "the barrier stage waited for its slots beyond start_timeout"
     error = outcome.get("error")
     assert isinstance(error, DistributedError), outcome

@@ -5,60 +5,26 @@ slots. The deadlines below only keep a launcher without the timeout from hanging
 
 from __future__ import annotations
 
-import threading
-import time
-
 import cloudpickle
 import pytest
 
 from keras_dl.errors import DistributedError
 from keras_dl.launch.spark_workers import run_spark_workers
 from keras_dl.launch.stage_start import started_tasks
+from tests.distribute.slot_holder import hold_a_slot, launch_with_a_slot_held
 
 pytestmark = pytest.mark.classic_only  # Connect has its own (tests/distribute/test_rank_output)
 
 
-def _hold_a_slot(folder: str):
-    def hold(_partition):
-        import os
-        import time
-
-        open(os.path.join(folder, "holding"), "w").close()
-        deadline = time.monotonic() + 300
-        while not os.path.exists(os.path.join(folder, "release")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        yield 1
-
-    return hold
-
-
 def test_workers_whose_tasks_find_no_free_slots_are_cancelled_after_start_timeout(spark, tmp_path):
     sc = spark.sparkContext
-    holder = sc.parallelize([0], 1).mapPartitions(_hold_a_slot(str(tmp_path)))
-    other = threading.Thread(target=holder.collect, daemon=True)
-    other.start()
-    outcome: dict = {}
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "holding").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (tmp_path / "holding").exists(), "the slot-holding task did not start"
-        payload = cloudpickle.dumps((lambda: 0, (), {}))  # never unpickled: no task starts
+    holder = sc.parallelize([0], 1).mapPartitions(hold_a_slot(str(tmp_path)))
+    payload = cloudpickle.dumps((lambda: 0, (), {}))  # never unpickled: no task starts
 
-        def launch() -> None:
-            try:
-                run_spark_workers(spark, payload, 2, {}, str(tmp_path / "logs"), start_timeout=5)
-            except BaseException as exc:
-                outcome["error"] = exc
+    def launch():
+        return run_spark_workers(spark, payload, 2, {}, str(tmp_path / "logs"), start_timeout=5)
 
-        thread = threading.Thread(target=launch, daemon=True)
-        began = time.monotonic()
-        thread.start()
-        thread.join(90)  # on a launcher without the timeout: the stage waits for the slot
-        alive, waited = thread.is_alive(), time.monotonic() - began
-    finally:
-        (tmp_path / "release").touch()
-    other.join(120)
+    alive, outcome, waited = launch_with_a_slot_held(holder.collect, tmp_path, launch)
     assert not alive, "the barrier stage waited for its slots beyond start_timeout"
     error = outcome.get("error")
     assert isinstance(error, DistributedError), outcome

@@ -26,8 +26,10 @@ def spark_master(tmp_path_factory):
         yield cluster
 
 
-def _command(table: str, tmp, trials: int) -> list[str]:
-    cmd = [sys.executable, "-m", "keras_dl.cli", "tune", "digits", "--trials", str(trials)]
+def tune_command(table: str, tmp, trials: int, recipe: str = "digits", **sets: str) -> list[str]:
+    """``keras-dl tune RECIPE``, 2 trials at a time, on SPACE; ``sets`` override settings
+    (``train_epochs="1"`` sets ``train.epochs``)."""
+    cmd = [sys.executable, "-m", "keras_dl.cli", "tune", recipe, "--trials", str(trials)]
     cmd += ["--parallelism", "2"]
     for dim in SPACE:
         cmd += ["--space", dim]
@@ -38,6 +40,7 @@ def _command(table: str, tmp, trials: int) -> list[str]:
         "train.epochs": "3",
         "train.verbose": "0",
         "callbacks.plots": "false",
+        **{k.replace("_", ".", 1): v for k, v in sets.items()},
     }.items():
         cmd += ["--set", f"{key}={value}"]
     return cmd
@@ -64,7 +67,7 @@ def test_two_trials_at_a_time_on_spark_survive_a_driver_kill(spark_master, digit
 
     master, env = spark_master
     env = {**env, "MASTER": master}
-    cmd = _command(digits_table, tmp_path, trials=4)
+    cmd = tune_command(digits_table, tmp_path, trials=4)
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115 (closed below)
     driver = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

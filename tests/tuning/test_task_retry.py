@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import REPO
 from tests.tuning.crash_once_recipe import MARKER
-from tests.tuning.test_study import SPACE, _study
+from tests.tuning.test_study import _study, tune_command
 
 RECIPE = "tests.tuning.crash_once_recipe"
 
@@ -25,21 +24,16 @@ def test_a_retried_task_reruns_only_its_dead_trial_and_the_study_keeps_its_budge
 ):
     import mlflow
 
-    cmd = [sys.executable, "-m", "keras_dl.cli", "tune", RECIPE, "--trials", "3"]
-    cmd += ["--parallelism", "2"]
-    for dim in SPACE:
-        cmd += ["--space", dim]
-    for key, value in {
-        "data.table": digits_table,
-        "tracking.uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-        "tracking.experiment": "digits",
-        "tune.study": "digits",
-        "runtime.run_dir": str(tmp_path / "run"),
-        "train.epochs": "1",
-        "train.verbose": "0",
-        "callbacks.plots": "false",
-    }.items():
-        cmd += ["--set", f"{key}={value}"]
+    # The study and experiment named as digits' (_study reads optuna-digits.journal).
+    cmd = tune_command(
+        digits_table,
+        tmp_path,
+        3,
+        RECIPE,
+        tracking_experiment="digits",
+        tune_study="digits",
+        train_epochs="1",
+    )
     marker = tmp_path / "crashed"
     env = {**os.environ, "MASTER": "local[2,2]", MARKER: str(marker)}
 
