@@ -16,18 +16,15 @@ import logging
 import os
 import sys
 import threading
-import time
 import uuid
 
 from keras_dl import storage
-from keras_dl.errors import DistributedError
+from keras_dl.launch.stage_start import collect_within, not_started
 from keras_dl.storage import retry
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 1.0  # how often a task writes its new lines
-POLL_SECONDS = 0.5  # how often the driver lists the folder
-_CANCEL_SECONDS = 60.0  # how long the driver waits for a cancelled collect to return
 
 
 def _started(rank: int) -> str:
@@ -166,62 +163,28 @@ def _executors_here(spark) -> bool:
 
 
 def collect_watched(spark, df, np: int, tail: RankOutputTail, start_timeout: float) -> list:
-    """``df.collect()`` on a Spark Connect session, printing ``tail`` while it runs.
+    """``df.collect()`` on a Spark Connect session, printing ``tail`` while it runs; the ranks
+    started are the start markers ``tail`` has seen (:func:`~keras_dl.launch.stage_start.collect_within`).
 
     Raises:
         DistributedError: When fewer than ``np`` ranks started within ``start_timeout``
             seconds (the Spark job is cancelled first).
     """
     tag = f"keras_dl-barrier-{uuid.uuid4().hex}"
-    outcome: dict = {}
 
-    def collect() -> None:
+    def collect() -> list:
         spark.addTag(tag)  # the tags of a Connect client are its thread's
         try:
-            outcome["rows"] = df.collect()
-        except BaseException as exc:
-            outcome["error"] = exc
+            return df.collect()
         finally:
             spark.removeTag(tag)
 
-    thread = threading.Thread(target=collect, daemon=True, name="keras_dl-barrier-collect")
-    deadline = time.monotonic() + start_timeout
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(POLL_SECONDS)
-            tail.poll()
-            if len(tail.started) < np and time.monotonic() >= deadline and thread.is_alive():
-                _cancel(spark, tag, thread)
-                raise not_started(
-                    np, len(tail.started), start_timeout, "Horovod ranks", "HorovodRunner"
-                )
-    except KeyboardInterrupt:  # a notebook's stop button: the Spark job stops too
-        _cancel(spark, tag, thread)
-        raise
-    tail.poll()  # the lines written after the last poll
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["rows"]
-
-
-def _cancel(spark, tag: str, thread: threading.Thread) -> None:
-    try:
-        spark.interruptTag(tag)
-    except Exception as exc:
-        log.warning("could not cancel the Horovod barrier stage (tag %s): %s", tag, exc)
-    thread.join(_CANCEL_SECONDS)
-
-
-def not_started(
-    np: int, started: int, start_timeout: float, who: str, runner: str
-) -> DistributedError:
-    """The error of a barrier stage whose ``np`` tasks (running ``who``, launched by
-    ``runner``) did not all start."""
-    return DistributedError(
-        f"The {who} did not all start within runtime.start_timeout={start_timeout:g} s "
-        f"({runner}'s start_timeout): {started} of the {np} Spark tasks of the barrier "
-        f"stage started, and a barrier stage starts only when {np} task slots are free at once. "
-        "The Spark job was cancelled. Free task slots (wait for the cluster's running jobs, or "
-        "add executors or cores), use a smaller runtime.np, or raise runtime.start_timeout."
+    return collect_within(
+        collect,
+        lambda: len(tail.started),
+        lambda: spark.interruptTag(tag),
+        np,
+        start_timeout,
+        lambda count: not_started(np, count, start_timeout, "Horovod ranks", "HorovodRunner"),
+        tick=tail.poll,
     )

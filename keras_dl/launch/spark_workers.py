@@ -36,8 +36,8 @@ from typing import Any
 from keras_dl import storage
 from keras_dl.errors import DistributedError
 from keras_dl.launch.child import start_module
-from keras_dl.launch.rank_output import POLL_SECONDS, RankOutputTail, RankOutputWriter
-from keras_dl.launch.stage_start import collect_started
+from keras_dl.launch.rank_output import RankOutputTail, RankOutputWriter
+from keras_dl.launch.stage_start import POLL_SECONDS, collect_started
 from keras_dl.launch.worker_report import (
     WorkerFailed,
     failure_report,
