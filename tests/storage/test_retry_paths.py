@@ -2,7 +2,7 @@
 
 Each case holds a short lease on the store (6 s on S3; 15 s, the least Azure grants, on Azure),
 arms :class:`OutageProxy` to take the store away for half of it at the first request of the path
-under test (a row group's read, a schema read, the cache's
+under test (a row group's read, a Petastorm reader's opening, a schema read, the cache's
 copy, the Delta commit, a predict task's file), runs the path, and checks its result exactly:
 every row once, the copy byte for byte, one commit in the Delta log. In process, no Spark, a
 few rows.
@@ -102,6 +102,29 @@ def _petastorm_read(store: Store, tmp_path):
     return pa.concat_tables([load(i, g) for i, g in groups]), ROWS
 
 
+def _reader_open(store: Store, tmp_path):
+    """Petastorm's reader of a shard's row groups: opening it reads each file's metadata."""
+    from keras_dl.data.stream.planned_reader import open_reader
+    from keras_dl.data.stream.shards import Piece
+    from keras_dl.data.tables import open_table
+    from keras_dl.data.tables.rows import open_file
+
+    snapshot = open_table(_table(store))
+    pieces = [
+        Piece(i, g, None, md.row_group(g).num_rows)
+        for i in range(len(snapshot.files))
+        for md in [open_file(snapshot, i).metadata]
+        for g in range(md.num_row_groups)
+    ]
+    store.out(r"/t/part-")
+    reader = open_reader(snapshot, ("x", "y"), pieces, workers=1)
+    try:
+        return pa.concat_tables(list(reader)), ROWS
+    finally:
+        reader.stop()
+        reader.join()
+
+
 def _schema_read(store: Store, tmp_path):
     """A Parquet table's schema, read from its first file's footer."""
     from keras_dl.data.tables import open_table
@@ -173,6 +196,7 @@ def _one_commit_each(store: Store, table: str, versions: int) -> None:
 
 PATHS = {
     "petastorm_read": _petastorm_read,
+    "reader_open": _reader_open,
     "schema_read": _schema_read,
     "cache_fill": _cache_fill,
     "delta_commit": _delta_commit,

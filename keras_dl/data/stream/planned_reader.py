@@ -18,8 +18,9 @@ from keras_dl.data.stream.prefetch import RowGroupPrefetch
 from keras_dl.data.stream.row_group_worker import Convert, worker_class
 from keras_dl.data.stream.shards import Piece
 from keras_dl.data.tables.snapshot import TableSnapshot
-from keras_dl.errors import DataError
+from keras_dl.errors import DataError, KerasDLError
 from keras_dl.storage import file_url
+from keras_dl.storage.retry import retrying
 
 _RESULTS_QUEUE = 4  # row groups Petastorm's pool holds decoded ahead of the reader
 
@@ -55,22 +56,27 @@ def open_reader(
             last = {}  # the highest row group planned per file: Petastorm lists no more
             for path, rg in order:
                 last[path] = max(rg, last.get(path, -1))
-            with planned(last):
-                return _planned_reader(order)(
-                    fs,
-                    paths,
-                    worker_class=worker_class(
-                        snapshot, tuple(columns), index_of, keep, convert, prefetch
-                    ),
-                    # Thread workers: blocking, strict round-robin results (a seeded read is
-                    # reproducible), and Petastorm buffers at most _RESULTS_QUEUE row groups each.
-                    reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False),
-                    shuffle_rows=False,  # rows are mixed by the shuffle buffer, across row groups
-                    shuffle_row_groups=False,  # the pieces come in the planned (seeded) order
-                    num_epochs=1,
-                    is_batched_reader=True,
-                )
-        except DataError:
+
+            def attempt():
+                with planned(last):
+                    return _planned_reader(order)(
+                        fs,
+                        paths,
+                        worker_class=worker_class(
+                            snapshot, tuple(columns), index_of, keep, convert, prefetch
+                        ),
+                        # Thread workers: blocking, strict round-robin results (a seeded read
+                        # is reproducible); Petastorm buffers at most _RESULTS_QUEUE row groups.
+                        reader_pool=ThreadPool(workers, _RESULTS_QUEUE, shuffle_rows=False),
+                        shuffle_rows=False,  # rows are mixed by the shuffle buffer
+                        shuffle_row_groups=False,  # the pieces come in the planned (seeded) order
+                        num_epochs=1,
+                        is_batched_reader=True,
+                    )
+
+            # Opening reads the files' metadata (a HEAD each on a store): through an outage.
+            return retrying(attempt, snapshot.uri)
+        except KerasDLError:  # the store stayed unreachable (StoreUnavailable), a DataError
             raise
         except Exception as exc:
             raise DataError(f"Petastorm cannot open table {snapshot.uri!r}: {exc}") from None
