@@ -17,6 +17,7 @@ it itself only when the job fails or is preempted.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from keras_dl.distribute.world import World, current_world
@@ -26,6 +27,14 @@ from keras_dl.run.folder import RunFolder
 from keras_dl.run.resume import resume_run_id
 from keras_dl.runlock import held_by_launcher, open_run_lock
 from keras_dl.storage import watchdog
+
+log = logging.getLogger(__name__)
+
+
+def _answers(uri: str) -> bool:
+    from keras_dl.callbacks.mlflow_rest import is_reachable
+
+    return is_reachable(uri)[0]
 
 
 class Run:
@@ -46,8 +55,9 @@ class Run:
         self._unwatch = lambda: None
         self.driver = driver
         self._attach = attach
+        self._launched = held_by_launcher(exp.runtime.run_dir)  # a rank: its driver ends a failure
         if lock_run_dir is None:  # a rank whose launcher holds the lock does not take it
-            lock_run_dir = not held_by_launcher(exp.runtime.run_dir)
+            lock_run_dir = not self._launched
         self._lock = (
             open_run_lock(exp.runtime.run_dir, exp.runtime.lease_seconds)
             if world.is_chief and lock_run_dir
@@ -126,6 +136,12 @@ class Run:
             status, tags = "FINISHED", {}
         if self.driver:
             mlflow_run.terminate_run(self.exp.tracking.uri, self.run_id, status, tags)
+        elif error is not None and self._launched and not _answers(self.exp.tracking.uri):
+            # A rank cut off the tracking server (its host alone, say): MLflow would retry for
+            # minutes while the job waits; the driver ends the run with the job's error.
+            log.warning(
+                "MLflow at %s is not answering: the driver ends the run.", self.exp.tracking.uri
+            )
         else:
             mlflow_run.end_run(status, tags=tags)
 

@@ -154,3 +154,25 @@ def test_a_launched_run_finished_by_its_driver_loses_the_failure_tags(tmp_path, 
     terminate_run(mlflow_uri, run_id, "FINISHED")
     got = _run(mlflow_uri, run_id)
     assert got.info.status == "FINISHED" and "keras_dl.failure" not in got.data.tags
+
+
+def test_a_launched_rank_cut_off_the_tracking_server_leaves_a_failure_to_its_driver(
+    tmp_path, mlflow_uri, monkeypatch
+):
+    """Rank 0 whose host lost the tracking server (MLflow would retry for minutes) does not end
+    the run: its driver ends it with the job's error. A rank that reaches it ends it itself."""
+    import keras_dl.run.run as run_module
+    from keras_dl.errors import StoreUnavailable
+    from keras_dl.run.mlflow_run import create_run
+    from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
+
+    exp = _exp(tmp_path, mlflow_uri)
+    monkeypatch.setenv(HELD_BY_LAUNCHER, launcher_key(exp.runtime.run_dir))
+    for answers, status in ((False, "RUNNING"), (True, "KILLED")):
+        monkeypatch.setattr(run_module, "_answers", lambda uri, answers=answers: answers)
+        run_id = create_run(exp, {})
+        with pytest.raises(StoreUnavailable), open_run(exp, World(), run_id=run_id) as run:
+            run.start()
+            raise StoreUnavailable("s3://lake", 16.0)
+        assert _run(mlflow_uri, run_id).info.status == status
+        mlflow.end_run()  # what the rank left active, as its process would end
