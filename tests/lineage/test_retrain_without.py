@@ -174,3 +174,28 @@ def test_a_call_that_stopped_after_registering_is_finished_by_the_next_without_t
         "table_version": 1,
     }
     assert client.get_registered_model(NAME).aliases == {"champion": 2}
+
+
+def test_a_mixed_run_is_retrained_on_the_erased_tables_current_version_in_each_source():
+    """A run mixed from data.sources: each source on the erased table reads its current
+    version, all of it (its own pinned version or since_version still holds the erased rows);
+    a source on another table and data.table (another table here) are left as they were."""
+    from keras_dl.config import resolve
+    from keras_dl.erasure import retrain
+    from keras_dl.recipe import load_recipe
+
+    erased, other = "/lake/erased", "/lake/other"
+    sources = [
+        {"name": "old", "table": erased, "weight": 0.5, "version": 3, "since_version": 2},
+        {"name": "other", "table": other, "weight": 0.5, "version": 5, "filters": ["x > 1"]},
+    ]
+    config = {"data": {"table": "/lake/eval", "version": 1, "sources": sources}, "runtime": {}}
+    sets = retrain.retrain_settings(config, NAME, 4, 9, None, erased + "/")
+    assert not any(s.startswith("data.version=") for s in sets), sets
+    exp = resolve(load_recipe("digits").defaults, sets=sets)
+    old, kept = exp.data.sources
+    assert (old.table, old.version, old.since_version) == (erased, 9, None)
+    assert (kept.table, kept.version, kept.filters) == (other, 5, ("x > 1",))
+    # A single-table run: data.table is the erased table, read at its current version.
+    sets = retrain.retrain_settings({"data": {"table": erased}}, NAME, 4, 9, None, erased)
+    assert "data.version=9" in sets and not any("data.sources" in s for s in sets)
