@@ -42,8 +42,8 @@ def rows(n_train: int, n_test: int, seed: int, customer_42: tuple[int, int] = (0
     )
 
 
-def train(table: str, tmp, run: str, *sets: str):
-    recipe = load_recipe("tabular")
+def train(table: str, tmp, run: str, *sets: str, recipe: str = "tabular"):
+    recipe = load_recipe(recipe)
     exp = resolve(
         recipe.defaults,
         sets=[

@@ -90,13 +90,30 @@ def test_retrain_without_moves_the_champion_to_a_model_trained_from_scratch(tmp_
 
 
 @pytest.mark.slow
-def test_a_retrained_model_the_gate_refuses_gets_no_version_and_no_alias(tmp_path):
+def test_a_retraining_that_fails_or_that_the_gate_refuses_gets_no_version_and_no_alias(
+    tmp_path, monkeypatch
+):
     from deltalake import DeltaTable
+
+    from tests.lineage.broken_recipe import BREAK
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
     write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
-    train(table, tmp_path, "v1")
+    train(table, tmp_path, "v1", recipe="tests.lineage.broken_recipe")  # tabular's, for now
     DeltaTable(table).delete("customer_id = 42")
+    # The recipe's own code fails (a RuntimeError, not keras_dl's): reported as failed with
+    # its class and message, exit 4, champion left where it is.
+    monkeypatch.setenv(BREAK, "1")
+    out = cli_in_process(
+        "retrain-without", table, "--where", "customer_id = 42", "--tracking-uri", uri, "--json"
+    )
+    monkeypatch.delenv(BREAK)
+    assert out.returncode == 4, out.stdout + out.stderr
+    (failed,) = json.loads(out.stdout)["failed"]
+    assert (failed["version"], failed["aliases"], failed["new_version"]) == (1, ["champion"], None)
+    assert failed["reason"] == ("training failed: RuntimeError: the recipe's own prepare failed"), (
+        failed
+    )
     # A floor no model meets: the recipe's gate refuses the retrained one.
     out = cli_in_process(
         "retrain-without",
