@@ -338,7 +338,9 @@ def digits_model(digits_table, tmp_path_factory):
     return uri, result
 
 
-def write_delta(path, table, rows_per_group, rows_per_file=None, partition_by=None, mode="error"):
+def write_test_table(
+    path, table, rows_per_group, rows_per_file=None, partition_by=None, mode="error"
+):
     """Write ``table`` as a Delta table with row groups of ``rows_per_group`` rows.
 
     deltalake 1.x writes with delta-rs, which cuts files by bytes, not rows (its pyarrow engine's
