@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from keras_dl.lineage.query import find_versions
-from tests.conftest import cli_in_process, write_delta
+from tests.conftest import cli_in_process, write_test_table
 from tests.lineage.test_erasure_chain import NAME, lineage, rows, train
 
 
@@ -32,7 +32,7 @@ def test_retrain_without_moves_the_champion_to_a_model_trained_from_scratch(tmp_
     from deltalake import DeltaTable, write_deltalake
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
     train(table, tmp_path, "v1")
     write_deltalake(table, rows(120, 30, seed=1), mode="append")  # table version 1
     train(table, tmp_path, "v2", "data.since_version=0", f"model.init_from=models:/{NAME}@champion")
@@ -98,7 +98,7 @@ def test_a_retraining_that_fails_or_that_the_gate_refuses_gets_no_version_and_no
     from tests.lineage.broken_recipe import BREAK
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
     train(table, tmp_path, "v1", recipe="tests.lineage.broken_recipe")  # tabular's, for now
     DeltaTable(table).delete("customer_id = 42")
     # The recipe's own code fails (a RuntimeError, not keras_dl's): reported as failed with
@@ -157,7 +157,7 @@ def test_a_call_that_stopped_after_registering_is_finished_by_the_next_without_t
     from keras_dl.erasure import retrain
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
     train(table, tmp_path, "v1")
     where = "customer_id = 42"
     DeltaTable(table).delete(where)  # table version 1
