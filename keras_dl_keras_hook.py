@@ -17,16 +17,23 @@ reads from it. ``keras.wrappers.SKLearnClassifier`` and
 their first use. A module this hook cannot find, or whose loader cannot be made lazy, is loaded
 the usual way, so a Keras that renames these modules is not broken, only not sped up.
 
+It is opt-in: :func:`register` does nothing unless the environment variable
+``KERAS_DL_DEFER_KERAS_EXTRAS`` (:data:`ENV`) is set to ``1`` (any value but empty or ``0``)
+when it runs, so a user's interpreters import Keras exactly as Keras ships it. The test suite
+sets it for itself and every process it starts (``tests/conftest.py``), where it saves CPU-s
+per subprocess; a user who starts many processes may set it too.
+
 Like ``keras_dl_petastorm_hook`` it is top-level and imports only the standard library, so that
 ``keras_dl_petastorm_compat.pth`` can register it in every Python process of the environment
-(Spark's Python workers and Horovod ranks included) without importing keras_dl, and
-``import keras_dl`` registers it too (a source tree on ``PYTHONPATH``). It does nothing for a
-process that imported Keras before registering it.
+(Spark's Python workers and Horovod ranks included, when they inherit the variable) without
+importing keras_dl, and ``import keras_dl`` registers it too (a source tree on ``PYTHONPATH``).
+It does nothing for a process that imported Keras before registering it.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 import threading
 import types
@@ -43,10 +50,25 @@ DEFERRED = frozenset(
 )
 
 
-def register() -> None:
-    """Put the finder first on ``sys.meta_path`` (idempotent)."""
-    if not any(isinstance(f, KerasExtrasFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, KerasExtrasFinder())
+# The environment variable that turns the hook on (off when unset, empty or "0").
+ENV = "KERAS_DL_DEFER_KERAS_EXTRAS"
+
+
+def enabled() -> bool:
+    """Whether :data:`ENV` asks for the hook."""
+    return os.environ.get(ENV, "").strip() not in ("", "0")
+
+
+def register() -> bool:
+    """Put the finder first on ``sys.meta_path`` when :func:`enabled` (idempotent).
+
+    Returns whether the finder is installed."""
+    if any(isinstance(f, KerasExtrasFinder) for f in sys.meta_path):
+        return True
+    if not enabled():
+        return False
+    sys.meta_path.insert(0, KerasExtrasFinder())
+    return True
 
 
 class KerasExtrasFinder(importlib.abc.MetaPathFinder):

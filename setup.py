@@ -4,7 +4,8 @@ Everything else is declared in setup.cfg. The .pth file makes every Python proce
 environment (Petastorm's process-pool workers, Spark's Python workers, Horovod ranks) register
 the import hooks at start-up: the Petastorm one before anything imports Petastorm (on pyarrow
 >= 16 ``import petastorm`` fails without it), and the one that defers Keras' scikit-learn and
-matplotlib extras to their first use. The hooks are the top-level modules
+matplotlib extras to their first use (opt-in: only with ``KERAS_DL_DEFER_KERAS_EXTRAS=1`` in the
+environment; otherwise Keras imports as it ships). The hooks are the top-level modules
 keras_dl_petastorm_hook and keras_dl_keras_hook (setup.cfg ``py_modules``): the .pth file imports
 them and not keras_dl, and each does nothing until Petastorm or Keras is imported.
 """

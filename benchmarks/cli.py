@@ -7,7 +7,7 @@ runs them (for example to size a node).
 
 from __future__ import annotations
 
-from benchmarks import callbacks, distributed, fit, input, plan, predict, prune, tabular
+from benchmarks import callbacks, distributed, fit, hosts, input, plan, predict, prune, tabular
 
 
 def add_commands(sub, add_module_command, add_config_args) -> None:
@@ -16,6 +16,7 @@ def add_commands(sub, add_module_command, add_config_args) -> None:
         ("input", input),
         ("fit", fit),
         ("distributed", distributed),
+        ("hosts", hosts),
         ("callbacks", callbacks),
         ("predict", predict),
         ("plan", plan),

@@ -98,12 +98,7 @@ def run(args) -> int:
             shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(report, indent=2)
     for t in report["targets"]:
-        verdict = "pass" if t["met"] else "FAIL"
-        print(
-            f"{t['setup']:11s} {t['ratio']} {t['value']} (spread {t['spread']}) "
-            f"target {t['target']} {verdict}",
-            file=sys.stderr,
-        )
+        print(target_line(t), file=sys.stderr)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
@@ -145,6 +140,17 @@ def targets(setup: str, figures: dict) -> list[dict]:
         excess is not None and excess <= CPU_TOLERANCE,
     )
     return out
+
+
+def target_line(t: dict) -> str:
+    """One target as the run prints it; a ratio that could not be measured (``None``: its
+    baseline was 0) prints as ``n/a``, never ``None`` or ``inf``."""
+    value = "n/a" if t["value"] is None else t["value"]
+    verdict = "pass" if t["met"] else "FAIL"
+    return (
+        f"{t['setup']:11s} {t['ratio']} {value} (spread {t['spread']}) "
+        f"target {t['target']} {verdict}"
+    )
 
 
 def measure_setup(

@@ -19,7 +19,8 @@ __version__ = "0.1.0"
 # registers the hook at interpreter start; this covers a keras_dl used from a source tree
 # (PYTHONPATH) without it. Cheap: nothing is imported until Petastorm is.
 keras_dl_petastorm_hook.register()
-# Keras' scikit-learn and matplotlib extras load on first use, not with Keras (keras_dl_keras_hook).
+# Keras' scikit-learn and matplotlib extras load on first use, not with Keras, only when
+# KERAS_DL_DEFER_KERAS_EXTRAS=1 is set (opt-in, keras_dl_keras_hook; the test suite sets it).
 keras_dl_keras_hook.register()
 
 

@@ -61,7 +61,8 @@ echo ">>> installing keras-dl[$extras] with the pins in requirements/constraints
 # An editable install does not ship the package's .pth file (a wheel does): copy it, so every
 # Python process of the venv (Petastorm's process pool, Spark's Python workers, Horovod ranks)
 # registers the import hooks (the top-level keras_dl_petastorm_hook and keras_dl_keras_hook, not
-# keras_dl) before anything imports Petastorm or Keras.
+# keras_dl) before anything imports Petastorm or Keras (the Keras one only acts with
+# KERAS_DL_DEFER_KERAS_EXTRAS=1).
 copy_pth
 bash scripts/build_horovod.sh "$VENV"
 "$VENV/bin/python" -c 'import tensorflow, keras, petastorm, deltalake, mlflow, pyspark, keras_dl' \

@@ -151,7 +151,7 @@ def test_the_trivial_loss_reads_the_training_labels_and_weighs_rows_as_training(
     from keras_dl.config import DataConfig
     from keras_dl.data.splits import make_splits
     from keras_dl.trivial import trivial_loss
-    from tests.conftest import write_delta
+    from tests.conftest import write_test_table
 
     labels = [0] * 60 + [1] * 20 + [1] * 20  # the test rows are all class 1
     weights = [1.0] * 60 + [3.0] * 20 + [1.0] * 20
@@ -163,7 +163,7 @@ def test_the_trivial_loss_reads_the_training_labels_and_weighs_rows_as_training(
             "split": ["train"] * 80 + ["test"] * 20,
         }
     )
-    path = write_delta(str(tmp_path / "t"), table, rows_per_group=25)
+    path = write_test_table(str(tmp_path / "t"), table, rows_per_group=25)
     config = DataConfig(
         table=path, label="y", features=("x",), split_column="split", weight_column="w"
     )

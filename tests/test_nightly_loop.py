@@ -19,7 +19,7 @@ from keras_dl.config import resolve
 from keras_dl.errors import ConfigError, KerasDLError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import seed_store, write_delta
+from tests.conftest import seed_store, write_test_table
 
 NAME = "loop"
 GATE = ("registry.must_beat=champion", "registry.set_alias=champion")
@@ -64,7 +64,7 @@ def train(table: str, tmp: Path, run: str, *sets: str, callbacks=()):
 def champion(tmp_path_factory):
     """v0 (300 training rows) trained briefly, registered as loop/1 and crowned champion."""
     tmp = tmp_path_factory.mktemp("loop")
-    table = write_delta(str(tmp / "v0"), rows(300, 60, seed=0), rows_per_group=100)
+    table = write_test_table(str(tmp / "v0"), rows(300, 60, seed=0), rows_per_group=100)
     result = train(table, tmp, "v0", "train.epochs=2", *GATE)
     assert result.registered_version == 1
     client = mlflow.MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
@@ -236,7 +236,7 @@ def test_a_fine_tune_that_forgot_the_older_rows_loses_to_the_champion_on_the_who
     far worse. The alias stays, and the reason says where it lost."""
     name = "forget"
     sets = [f"tracking.registered_model={name}", "train.learning_rate=0.01", *GATE]
-    table = write_delta(str(tmp_path / "table"), rows(400, 80, seed=4), rows_per_group=100)
+    table = write_test_table(str(tmp_path / "table"), rows(400, 80, seed=4), rows_per_group=100)
     from deltalake import write_deltalake
 
     write_deltalake(table, flipped(80, 20, seed=5), mode="append")  # version 1

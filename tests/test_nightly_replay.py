@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 from tests.test_nightly_loop import train
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def night(tmp_path_factory):
     from deltalake import write_deltalake
 
     tmp = tmp_path_factory.mktemp("replay")
-    table = write_delta(str(tmp / "table"), blobs(120, CORNERS, range(4), seed=0), 200)
+    table = write_test_table(str(tmp / "table"), blobs(120, CORNERS, range(4), seed=0), 200)
     result = train(table, tmp, "v0", *CLASSIF, "train.epochs=20", *GATE)
     assert result.registered_version == 1
     write_deltalake(table, blobs(120, MOVED, (0, 1), seed=1), mode="append")

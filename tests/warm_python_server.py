@@ -52,6 +52,7 @@ AT_IMPORT = (
     "MKL_",
     "MALLOC",
     "HOME",
+    "KERAS_DL_DEFER_KERAS_EXTRAS",  # keras_dl_keras_hook, registered at interpreter start
 )
 # Set in the child (tests/warm_python_child.py) or read when used, not at import.
 LAZY = {

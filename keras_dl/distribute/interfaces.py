@@ -11,7 +11,8 @@ narrows the names every host must share.
 So before Horovod starts, one barrier stage of ``np`` tasks (placed as Horovod's will be)
 reports each host's IPv4 interfaces, read as Horovod reads them (``psutil.net_if_addrs()``),
 and a job whose hosts share no interface name but ``lo`` is refused at once, naming each host's
-interfaces, the rule and the fix.
+interfaces, the rule and the fix. The same probe names the interface Horovod is to use when
+its tasks run away from the driver (:func:`check_spark_interfaces`).
 """
 
 from __future__ import annotations
@@ -65,18 +66,40 @@ def check_common_interfaces(probes: list[dict]) -> set[str]:
     )
 
 
-def check_spark_interfaces(sc, np: int) -> None:
-    """Refuse a job whose Spark executors' hosts share no interface name, before Horovod starts.
+def check_spark_interfaces(sc, np: int) -> list[str] | None:
+    """Refuse a job whose Spark executors' hosts share no interface name, before Horovod starts;
+    return the interface Horovod is to use (its ``nics=``), or None to leave it Horovod's choice.
 
-    Nothing runs when every executor is on one host (the driver's status tracker says so).
+    Nothing runs when every executor is on the driver's host (the status tracker says so).
+    Otherwise Horovod is given the driver's interface that holds the address the executors
+    reach the driver at (``spark.driver.host``), when every task's host has one of that name:
+    with all its tasks on one host, Horovod keeps ``lo`` among the names it may use (there is
+    no peer to probe) and gives its rendezvous the driver's address on the first name of a set,
+    in hash order; on a host other than the driver's, that is 127.0.0.1 in about half the runs,
+    and every rank aborts ("HTTP GET request failed too many times", SIGABRT).
 
     Raises:
         DistributedError: As :func:`check_common_interfaces`.
     """
     infos = sc._jsc.sc().statusTracker().getExecutorInfos()
     if len({info.host() for info in infos}) < 2:
-        return
-    check_common_interfaces(probe_spark_interfaces(sc, np))
+        return None
+    common = check_common_interfaces(probe_spark_interfaces(sc, np))
+    name = address_interface(sc.getConf().get("spark.driver.host", socket.gethostname()))
+    return [name] if name in common else None
+
+
+def address_interface(host: str) -> str | None:
+    """The name of this machine's interface that holds ``host``'s address (a name or an
+    address), or None when none does (a loopback name such as 127.0.1.1, or no such name)."""
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    for name, addresses in task_interfaces()["interfaces"].items():
+        if address in addresses and name not in LOOPBACK_NAMES:
+            return name
+    return None
 
 
 def probe_spark_interfaces(sc, np: int) -> list[dict]:

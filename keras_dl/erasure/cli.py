@@ -84,6 +84,7 @@ def run(args) -> int:
             args.tracking_uri,
             tags,
             args.sets,
+            args.table,
         )
         for alias in out.moved:
             report["moved"].append(

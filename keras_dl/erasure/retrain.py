@@ -3,8 +3,9 @@
 The version's run logged its resolved config as the ``config.yaml`` artifact
 (:mod:`keras_dl.run.mlflow_run`): it is read back with the recipe it names, and changed only where
 the erasure needs it: no warm start (``model.init_from``: a warm start carries the erased rows'
-influence), the whole table at its current version (``data.version``; no ``since_version``,
-``since_timestamp``, ``timestamp`` or ``replay``), a run folder of its own (the old one's
+influence), the whole table at its current version (``data.version``, or the version of each
+``data.sources`` entry on the table; no ``since_version``, ``since_timestamp``, ``timestamp`` or
+``replay``), a run folder of its own (the old one's
 checkpoints trained on the rows), the same registered model, and no ``registry.set_alias``: the
 aliases the affected version holds are moved here, each only when the new model passed the
 recipe's registry gate (the trivial predictor, ``registry.min_metric``, ``registry.must_beat``)
@@ -14,6 +15,7 @@ and was registered by the recipe's normal path (:func:`keras_dl.run.finish.finis
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from keras_dl.errors import ConfigError, KerasDLError
+from keras_dl.lineage.query import same_table
 
 RETRAINED_TAG = "keras_dl.retrained_without"  # on the new version: the erasure's tag value
 REPLACES_TAG = "keras_dl.replaces"  # on the new version: models:/NAME/VERSION it replaces
@@ -69,13 +72,25 @@ def logged_config(client, model: str, version: int, run_id: str | None, into: st
 
 
 def retrain_settings(
-    config: dict, model: str, version: int, table_version: int, tracking_uri: str | None
+    config: dict,
+    model: str,
+    version: int,
+    table_version: int,
+    tracking_uri: str | None,
+    table: str | None = None,
 ) -> list[str]:
     """The ``--set`` overrides that make the logged ``config`` a from-scratch run on
-    ``table_version`` of the same table, registering as ``model``."""
+    ``table_version`` of the erased ``table``, registering as ``model``.
+
+    In a run mixed from ``data.sources``, each source on ``table`` reads ``table_version``
+    and all of it (its own ``version`` and ``since_version`` would read rows the erasure
+    removed since); ``data.version`` is set only when ``data.table`` is that table too.
+    """
+    data = config.get("data") or {}
+    own = table is None or not data.get("table") or same_table(data["table"]) == same_table(table)
     sets = [
         "model.init_from=",
-        f"data.version={table_version}",
+        *([f"data.version={table_version}"] if own else []),
         "data.timestamp=null",
         "data.since_version=null",
         "data.since_timestamp=null",
@@ -84,6 +99,12 @@ def retrain_settings(
         f"tracking.registered_model={model}",
         "registry.set_alias=",
     ]
+    if data.get("sources") and table is not None:
+        sources = [dict(s) for s in data["sources"]]
+        for s in sources:
+            if same_table(s.get("table", "")) == same_table(table):
+                s.update(version=table_version, since_version=None)
+        sets.append(f"data.sources={json.dumps(sources)}")
     if tracking_uri:
         sets.append(f"tracking.uri={tracking_uri}")
     return sets
@@ -122,6 +143,7 @@ def retrain(
     tracking_uri: str | None,
     tags: dict[str, str],
     extra_sets: Sequence[str] = (),
+    table: str | None = None,
 ) -> Outcome:
     """Retrain ``models:/model/version`` from scratch on ``table_version``; on a registered
     model, tag it with ``tags`` and move each of ``aliases`` still on the old version to it.
@@ -144,7 +166,7 @@ def retrain(
             if earlier is not None:
                 out.run_id, out.new_version = earlier
             else:
-                sets = retrain_settings(config, model, version, table_version, tracking_uri)
+                sets = retrain_settings(config, model, version, table_version, tracking_uri, table)
                 with contextlib.redirect_stdout(sys.stderr):  # stdout is the report (--json)
                     result = _train(config.get("recipe", ""), path, [*sets, *extra_sets])
     except KerasDLError as exc:

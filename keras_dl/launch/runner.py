@@ -169,8 +169,9 @@ class HorovodRunner:
             return run_barrier(
                 spark, payload, self.np, env, logs, self.start_timeout, self.output_dir
             )
-        # Hosts with no interface name in common: refused now, not after start_timeout.
-        check_spark_interfaces(spark.sparkContext, self.np)
+        # Hosts with no interface name in common: refused now, not after start_timeout; tasks
+        # away from the driver: the interface they reach it on, never lo.
+        nics = check_spark_interfaces(spark.sparkContext, self.np)
         out = _Tee(sys.stdout, Path(logs) / "spark.out")
         err = _Tee(sys.stderr, Path(logs) / "spark.err")
         # Executors on other hosts must reach the driver's services: keep Horovod's binding
@@ -192,6 +193,7 @@ class HorovodRunner:
                         stdout=out,
                         stderr=err,
                         verbose=0,
+                        nics=nics,
                     )
                 except Exception:
                     if lost:  # a rank's host stopped answering: rerun on the hosts left

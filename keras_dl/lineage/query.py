@@ -5,7 +5,8 @@ Every version of every registered model in the store is looked at once: its trai
 each split read, and :mod:`.matches` counts those that match. A warm-started version
 (``keras_dl.init_from``: ``models:/NAME/VERSION``) carries what its ancestors trained on, so the
 chain is followed to its root: a version is reported when it or any ancestor trained on a
-matching row. A version without a manifest (trained on a Spark DataFrame, on TFDS without a
+matching row. A train split mixed from ``data.sources`` answers per source (``train/NAME``),
+counting every row the source's share was drawn from. A version without a manifest (trained on a Spark DataFrame, on TFDS without a
 table, or before manifests were kept) is reported as having no row lineage, never as "none".
 """
 
@@ -41,8 +42,9 @@ class VersionAnswer:
         via: The warm-start ancestors that trained on a matching row (or cannot tell), nearest
             first: ``{"model", "version", "status", "splits"}``.
         init_from: The version it was warm-started from, ``models:/NAME/VERSION``, or None.
-        fingerprint: Its train split's fingerprint, or None.
-        table_version: The table version its train split read (a range's end), or None.
+        fingerprint: Its train split's fingerprint, or None (also for a mixed split).
+        table_version: The table version its train split read (a range's end; the earliest
+            of a mixed split's sources on the table), or None.
     """
 
     model: str
@@ -146,7 +148,10 @@ def _answer_all(client, models, wanted, where, ids, reader, answers, tmp) -> Non
             _add(answer, m, count)
             if m.split == "train":
                 answer.fingerprint = fingerprint(m)
-                answer.table_version = m.version
+            trains = m.split == "train" or m.split.startswith("train/")  # or a mixed source
+            if trains and m.version is not None:
+                seen = answer.table_version
+                answer.table_version = m.version if seen is None else min(seen, m.version)
 
 
 def _artifact_uris(client, run_ids: set[str]) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """A run's training manifest, built from the snapshots it read and logged as MLflow artifacts.
 
 Per split, ``keras_dl_lineage/manifest.json`` (the header of every split: table identity, row
-count, fingerprint) and ``keras_dl_lineage/SPLIT.files.parquet`` (its files and row runs), and
+count, fingerprint) and ``keras_dl_lineage/SPLIT.files.parquet`` (its files and row runs; a
+mixed train split's sources are the splits ``train/NAME``, in ``train.NAME.files.parquet``), and
 with ``data.lineage_columns`` ``keras_dl_lineage/SPLIT.values.parquet``: those columns' values
 at the trained rows, in manifest order, zstd-compressed, so a predicate on them can be answered
 after VACUUM removed the files. The run is tagged ``keras_dl.manifest`` (the header's
@@ -48,8 +49,18 @@ class Manifest:
         return {name: fingerprint(m) for name, m in self.splits.items()}
 
 
-def build_manifest(splits: Iterable[tuple[str, TableSnapshot | None]], data) -> Manifest:
-    """The manifest of ``(name, snapshot)`` splits read with the data config ``data``.
+def build_manifest(
+    splits: Iterable[tuple[str, TableSnapshot | None]], data, sources: Iterable = ()
+) -> Manifest:
+    """The manifest of ``(name, snapshot)`` splits read with the data config ``data``, and of
+    a mixed train split's ``sources`` (:class:`keras_dl.data.sources.Source`; ``splits`` then
+    holds no ``train``): one split ``train/NAME`` per source, its table at its own version with
+    ``data.filters`` and its own filters.
+
+    A source's manifest holds the rows the mix draws its share from. When the share covers
+    whole passes every one of them trains each epoch; a smaller share is a sample drawn anew
+    each epoch, so a listed row may not have been drawn: ``keras-dl lineage`` counts it as
+    trained, the answer an erasure can act on.
 
     Raises:
         DataError: A ``data.lineage_columns`` column the table lacks, or a file that cannot be
@@ -61,6 +72,15 @@ def build_manifest(splits: Iterable[tuple[str, TableSnapshot | None]], data) -> 
             continue
         selector = _selector(data, name, snapshot)
         m, values = split_manifest(name, snapshot, data.filters, selector, data.lineage_columns)
+        out.splits[name] = m
+        if values is not None:
+            out.values[name] = values
+    own = {s.name: tuple(s.filters) for s in data.sources}  # data.replay's sources have none
+    for source in sources:
+        name = f"train/{source.name}"
+        selector = (data.split_column, str(data.train_split)) if data.split_column else None
+        filters = (*data.filters, *own.get(source.name, ()))
+        m, values = split_manifest(name, source.snapshot, filters, selector, data.lineage_columns)
         out.splits[name] = m
         if values is not None:
             out.values[name] = values
@@ -133,11 +153,12 @@ def log_manifest(client, run_id: str, manifest: Manifest) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="keras_dl_lineage-") as tmp:
         headers = {}
         for name, m in manifest.splits.items():
-            files = f"{name}.files.parquet"
+            stem = name.replace("/", ".")  # a mixed source's train/NAME: one folder, flat
+            files = f"{stem}.files.parquet"
             pq.write_table(files_table(m), os.path.join(tmp, files), compression="zstd")
             values = None
             if name in manifest.values:
-                values = f"{name}.values.parquet"
+                values = f"{stem}.values.parquet"
                 pq.write_table(manifest.values[name], os.path.join(tmp, values), compression="zstd")
             headers[name] = to_header(m, files, values)
         with open(os.path.join(tmp, MANIFEST_NAME), "w") as f:

@@ -7,8 +7,6 @@ from __future__ import annotations
 from keras_dl.data.splits import DataSplits
 from keras_dl.run.run import Run
 
-NO_MANIFEST_TAG = "keras_dl.lineage.none"  # why a run logged no training manifest
-
 
 def log_inputs(run: Run, data: DataSplits) -> None:
     """The run's inputs: each split's table, version, columns and rows (MLflow's Datasets),
@@ -21,19 +19,13 @@ def log_inputs(run: Run, data: DataSplits) -> None:
 
     splits = (("train", data.train), ("validation", data.validation), ("test", data.test))
     client = mlflow.MlflowClient(run.exp.tracking.uri)
-    if data.sources:
-        # A train split mixed from data.sources has no manifest yet: without one, `keras-dl
-        # lineage` says the version has no row lineage, where a manifest of one source alone
-        # would answer with the wrong rows.
-        log_datasets(client, run.run_id, splits, data.plan.columns)
-        client.set_tag(run.run_id, NO_MANIFEST_TAG, "the train split mixes data.sources")
-    else:
-        manifest = build_manifest(
-            ((name, split.snapshot if split is not None else None) for name, split in splits),
-            run.exp.data,
-        )
-        log_manifest(client, run.run_id, manifest)
-        log_datasets(client, run.run_id, splits, data.plan.columns, manifest.fingerprints())
+    # A mixed train split (data.sources) has a manifest per source instead: train/NAME.
+    read = [
+        (n, None if s is None or (n == "train" and data.sources) else s.snapshot) for n, s in splits
+    ]
+    manifest = build_manifest(read, run.exp.data, data.sources)
+    log_manifest(client, run.run_id, manifest)
+    log_datasets(client, run.run_id, splits, data.plan.columns, manifest.fingerprints())
     for key, value in range_params(data.train.snapshot).items():  # data.since_version runs
         client.log_param(run.run_id, key, value)
 

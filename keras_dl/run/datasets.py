@@ -47,7 +47,8 @@ def log_datasets(
         columns: The columns the model reads (features, label, weight), in order.
         fingerprints: Per split, the SHA-256 naming its rows (:mod:`keras_dl.lineage`): the
             dataset's digest is its first 36 hex digits (MLflow keeps 36 characters), the
-            profile holds it whole. Defaults to none (the digest of the source and profile).
+            profile holds it whole; a mixed train split's sources are ``train/NAME``.
+            Defaults to none (the digest of the source and profile).
     """
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
@@ -62,11 +63,13 @@ def log_datasets(
             mix = stream.mix
             for i, source in enumerate(stream.names):
                 extra = {"weight": mix.weights[i], "epoch_share": mix.shares[i]}
+                split_name = f"train/{source}"
                 dataset = table_dataset(
                     stream.snapshots[i],
                     stream.all_stats[i].rows,
-                    f"train/{source}",
+                    split_name,
                     columns,
+                    (fingerprints or {}).get(split_name),
                     extra=extra,
                 )
                 inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[tag]))

@@ -8,9 +8,8 @@ import pytest
 
 from tests.conftest import STARTS_FIRST, run_cli
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 @STARTS_FIRST
 @pytest.mark.timeout(1800)  # a hang guard: 120 s quiet, over 600 on a CI machine loaded 5x
 def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
@@ -65,7 +64,7 @@ def test_quick_fit_bench_reports_both_feeds_and_their_ratio(tmp_path):
 
 
 def test_an_in_memory_cpu_figure_of_zero_gives_no_ratio_and_misses_the_target():
-    from benchmarks.fit import targets
+    from benchmarks.fit import target_line, targets
 
     figures = {
         "ratios": {"keras_dl/in_memory": 1.0},
@@ -77,3 +76,10 @@ def test_an_in_memory_cpu_figure_of_zero_gives_no_ratio_and_misses_the_target():
     ]
     assert cpu["value"] is None and cpu["met"] is False
     assert "measured as 0" in cpu["target"]
+    json.dumps(cpu, allow_nan=False)  # the report stays valid JSON: null, not inf or NaN
+    line = target_line(cpu)
+    assert line == (
+        "wide        keras_dl/in_memory cpu_ms_per_sample - 1 n/a (spread []) "
+        "target in_memory's CPU measured as 0: no ratio FAIL"
+    )
+    assert "None" not in line and "inf" not in line

@@ -14,12 +14,12 @@ from keras_dl.config import DataConfig, SourceConfig
 from keras_dl.data import make_splits
 from keras_dl.data.stream.epoch_position import EpochPosition, Segment
 from keras_dl.errors import DataError
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 def _table(path, n: int, base: int, split_test: int = 0) -> str:
     ids = np.arange(base, base + n + split_test, dtype=np.int64)
-    write_delta(
+    write_test_table(
         str(path),
         pa.table(
             {
@@ -114,7 +114,7 @@ def test_a_stop_resumed_on_another_number_of_ranks_trains_the_uninterrupted_epoc
 def test_sources_whose_columns_differ_are_refused_by_name(tmp_path):
     old = _table(tmp_path / "old", 20, 0)
     other = str(tmp_path / "other")
-    write_delta(
+    write_test_table(
         other,
         pa.table(
             {

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.conftest import REPO, write_delta
+from tests.conftest import REPO, write_test_table
 from tests.warm_python import REAL_PYTHON
 
 SCRIPT = """
@@ -27,7 +27,7 @@ print(table.num_rows, int(sum(table.column("x").to_pylist())))
 @pytest.mark.slow
 def test_twenty_scripts_calling_read_table_all_exit_zero(tmp_path):
     path = str(tmp_path / "t")
-    write_delta(path, pa.table({"x": np.arange(100, dtype=np.int64)}), rows_per_group=25)
+    write_test_table(path, pa.table({"x": np.arange(100, dtype=np.int64)}), rows_per_group=25)
     write_deltalake(path, pa.table({"x": np.arange(100, 150, dtype=np.int64)}), mode="append")
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
 

@@ -61,11 +61,11 @@ def test_a_failing_rank_fails_the_job_within_60s(digits_exp, tmp_path, mode, mes
 def test_more_ranks_than_rows_is_a_clear_error(tmp_path):
     import pyarrow as pa
 
-    from tests.conftest import write_delta
+    from tests.conftest import write_test_table
 
     table = str(tmp_path / "one_row")  # one training row for two ranks
     rows = pa.table({"pixels": [[0.0] * 64], "label": [1], "split": ["train"]})
-    write_delta(table, rows, rows_per_group=1)
+    write_test_table(table, rows, rows_per_group=1)
     exp = digits_experiment(table, tmp_path, "runtime.strategy=horovod", "runtime.np=-2")
     # A rank's own DataError reaches the caller as that DataError (its class and exit code).
     with pytest.raises(

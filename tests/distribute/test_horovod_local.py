@@ -132,12 +132,12 @@ def test_two_ranks_train_every_row_of_a_one_row_group_table_once_per_epoch(digit
     """A table written in one row group (pandas' and deltalake's default shape for a small
     table) trains on 2 ranks: each epoch, every row once, on exactly one rank."""
     from keras_dl.data import read_table
-    from tests.conftest import write_delta
+    from tests.conftest import write_test_table
     from tests.distribute.workers import train_counting_rows
 
     exp = digits_exp("runtime.strategy=horovod", "runtime.np=-2", "train.epochs=2")
     rows = read_table(exp.data.table)
-    one = write_delta(str(tmp_path / "one"), rows, rows_per_group=rows.num_rows)
+    one = write_test_table(str(tmp_path / "one"), rows, rows_per_group=rows.num_rows)
     exp = digits_exp(
         f"data.table={one}",
         "data.split_column=split",
@@ -165,7 +165,7 @@ def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
 
     from keras_dl.config import resolve
     from keras_dl.recipe import load_recipe
-    from tests.conftest import write_delta
+    from tests.conftest import write_test_table
 
     rng = np.random.default_rng(0)
     rows = 300
@@ -173,7 +173,7 @@ def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
     table = pa.table(
         {"x": rng.normal(size=rows), "label": rng.integers(0, 2, rows), "split": split}
     )
-    path = write_delta(str(tmp_path / "t"), table, rows_per_group=32)
+    path = write_test_table(str(tmp_path / "t"), table, rows_per_group=32)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     exp = resolve(
         load_recipe("tabular").defaults,

@@ -30,10 +30,12 @@ def ingest_digits(cluster, host, table: str) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
 
-def train_on(cluster, host, np: int, run: str, *sets: str, strategy: str = "horovod"):
-    """``keras-dl train digits`` on ``np`` Spark tasks, driven from ``host``, tracked on the
-    cluster's MLflow server, its run folder ``s3://lake/runs/RUN``: the finished process and
-    the ranks seen on each host."""
+def train_on(
+    cluster, host, np: int, run: str, *sets: str, strategy: str = "horovod", env: dict | None = None
+):
+    """``keras-dl train digits`` on ``np`` Spark tasks, driven from ``host`` (with ``env``
+    added to its environment), tracked on the cluster's MLflow server, its run folder
+    ``s3://lake/runs/RUN``: the finished process and the ranks seen on each host."""
     table = cluster.s3_uri("digits")
     run_dir = cluster.s3_uri(f"runs/{run}")
     cmd = train_command(strategy, np, table, cluster.tracking_uri, run_dir, *sets)
@@ -42,7 +44,7 @@ def train_on(cluster, host, np: int, run: str, *sets: str, strategy: str = "horo
         cluster.network.hosts, "KERAS_DL_RANK" if strategy == "multiworker" else "HOROVOD_RANK"
     )
     try:
-        done = host.run(cmd, env=cluster.env(host), cwd=REPO, timeout=900)
+        done = host.run(cmd, env=cluster.env(host, **(env or {})), cwd=REPO, timeout=900)
     finally:
         seen = watch.stop()
     return done, seen
@@ -69,7 +71,9 @@ def check_one_finished_run_one_rank_per_host(cluster, host, done, seen, strategy
     assert version["run_id"] == run["run_id"]
 
 
-def test_digits_trains_with_one_rank_on_each_of_two_hosts(host_cluster):
+def test_digits_trains_with_one_rank_on_each_host_and_with_its_one_rank_away_from_the_driver(
+    host_cluster,
+):
     cluster = host_cluster(2)  # each host's own name on 127.0.1.1
     h1, h2 = cluster.network.hosts
     ingest_digits(cluster, h1, cluster.s3_uri("digits"))
@@ -77,6 +81,24 @@ def test_digits_trains_with_one_rank_on_each_of_two_hosts(host_cluster):
     done, seen = train_on(cluster, h1, 2, "two-hosts", f"train.epochs={EPOCHS}")
 
     check_one_finished_run_one_rank_per_host(cluster, h1, done, seen, "horovod")
+
+    # One rank, on host 2 only (host 1's worker gone), away from the driver on host 1. With
+    # its one task on one host Horovod kept lo among the interfaces and gave the rendezvous
+    # the driver's address on the first of {lo, eth0} in hash order: PYTHONHASHSEED=0 puts lo
+    # first, and rank 0 on h2 asked 127.0.0.1 ("HTTP GET request failed too many times",
+    # SIGABRT, exit 2; `keras-dl bench hosts`, 2026-12-02). keras_dl gives it the driver's eth0.
+    worker = cluster.workers.pop("h1")
+    worker.kill()
+    worker.wait()
+    done, seen = train_on(
+        cluster, h1, 1, "away", "train.epochs=1", "tracking.registered_model=",
+        env={"PYTHONHASHSEED": "0"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
+    assert seen == {"h1": set(), "h2": {0}}, seen
+    assert "iface=eth0" in done.stdout + done.stderr, done.stderr[-4000:]
+    runs = [r for r in store_on(cluster, h1)["runs"] if r["params"]["runtime.np"] == "1"]
+    assert [r["status"] for r in runs] == ["FINISHED"], runs
 
 
 def test_digits_trains_with_one_multiworker_worker_on_each_of_two_hosts(host_cluster):

@@ -27,10 +27,10 @@ table, tmp = sys.argv[1], sys.argv[2]
 # own test below.
 import pyarrow as pa, pyarrow.compute as pc
 from keras_dl.data import read_table
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 rows = read_table(table)
 train = rows.filter(pc.equal(rows["split"], "train")).slice(0, 19 * 64)
-table = write_delta(f"{tmp}/whole", pa.concat_tables([train, rows.filter(pc.equal(rows["split"], "test"))]), 128)
+table = write_test_table(f"{tmp}/whole", pa.concat_tables([train, rows.filter(pc.equal(rows["split"], "test"))]), 128)
 out = {}
 for strategy in ("none", "mirrored"):
     exp = resolve(load_recipe("digits").defaults, sets=[
@@ -71,12 +71,12 @@ from keras_dl.config import resolve
 from keras_dl.data import read_table
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 from tests.distribute.workers import RowsSeen
 
 table, tmp = sys.argv[1], sys.argv[2]
 rows = read_table(table)
-one = write_delta(f"{tmp}/one", rows, rows_per_group=rows.num_rows)  # one row group
+one = write_test_table(f"{tmp}/one", rows, rows_per_group=rows.num_rows)  # one row group
 recipe = load_recipe("digits")
 recipe = dataclasses.replace(recipe, metrics=(*recipe.metrics, RowsSeen()))
 exp = resolve(recipe.defaults, sets=[

@@ -13,7 +13,7 @@ import pytest
 
 from keras_dl.distribute.failures import explain_failure, report_failure
 from keras_dl.errors import DataError, DistributedError, DivergenceError, RunError
-from tests.conftest import HEAVY, REPO, runs_in, write_delta
+from tests.conftest import HEAVY, REPO, runs_in, write_test_table
 from tests.distribute.test_failure_messages import HOROVOD, SHUTDOWN
 
 
@@ -32,7 +32,7 @@ def _table_with_a_ragged_second_file(tmp_path) -> tuple[str, str]:
             if ragged:
                 pixels[20] = pixels[20][:63]
             rows = {"pixels": pixels, "label": rng.integers(0, 10, 40), "split": ["train"] * 40}
-            write_delta(table, pa.table(rows), rows_per_group=40, mode="append")
+            write_test_table(table, pa.table(rows), rows_per_group=40, mode="append")
         files = open_table(table).files
         lengths = pq.read_table(files[1], columns=["pixels"])["pixels"].combine_chunks()
         if min(lengths.value_lengths().to_pylist()) == 63:

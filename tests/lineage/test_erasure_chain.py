@@ -17,7 +17,7 @@ import pytest
 from keras_dl.config import resolve
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import cli_in_process, seed_store, write_delta
+from tests.conftest import cli_in_process, seed_store, write_test_table
 
 NAME = "lineage"
 
@@ -42,8 +42,8 @@ def rows(n_train: int, n_test: int, seed: int, customer_42: tuple[int, int] = (0
     )
 
 
-def train(table: str, tmp, run: str, *sets: str):
-    recipe = load_recipe("tabular")
+def train(table: str, tmp, run: str, *sets: str, recipe: str = "tabular"):
+    recipe = load_recipe(recipe)
     exp = resolve(
         recipe.defaults,
         sets=[
@@ -81,7 +81,7 @@ def test_lineage_names_the_chain_that_trained_on_a_customer_before_and_after_vac
     from deltalake import DeltaTable, write_deltalake
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
     v1 = train(table, tmp_path, "v1")
     write_deltalake(table, rows(120, 30, seed=1), mode="append")  # table version 1
     v2 = train(

@@ -11,7 +11,7 @@ import pytest
 
 from keras_dl.erasure import mark
 from keras_dl.errors import DataError
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 def test_the_fingerprint_is_of_the_normalized_predicate():
@@ -25,7 +25,7 @@ def test_the_version_that_removed_the_rows(tmp_path):
     from deltalake import DeltaTable
 
     table = str(tmp_path / "t")
-    write_delta(table, pa.table({"customer_id": [41, 42, 42, 43]}), rows_per_group=2)
+    write_test_table(table, pa.table({"customer_id": [41, 42, 42, 43]}), rows_per_group=2)
     where = ["customer_id = 42"]
     with pytest.raises(DataError, match=r"version 0 still has 2 row\(s\) where customer_id = 42"):
         mark.check_erased(table, where)

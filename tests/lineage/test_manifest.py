@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from keras_dl.data import open_table, read_table
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.tables.filters import parse_filters, select
 from keras_dl.lineage.manifest import files_table, fingerprint, from_header, to_header
 from keras_dl.lineage.record import split_manifest
+from tests.fixtures.delta_protocol import write_protocol_table
 
 
 def rows(start: int, n: int) -> pa.Table:
@@ -30,7 +30,7 @@ def rows(start: int, n: int) -> pa.Table:
 
 def table(path, deleted=None):
     files = [[rows(0, 10), rows(10, 10)], [rows(20, 15)]]
-    write_delta(path, files, deleted or [[3, 4, 15], []])
+    write_protocol_table(path, files, deleted or [[3, 4, 15], []])
     return str(path)
 
 

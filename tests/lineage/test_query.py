@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 
 from keras_dl.data import open_table
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.tables.filters import parse_filters, select
 from keras_dl.lineage.record import Manifest, log_manifest, split_manifest, version_tags
 from tests.conftest import cli_in_process
+from tests.fixtures.delta_protocol import write_protocol_table
 
 
 def customers(path, base_row_ids=False) -> str:
@@ -24,7 +24,7 @@ def customers(path, base_row_ids=False) -> str:
     for f in range(2):
         ids = np.arange(f * 50, f * 50 + 50, dtype=np.int64)
         files.append([pa.table({"id": ids, "customer_id": 40 + ids % 5})])
-    write_delta(path, files, [[0, 1], []])  # rows 0 and 1 (customers 40, 41) deleted
+    write_protocol_table(path, files, [[0, 1], []])  # rows 0 and 1 (customers 40, 41) deleted
     if base_row_ids:  # row tracking's baseRowId on each add (file f's rows are 1000 f + index)
         log = os.path.join(path, "_delta_log", f"{0:020d}.json")
         with open(log) as f:

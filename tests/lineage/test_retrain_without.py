@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from keras_dl.lineage.query import find_versions
-from tests.conftest import cli_in_process, write_delta
+from tests.conftest import cli_in_process, write_test_table
 from tests.lineage.test_erasure_chain import NAME, lineage, rows, train
 
 
@@ -32,7 +32,7 @@ def test_retrain_without_moves_the_champion_to_a_model_trained_from_scratch(tmp_
     from deltalake import DeltaTable, write_deltalake
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
     train(table, tmp_path, "v1")
     write_deltalake(table, rows(120, 30, seed=1), mode="append")  # table version 1
     train(table, tmp_path, "v2", "data.since_version=0", f"model.init_from=models:/{NAME}@champion")
@@ -90,13 +90,30 @@ def test_retrain_without_moves_the_champion_to_a_model_trained_from_scratch(tmp_
 
 
 @pytest.mark.slow
-def test_a_retrained_model_the_gate_refuses_gets_no_version_and_no_alias(tmp_path):
+def test_a_retraining_that_fails_or_that_the_gate_refuses_gets_no_version_and_no_alias(
+    tmp_path, monkeypatch
+):
     from deltalake import DeltaTable
 
+    from tests.lineage.broken_recipe import BREAK
+
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
-    train(table, tmp_path, "v1")
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    train(table, tmp_path, "v1", recipe="tests.lineage.broken_recipe")  # tabular's, for now
     DeltaTable(table).delete("customer_id = 42")
+    # The recipe's own code fails (a RuntimeError, not keras_dl's): reported as failed with
+    # its class and message, exit 4, champion left where it is.
+    monkeypatch.setenv(BREAK, "1")
+    out = cli_in_process(
+        "retrain-without", table, "--where", "customer_id = 42", "--tracking-uri", uri, "--json"
+    )
+    monkeypatch.delenv(BREAK)
+    assert out.returncode == 4, out.stdout + out.stderr
+    (failed,) = json.loads(out.stdout)["failed"]
+    assert (failed["version"], failed["aliases"], failed["new_version"]) == (1, ["champion"], None)
+    assert failed["reason"] == ("training failed: RuntimeError: the recipe's own prepare failed"), (
+        failed
+    )
     # A floor no model meets: the recipe's gate refuses the retrained one.
     out = cli_in_process(
         "retrain-without",
@@ -140,7 +157,7 @@ def test_a_call_that_stopped_after_registering_is_finished_by_the_next_without_t
     from keras_dl.erasure import retrain
 
     table, uri = str(tmp_path / "table"), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    write_delta(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
+    write_test_table(table, rows(240, 60, seed=0, customer_42=(9, 3)), rows_per_group=100)
     train(table, tmp_path, "v1")
     where = "customer_id = 42"
     DeltaTable(table).delete(where)  # table version 1
@@ -174,3 +191,28 @@ def test_a_call_that_stopped_after_registering_is_finished_by_the_next_without_t
         "table_version": 1,
     }
     assert client.get_registered_model(NAME).aliases == {"champion": 2}
+
+
+def test_a_mixed_run_is_retrained_on_the_erased_tables_current_version_in_each_source():
+    """A run mixed from data.sources: each source on the erased table reads its current
+    version, all of it (its own pinned version or since_version still holds the erased rows);
+    a source on another table and data.table (another table here) are left as they were."""
+    from keras_dl.config import resolve
+    from keras_dl.erasure import retrain
+    from keras_dl.recipe import load_recipe
+
+    erased, other = "/lake/erased", "/lake/other"
+    sources = [
+        {"name": "old", "table": erased, "weight": 0.5, "version": 3, "since_version": 2},
+        {"name": "other", "table": other, "weight": 0.5, "version": 5, "filters": ["x > 1"]},
+    ]
+    config = {"data": {"table": "/lake/eval", "version": 1, "sources": sources}, "runtime": {}}
+    sets = retrain.retrain_settings(config, NAME, 4, 9, None, erased + "/")
+    assert not any(s.startswith("data.version=") for s in sets), sets
+    exp = resolve(load_recipe("digits").defaults, sets=sets)
+    old, kept = exp.data.sources
+    assert (old.table, old.version, old.since_version) == (erased, 9, None)
+    assert (kept.table, kept.version, kept.filters) == (other, 5, ("x > 1",))
+    # A single-table run: data.table is the erased table, read at its current version.
+    sets = retrain.retrain_settings({"data": {"table": erased}}, NAME, 4, 9, None, erased)
+    assert "data.version=9" in sets and not any("data.sources" in s for s in sets)

@@ -17,7 +17,7 @@ from keras_dl.divergence import find_divergence
 from keras_dl.errors import ConfigError, DivergenceError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import HEAVY, run_cli, runs_in, seed_store, train_digits, write_delta
+from tests.conftest import HEAVY, run_cli, runs_in, seed_store, train_digits, write_test_table
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +40,7 @@ def small_table(tmp_path_factory) -> str:
         }
     )
     path = tmp_path_factory.mktemp("tables") / "small"
-    return write_delta(str(path), table, rows_per_group=50, partition_by=["split"])
+    return write_test_table(str(path), table, rows_per_group=50, partition_by=["split"])
 
 
 def train_tabular(table: str, tmp: Path, *sets: str):

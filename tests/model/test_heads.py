@@ -17,7 +17,7 @@ from keras_dl.data.training_rows import read_table
 from keras_dl.errors import ConfigError, DataError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import run_cli, runs_in, write_delta
+from tests.conftest import run_cli, runs_in, write_test_table
 
 CLASSES = ["high", "low", "mid"]
 
@@ -56,7 +56,7 @@ def tables(tmp_path_factory):
     frame = _frame(1000)
     delta = str(root / "houses")
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    write_delta(delta, table, 200, partition_by=["split"])
+    write_test_table(delta, table, 200, partition_by=["split"])
     return delta, frame
 
 

@@ -17,7 +17,7 @@ from keras_dl.config import resolve
 from keras_dl.errors import ConfigError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 def _frame(rows: int) -> pd.DataFrame:
@@ -40,7 +40,7 @@ def _frame(rows: int) -> pd.DataFrame:
 def houses(tmp_path_factory):
     frame = _frame(400)
     table = str(tmp_path_factory.mktemp("missing") / "houses")
-    write_delta(table, pa.Table.from_pandas(frame, preserve_index=False), 100)
+    write_test_table(table, pa.Table.from_pandas(frame, preserve_index=False), 100)
     return table, frame
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from tests.conftest import STARTS_FIRST, train_digits, write_delta
+from tests.conftest import STARTS_FIRST, train_digits, write_test_table
 from tests.fresh_venv import cached_venv, clean_env
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def _tabular_model(tmp: Path):
     )
     frame["tier"] = np.where(frame["size"] > 50, "high", "low")
     table = str(tmp / "houses")
-    write_delta(table, pa.Table.from_pandas(frame, preserve_index=False), 100)
+    write_test_table(table, pa.Table.from_pandas(frame, preserve_index=False), 100)
     recipe = load_recipe("tabular")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     exp = resolve(

@@ -139,13 +139,13 @@ def test_a_table_model_refuses_a_null_feature_and_imputes_an_optional_one(tmp_pa
     from keras_dl.config import resolve
     from keras_dl.recipe import load_recipe
     from keras_dl.train import fit
-    from tests.conftest import write_delta
+    from tests.conftest import write_test_table
 
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"x": rng.normal(size=200), "color": rng.choice(["red", "blue"], 200)})
     frame["kind"] = np.where(frame["x"] > 0, "cat", "dog")
     table = str(tmp_path / "pets")
-    write_delta(table, pa.Table.from_pandas(frame, preserve_index=False), 100)
+    write_test_table(table, pa.Table.from_pandas(frame, preserve_index=False), 100)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     recipe = load_recipe("tabular")
     sets = [f"data.table={table}", "data.label=kind", f"tracking.uri={uri}", "train.epochs=1",

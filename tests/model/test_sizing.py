@@ -17,7 +17,7 @@ from keras_dl.errors import ConfigError
 from keras_dl.model import sizing
 from keras_dl.model.sizing import Sizing, choose_sizes
 from keras_dl.recipe import configure, load_recipe
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def _columns(rows: int, split: bool = True) -> dict:
 
 
 def _table(path, rows: int, split: bool = True) -> str:
-    return write_delta(str(path), pa.table(_columns(rows, split)), rows_per_group=64)
+    return write_test_table(str(path), pa.table(_columns(rows, split)), rows_per_group=64)
 
 
 def _exp(table, *sets):

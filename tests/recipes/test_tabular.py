@@ -14,7 +14,7 @@ from keras_dl.config import resolve
 from keras_dl.errors import DataError
 from keras_dl.recipe import load_recipe
 from keras_dl.train import fit
-from tests.conftest import run_cli, runs_in, write_delta
+from tests.conftest import run_cli, runs_in, write_test_table
 
 
 def _frame(rows: int, seed: int = 0) -> pd.DataFrame:
@@ -42,7 +42,7 @@ def tables(tmp_path_factory):
     root = tmp_path_factory.mktemp("tabular")
     frame = _frame(1200)
     delta = str(root / "houses")
-    write_delta(
+    write_test_table(
         delta, pa.Table.from_pandas(frame, preserve_index=False), 200, partition_by=["split"]
     )
     return root, delta, frame
@@ -137,7 +137,7 @@ def test_packed_columns_train_as_one_tensor_and_serve_by_name(tmp_path):
     frame["area"] = frame["size"] * 0.8 + np.arange(600) % 7  # float64, like size
     frame["floors"] = (frame["rooms"] % 3 + 1).astype(np.int64)  # int64, like rooms
     table = str(tmp_path / "houses")
-    write_delta(
+    write_test_table(
         table, pa.Table.from_pandas(frame, preserve_index=False), 100, partition_by=["split"]
     )
     result, uri = _fit(
@@ -212,7 +212,7 @@ def test_column_names_delta_allows_work_end_to_end(spark, tmp_path):
     """Spaces (as Databricks' column-mapped tables have), "/", "." and non-ASCII: as features
     of the tabular recipe, Keras inputs, the model signature, pyfunc serving and Spark scoring,
     on a column-mapped Delta table with a deletion vector."""
-    from keras_dl.data.ingest.delta_protocol import write_delta
+    from tests.fixtures.delta_protocol import write_protocol_table
 
     frame = _frame(600).rename(
         columns={"size": "size/m2", "rooms": "rooms.count", "city": "city name", "tier": "niveau é"}
@@ -226,7 +226,7 @@ def test_column_names_delta_allows_work_end_to_end(spark, tmp_path):
             parts.append([pa.Table.from_pandas(chunk, preserve_index=False)])
             values.append(split)
     table = str(tmp_path / "mapped")
-    write_delta(
+    write_protocol_table(
         table, parts, [[0, 1]] + [[]] * (len(parts) - 1), mapping=True, partition=("split", values)
     )
     result, uri = _fit(

@@ -1,11 +1,14 @@
 """fit() on digits mixed from two sources (data.sources) in process: each epoch logs its rows
 per source, each source is a dataset input with its weight and has its own test metrics, and
-the registered version's lineage names every source and version."""
+the registered version's lineage names every source and version, with a training manifest per
+source that `keras-dl lineage` answers from."""
 
 from __future__ import annotations
 
+import deltalake
 import mlflow
 
+from keras_dl.lineage.query import TRAINED, find_versions
 from tests.conftest import train_digits
 
 SOURCES = (
@@ -42,7 +45,24 @@ def test_digits_mixed_from_two_sources_logs_rows_per_source_and_lineage(digits_t
     tags = version.tags
     assert tags["data.sources"] == f"low={digits_table}@0,high={digits_table}@0"
     assert tags["data.source.high.weight"] == "0.3"
-    # No training manifest of one source standing for the mix: `keras-dl lineage` then says the
-    # version has no row lineage instead of counting the wrong rows.
-    assert "keras_dl.manifest" not in run.data.tags
-    assert run.data.tags["keras_dl.lineage.none"] == "the train split mixes data.sources"
+    # The training manifest holds each source as its own split (not one source standing for
+    # the mix), and `keras-dl lineage` counts a row in the source that trained on it.
+    assert run.data.tags["keras_dl.manifest"].startswith(f"runs:/{run.info.run_id}/")
+    assert version.tags["keras_dl.manifest"] == run.data.tags["keras_dl.manifest"]
+    for name in ("low", "high"):
+        fp = run.data.tags[f"keras_dl.fingerprint.train/{name}"]
+        assert next(d for n, d in inputs.items() if n.endswith(f":train/{name}")).digest == fp[:36]
+    rows = deltalake.DeltaTable(digits_table).to_pyarrow_table().to_pandas()
+    count = rows.groupby(["split", "label"]).size()
+    (answer,) = find_versions(digits_table, ["label = 7"], tracking_uri=uri)
+    assert answer.status == TRAINED and answer.version == result.registered_version
+    assert answer.table_version == 0
+    # data.table's own validation and test splits evaluate the mix, counted beside it.
+    assert answer.splits == {
+        "train/low": 0,
+        "train/high": count["train", 7],
+        "validation": count["validation", 7],
+        "test": count["test", 7],
+    }
+    (answer,) = find_versions(digits_table, ["label = 2"], tracking_uri=uri)
+    assert (answer.splits["train/low"], answer.splits["train/high"]) == (count["train", 2], 0)

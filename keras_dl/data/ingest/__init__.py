@@ -8,9 +8,10 @@
 - :mod:`~keras_dl.data.ingest.spark_delta`: a Spark DataFrame, written by the executors and
   committed once by the driver (no Delta jars);
 - :mod:`~keras_dl.data.ingest.parquet_files`: the Parquet files (page checksums) and the Delta
-  ``add`` actions the writers above commit;
-- :mod:`~keras_dl.data.ingest.delta_protocol`: Delta commits with deletion vectors and column
-  mapping written from the protocol's text, for tables with the features other engines write.
+  ``add`` actions the writers above commit.
+
+(The test suite's writer of Delta tables with deletion vectors and column mapping, from the
+protocol's text, is ``tests/fixtures/delta_protocol.py``: not part of the product.)
 
 Writers sit beside the read path (:mod:`keras_dl.data.stream`) and use only
 :mod:`keras_dl.data.tables` below them.

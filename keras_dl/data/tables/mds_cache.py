@@ -4,8 +4,15 @@ Each dataset version is decoded once into its own folder under the cache root
 (``$KERAS_DL_MDS_CACHE``, else ``~/.cache/keras-dl/mds``, beside keras-dl's other caches). Every
 open stamps its folder's ``.last-used``; a folder no open has used for
 ``$KERAS_DL_MDS_CACHE_DAYS`` days (7 by default) is deleted at the next open of any dataset, so
-the copies of versions no run reads any more do not pile up. A job that reads one version for
-longer than that without reopening it should raise the number of days.
+the copies of versions no run reads any more do not pile up.
+
+A copy in use is never deleted, however old its stamp: each process that opened a version holds a
+shared ``flock`` on its folder until it exits, and eviction takes the lock exclusively without
+waiting (a folder it cannot lock is in use and kept), checks the stamp again under it, renames the
+folder aside (``.evicted-*``, atomic) and only then deletes it. An open that waited on an
+eviction finds its folder gone and makes it anew; shards are written to a temporary file and
+renamed (:func:`keras_dl.data.tables.mds._write`), so ranks decoding the same version never
+read half a file. On a file system without ``flock`` the copies are judged by their stamps alone.
 
 The copies earlier releases kept under ``~/.cache/keras_dl/mds`` are deleted at the first open
 that uses the default root.
@@ -13,10 +20,13 @@ that uses the default root.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import shutil
 import time
+import uuid
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +34,10 @@ CACHE_ENV = "KERAS_DL_MDS_CACHE"
 DAYS_ENV = "KERAS_DL_MDS_CACHE_DAYS"
 STAMP = ".last-used"
 _OLD_DEFAULT = "~/.cache/keras_dl/mds"  # the spelling before keras-dl's own
+EVICTED = ".evicted-"  # a folder renamed aside for deletion: no open reaches it any more
+# Folder -> a descriptor of it, shared-locked for as long as this process lives: the versions
+# this process opened (and may still read) are never evicted by another.
+_HELD: dict[str, int] = {}
 
 
 def cache_root() -> str:
@@ -38,11 +52,54 @@ def use(root: str, key: str) -> str:
         _drop_old_default()
     _evict_unused(root, keep=key)
     folder = os.path.join(root, key)
-    os.makedirs(folder, exist_ok=True)
+    _hold(folder)
     with open(os.path.join(folder, STAMP), "a"):
         pass
     os.utime(os.path.join(folder, STAMP))
     return folder
+
+
+def release(folder: str) -> None:
+    """Stop holding ``folder`` (its copy may be evicted once its stamp is old)."""
+    fd = _HELD.pop(folder, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _hold(folder: str) -> None:
+    """Create ``folder`` if needed and hold a shared lock on it; a folder an eviction renamed
+    aside while this waited for the lock is made anew."""
+    fd = _HELD.get(folder)
+    if fd is not None and _same(fd, folder):
+        return
+    release(folder)
+    while True:
+        os.makedirs(folder, exist_ok=True)
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue  # evicted between the two calls
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits while an eviction holds it
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                os.close(fd)
+                raise
+            log.debug("No flock on %s (%s): copies are judged by their stamps.", folder, exc)
+        if _same(fd, folder):
+            _HELD[folder] = fd
+            return
+        os.close(fd)  # renamed aside under us: the path is gone or a new folder
+
+
+def _same(fd: int, path: str) -> bool:
+    """Whether ``path`` is still the folder ``fd`` was opened on."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _max_age_days() -> float:
@@ -68,16 +125,51 @@ def _evict_unused(root: str, keep: str) -> None:
     cutoff = time.time() - days * 86400.0
     for name in names:
         folder = os.path.join(root, name)
-        if name == keep or not os.path.isdir(folder):
+        if name.startswith(EVICTED):
+            shutil.rmtree(folder, ignore_errors=True)  # left by an eviction that died
             continue
-        stamp = os.path.join(folder, STAMP)
+        if name == keep or name.startswith(".") or not os.path.isdir(folder):
+            continue
+        if _last_used(folder) >= cutoff:
+            continue
+        _evict(root, folder, cutoff, days)
+
+
+def _last_used(folder: str) -> float:
+    """When an open last stamped ``folder`` (its own mtime without a stamp); now if it is gone."""
+    stamp = os.path.join(folder, STAMP)
+    for path in (stamp, folder):
         try:
-            used = os.stat(stamp if os.path.exists(stamp) else folder).st_mtime
+            return os.stat(path).st_mtime
         except FileNotFoundError:
-            continue  # another process deleted it
-        if used < cutoff:
-            log.info("Deleting decoded MDS copy %s: unused for over %g days.", folder, days)
-            shutil.rmtree(folder, ignore_errors=True)
+            continue
+    return time.time()  # another process deleted it
+
+
+def _evict(root: str, folder: str, cutoff: float, days: float) -> None:
+    """Delete ``folder`` unless a process holds it or an open stamped it meanwhile."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return  # gone, or not ours to read
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # in use: a live process opened this version
+        except OSError:
+            pass  # no flock here: the stamp alone decides
+        if not _same(fd, folder) or _last_used(folder) >= cutoff:
+            return  # evicted by another process, or used since the first look
+        aside = os.path.join(root, f"{EVICTED}{os.path.basename(folder)}-{uuid.uuid4().hex}")
+        try:
+            os.rename(folder, aside)  # atomic: from now on no open finds it
+        except OSError:
+            return
+    finally:
+        os.close(fd)
+    log.info("Deleting decoded MDS copy %s: unused for over %g days.", folder, days)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _drop_old_default() -> None:

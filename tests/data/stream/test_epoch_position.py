@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream import row_ranges as rr
 from keras_dl.data.stream.epoch_position import EpochPosition, EpochRows, Segment
 from keras_dl.data.stream.epoch_stream import EpochStream
 from tests.data.stream.test_exact_reads import SETTINGS, materialize, open_spec, tables
+from tests.fixtures.delta_protocol import write_protocol_table
 
 
 def _stream_batches(stream: EpochStream):
@@ -57,7 +57,7 @@ def _issue_table(tmp_path) -> str:
             parts.append(pa.table({"id": ids, "x": ids.astype(np.float32)}))
         files.append(parts)
         start += rows
-    write_delta(path, files, [[] for _ in files])
+    write_protocol_table(path, files, [[] for _ in files])
     return path
 
 

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns, read_table
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream.shard_epochs import iter_epoch
 from keras_dl.data.tables.filters import parse_filters, select
 from keras_dl.data.tables.stats import count_rows, scan_table
 from keras_dl.errors import DataError
+from tests.fixtures.delta_protocol import write_protocol_table
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -63,7 +63,7 @@ def materialize(spec, root) -> tuple[str, Counter]:
         files.append(tables_)
         kept = set(range(row)) - set(deleted)
         live.update(start + r for r in kept if _kept(spec, start + r))
-    write_delta(
+    write_protocol_table(
         path,
         files,
         spec["deleted"],
@@ -271,7 +271,7 @@ def test_resume_position_continues_the_same_epoch(tmp_path):
 @pytest.mark.parametrize("mapping", [False, True])
 @pytest.mark.parametrize("inline", [False, True])
 def test_deleted_rows_are_gone_with_special_partition_values(tmp_path, inline, mapping):
-    from keras_dl.data.ingest.delta_protocol import write_delta
+    from tests.fixtures.delta_protocol import write_protocol_table
 
     groups = [
         [
@@ -283,7 +283,7 @@ def test_deleted_rows_are_gone_with_special_partition_values(tmp_path, inline, m
     ]
     values = ["a b%c", "é=1/x", None]  # a space, %, a non-ASCII letter, =, / and a null
     path = str(tmp_path / "t")
-    write_delta(
+    write_protocol_table(
         path,
         groups,
         [[0, 9], [1, 2, 3], []],

@@ -7,7 +7,7 @@ from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
 from keras_dl.data.stream import epoch_stream
 from keras_dl.data.stream.memory_cache import EpochCache, chunk_bytes
 from keras_dl.data.stream.shards import Piece
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 def _chunks(keep=None):
@@ -48,7 +48,7 @@ def test_binary_columns_count_their_bytes():
 
 def _table(path, n=1000, rows_per_group=100):
     table = pa.table({"f": np.arange(n, dtype=np.float32), "label": np.arange(n) % 3})
-    write_delta(path, table, rows_per_group)
+    write_test_table(path, table, rows_per_group)
     return open_table(path)
 
 

@@ -14,15 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream.arrays import to_arrays
 from keras_dl.data.stream.blocks import WEIGHT
 from keras_dl.data.stream.features import FeatureSpec, pack_features
 from keras_dl.data.stream.packing import pack, unpack
 from keras_dl.data.stream.signature import input_signature
 from keras_dl.errors import DataError
-from tests.conftest import write_delta as write_table
+from tests.conftest import write_test_table
 from tests.data.stream.test_exact_reads import SETTINGS, tables
+from tests.fixtures.delta_protocol import write_protocol_table
 
 # Features by dtype: int64 id, e, g; float32 x, a; float64 c, f; int32 h alone (not packed).
 COLUMNS = ("id", "e", "x", "a", "c", "h", "g", "f")
@@ -60,7 +60,9 @@ def _write(spec, root) -> tuple[str, Counter]:
             row += n
         files.append(parts)
         live.update(start + r for r in set(range(row)) - set(deleted))
-    write_delta(path, files, spec["deleted"], mapping=spec["mapping"], inline=spec["inline"])
+    write_protocol_table(
+        path, files, spec["deleted"], mapping=spec["mapping"], inline=spec["inline"]
+    )
     return path, live
 
 
@@ -129,7 +131,7 @@ def test_a_packed_epoch_yields_the_rows_of_an_unpacked_one_on_every_rank(
 
 def _table(tmp_path, columns: dict) -> str:
     path = str(tmp_path / f"t-{uuid.uuid4().hex[:8]}")
-    write_table(path, pa.table(columns), 100)
+    write_test_table(path, pa.table(columns), 100)
     return path
 
 

@@ -13,7 +13,7 @@ from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, pl
 from keras_dl.data.stream.shard_epochs import iter_epoch_arrays
 from keras_dl.data.tables.stats import scan_table
 from keras_dl.errors import DataError
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 NUMERIC = {
     "i8": pa.int8(),
@@ -107,7 +107,7 @@ def test_preprocess_hook_runs_vectorized_on_whole_batches(tmp_path):
 
 def _delta(path, n=40, rows_per_group=10, **cols):
     table = pa.table({"x": np.arange(n, dtype=np.float32), "label": np.arange(n) % 2, **cols})
-    write_delta(path, table, rows_per_group, rows_per_file=2 * rows_per_group)
+    write_test_table(path, table, rows_per_group, rows_per_file=2 * rows_per_group)
     return path
 
 

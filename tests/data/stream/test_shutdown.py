@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.conftest import REPO, write_delta
+from tests.conftest import REPO, write_test_table
 from tests.warm_python import REAL_PYTHON
 
 HANG_SECONDS = 120  # a script that has not exited by then is hung (they take ~15 s here)
@@ -70,7 +70,7 @@ def table(tmp_path_factory) -> str:
     data = pa.table(
         {"x": np.arange(n, dtype=np.float32), "label": (np.arange(n) % 2).astype(np.int64)}
     )
-    return write_delta(path, data, rows_per_group=100, rows_per_file=5000)
+    return write_test_table(path, data, rows_per_group=100, rows_per_file=5000)
 
 
 def _run(script: str, *args) -> dict:

@@ -6,7 +6,7 @@ from deltalake import write_deltalake
 from keras_dl.config import DataConfig
 from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, plan_columns
 from keras_dl.errors import DataError
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 def _write(path, n=1000, rows_per_group=100, **extra):
@@ -18,7 +18,7 @@ def _write(path, n=1000, rows_per_group=100, **extra):
             **extra,
         }
     )
-    write_delta(path, table, rows_per_group, rows_per_file=10 * rows_per_group)
+    write_test_table(path, table, rows_per_group, rows_per_file=10 * rows_per_group)
     return path
 
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from keras_dl.config import DataConfig, Experiment, resolve
 from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.splits import make_splits
 from keras_dl.errors import ConfigError, DataError
+from tests.fixtures.delta_protocol import write_protocol_table
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -47,7 +47,7 @@ def write_weighted(root, files, deleted, weights=weight_of) -> tuple[str, Counte
             row += n
         tables.append(parts)
         live.update(start + r for r in set(range(row)) - set(gone))
-    write_delta(path, tables, deleted)
+    write_protocol_table(path, tables, deleted)
     return path, live
 
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from keras_dl.data import open_table, read_table
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.errors import DataError
+from tests.fixtures.delta_protocol import write_protocol_table
 
 _ROWS = 2000  # per row group: each column chunk is 16 KB of float64
 
@@ -21,7 +21,7 @@ def _table(path, **parquet_options) -> str:
         pa.table({"x": np.arange(g * _ROWS, (g + 1) * _ROWS) * 1.25, "label": np.arange(_ROWS) % 3})
         for g in range(3)
     ]
-    write_delta(path, [groups], parquet_options=parquet_options)
+    write_protocol_table(path, [groups], parquet_options=parquet_options)
     return open_table(str(path)).files[0]
 
 

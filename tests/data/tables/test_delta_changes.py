@@ -214,7 +214,7 @@ def test_tf_data_trains_on_the_changed_rows_only(copy):
 
 
 def _dv(rows: list[int]) -> dict:
-    from keras_dl.data.ingest.delta_protocol import bitmap_bytes, z85_encode
+    from tests.fixtures.delta_protocol import bitmap_bytes, z85_encode
 
     data = bitmap_bytes(rows)
     inline = {"storageType": "i", "pathOrInlineDv": z85_encode(data)}
@@ -229,10 +229,10 @@ def test_deletion_vectors_in_the_range_apply(tmp_path, cdf):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from keras_dl.data.ingest.delta_protocol import write_delta
+    from tests.fixtures.delta_protocol import write_protocol_table
 
     path = tmp_path / "t"
-    write_delta(path, [[pa.table({"id": pa.array(range(5), pa.int64())})]])
+    write_protocol_table(path, [[pa.table({"id": pa.array(range(5), pa.int64())})]])
     pq.write_table(pa.table({"id": pa.array(range(100, 105), pa.int64())}), path / "b.parquet")
     add = {"path": "b.parquet", "partitionValues": {}, "size": 1, "modificationTime": 0}
     log = path / "_delta_log"

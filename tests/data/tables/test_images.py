@@ -9,7 +9,7 @@ from keras_dl.data import ReadOptions, make_dataset, make_splits, open_table, pl
 from keras_dl.data.tables.images import ImagePreprocess, make_image_preprocess
 from keras_dl.errors import DataError
 from keras_dl.recipe import Recipe
-from tests.conftest import write_delta
+from tests.conftest import write_test_table
 
 
 def _encode(img: np.ndarray, fmt: str) -> bytes:
@@ -42,7 +42,7 @@ def _write(path, encoded, splits=None, rows_per_group=8):
     cols = {"image": pa.array(encoded, pa.binary()), "label": np.arange(n, dtype=np.int64) % 2}
     if splits is not None:
         cols["split"] = splits
-    write_delta(
+    write_test_table(
         path,
         pa.table(cols),
         rows_per_group,

@@ -346,3 +346,88 @@ def test_the_default_cache_is_spelled_keras_dash_dl_and_the_old_one_goes(tmp_pat
     snapshot = open_table(str(FIXTURES / "compressed_gz"))
     assert Path(snapshot.files[0]).parents[1] == tmp_path / ".cache" / "keras-dl" / "mds"
     assert not old.exists()
+
+
+def _age(folder, days):
+    import os
+    import time
+
+    from keras_dl.data.tables.mds_cache import STAMP
+
+    then = time.time() - days * 86400
+    os.utime(folder / STAMP, (then, then))
+
+
+def test_a_copy_in_use_is_kept_however_old_its_stamp_and_goes_once_released(tmp_path):
+    """A run reading one version for longer than the days (no reopen) lost it under itself."""
+    from keras_dl.data.tables import mds_cache
+
+    root = tmp_path / "cache"
+    held = Path(mds_cache.use(str(root), "shards-sha256-held"))
+    try:
+        (held / "000000.parquet").write_bytes(b"x")
+        _age(held, 30)
+        mds_cache.use(str(root), "shards-sha256-other")  # an open of another version evicts
+        assert (held / "000000.parquet").exists()  # held (a shared flock): in use, kept
+    finally:
+        mds_cache.release(str(held))
+    mds_cache.release(str(root / "shards-sha256-other"))
+    mds_cache.use(str(root), "shards-sha256-other")
+    assert not held.exists()  # released and unused for 30 days: gone
+    assert not [p for p in root.iterdir() if p.name.startswith(mds_cache.EVICTED)]
+    mds_cache.release(str(root / "shards-sha256-other"))
+
+
+def test_an_open_that_waits_on_an_eviction_makes_its_folder_anew(tmp_path):
+    """The evictor locks, renames the folder aside and deletes it: an open blocked meanwhile
+    must not return the renamed folder (its files about to go) but a fresh one at the path."""
+    import fcntl
+    import os
+    import threading
+
+    from keras_dl.data.tables import mds_cache
+
+    root = tmp_path / "cache"
+    folder = root / "shards-sha256-v"
+    folder.mkdir(parents=True)
+    (folder / "000000.parquet").write_bytes(b"stale")
+    evictor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(evictor, fcntl.LOCK_EX)  # as _evict holds it
+    got = {}
+    opener = threading.Thread(
+        target=lambda: got.update(folder=mds_cache.use(str(root), folder.name))
+    )
+    opener.start()
+    opener.join(0.5)
+    assert opener.is_alive()  # waits on the eviction's lock
+    os.rename(folder, root / f"{mds_cache.EVICTED}v")
+    os.close(evictor)  # the lock goes with it
+    opener.join(30)
+    try:
+        assert got["folder"] == str(folder)
+        assert folder.is_dir() and not (folder / "000000.parquet").exists()  # made anew
+        fd = mds_cache._HELD[str(folder)]
+        assert os.fstat(fd).st_ino == os.stat(folder).st_ino  # the lock is on the new one
+        again = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: no eviction takes it
+        finally:
+            os.close(again)
+    finally:
+        mds_cache.release(str(folder))
+
+
+def test_an_eviction_that_died_leaves_nothing_behind(tmp_path):
+    from keras_dl.data.tables import mds_cache
+
+    root = tmp_path / "cache"
+    dead = root / f"{mds_cache.EVICTED}shards-sha256-x-0123"
+    dead.mkdir(parents=True)
+    (dead / "000000.parquet").write_bytes(b"x")
+    mds_cache.use(str(root), "shards-sha256-y")
+    try:
+        assert not dead.exists()
+        assert sorted(p.name for p in root.iterdir()) == ["shards-sha256-y"]
+    finally:
+        mds_cache.release(str(root / "shards-sha256-y"))

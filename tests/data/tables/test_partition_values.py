@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import open_table, read_table
-from keras_dl.data.ingest.delta_protocol import write_partition_values
 from keras_dl.errors import DataError
+from tests.fixtures.delta_protocol import write_partition_values
 
 UTC = timezone.utc
 _FEATURES = {"timestamp_ntz": ("timestampNtz",)}

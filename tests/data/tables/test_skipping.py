@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keras_dl.data import open_table, read_table
-from keras_dl.data.ingest.delta_protocol import write_delta
 from keras_dl.data.stream.shard_epochs import iter_epoch
 from keras_dl.data.tables.filters import parse_filters, select
 from keras_dl.data.tables.stats import scan_table
 from keras_dl.errors import DataError
+from tests.fixtures.delta_protocol import write_protocol_table
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 LONG = "p" * 32  # as long as Delta's string prefix: a maximum this long may have been cut
@@ -100,7 +100,7 @@ def filters_(draw):
 def write(spec, root: Path) -> str:
     path = str(root / f"t-{uuid.uuid4().hex[:8]}")
     files = [[pa.table(g, schema=SCHEMA) for g in groups] for groups in spec["files"]]
-    write_delta(
+    write_protocol_table(
         path,
         files,
         spec["deleted"],
@@ -167,7 +167,7 @@ def test_a_skipping_read_returns_the_rows_of_a_full_read(tmp_path, spec, shards)
 
 def test_files_the_stats_exclude_are_never_opened(tmp_path):
     files = [[pa.table({"id": list(range(k * 10, k * 10 + 10)), "x": [k] * 10})] for k in range(4)]
-    write_delta(tmp_path / "t", files, column_stats=True)
+    write_protocol_table(tmp_path / "t", files, column_stats=True)
     for part in sorted((tmp_path / "t").glob("part-0000[013]*.parquet")):
         part.write_bytes(b"not parquet")  # x = 0, 1 and 3: a read of them fails
     got = read_table(str(tmp_path / "t"), filters=["x = 2"])
@@ -199,7 +199,7 @@ def test_nulls_nan_cut_strings_and_millisecond_times_are_not_skipped_wrongly(tmp
         [pa.table({"id": [0, 1], "x": pa.array([None, None], pa.int64()), "f": [1.0, math.nan]})],
         [pa.table({"id": [2, 3], "x": pa.array([5, None], pa.int64()), "f": [1.0, 1.0]})],
     ]
-    write_delta(tmp_path / "a", files, column_stats=True)
+    write_protocol_table(tmp_path / "a", files, column_stats=True)
     path = str(tmp_path / "a")
     assert ids(path, ["x != 7"]) == [2]  # file 0 (all null) is skipped, even for !=
     assert select(open_table(path), [("x", "!=", 7)]).skipped_files == 1
@@ -207,7 +207,7 @@ def test_nulls_nan_cut_strings_and_millisecond_times_are_not_skipped_wrongly(tmp
     assert ids(path, ["f not in 1.0"]) == [1]
     cut = LONG + "z"
     stamps = pa.array([stamp, T0], pa.timestamp("us", tz="UTC"))
-    write_delta(
+    write_protocol_table(
         tmp_path / "b",
         [[pa.table({"id": [0, 1], "s": [cut, "a"], "ts": stamps})]],
         column_stats=True,
@@ -224,7 +224,7 @@ def test_nulls_nan_cut_strings_and_millisecond_times_are_not_skipped_wrongly(tmp
 
 def test_float32_and_decimal_bounds_compare_as_the_reader_does(tmp_path):
     x = pa.array([0.1, 0.5], pa.float32())
-    write_delta(tmp_path / "t", [[pa.table({"id": [0, 1], "x": x})]], column_stats=True)
+    write_protocol_table(tmp_path / "t", [[pa.table({"id": [0, 1], "x": x})]], column_stats=True)
     log = (tmp_path / "t/_delta_log" / f"{0:020d}.json").read_text().splitlines()[-1]
     assert (
         json.loads(json.loads(log)["add"]["stats"])["minValues"]["x"] == 0.1
@@ -253,7 +253,7 @@ def test_float32_and_decimal_bounds_compare_as_the_reader_does(tmp_path):
 
 def test_column_mapping_stats_are_read_by_physical_name(tmp_path):
     files = [[pa.table({"id": [k], "x": [k]})] for k in range(3)]
-    write_delta(tmp_path / "t", files, mapping=True, column_stats=True)
+    write_protocol_table(tmp_path / "t", files, mapping=True, column_stats=True)
     snapshot = select(open_table(str(tmp_path / "t")), [("x", ">=", 2)])
     assert (len(snapshot.files), snapshot.skipped_files) == (1, 2)
     assert ids(str(tmp_path / "t"), ["x >= 2"]) == [2]
@@ -286,7 +286,7 @@ def test_checkpoint_stats_parsed_skip_files(tmp_path):
 
 
 def test_a_filter_on_an_unknown_column_names_it(tmp_path):
-    write_delta(tmp_path / "t", [[pa.table({"id": [1], "x": [1]})]], column_stats=True)
+    write_protocol_table(tmp_path / "t", [[pa.table({"id": [1], "x": [1]})]], column_stats=True)
     with pytest.raises(DataError, match="'nope' is not in the table"):
         read_table(str(tmp_path / "t"), filters=["nope > 1"])
 
