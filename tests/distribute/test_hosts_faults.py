@@ -2,8 +2,9 @@
 
 The driver runs on host 1 as in tests/distribute/test_hosts_horovod.py; the fault lands on host 2
 once rank 0 has written epoch 1's checkpoint (its PUT in moto's log, which the test process can
-read; it cannot reach the hosts' network): a link pulled for 20 s is ridden out, and a host gone
-for good ends the job (exit 75) and a rerun on the host left resumes, every row once.
+read; it cannot reach the hosts' network): a link pulled for 20 s is ridden out, the shared store
+cut from host 2 alone for longer than the lease ends the job (exit 75) and the rerun finishes, and
+a host gone for good ends the job (exit 75) and a rerun on the host left resumes, every row once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import pytest
 
 from tests.conftest import HOSTS, REPO
-from tests.distribute.hosts_driver import store_on, train_command
+from tests.distribute.hosts_driver import RankWatch, store_on, train_command
 from tests.distribute.test_hosts_horovod import check_every_row_once, ingest_digits
 
 pytestmark = [HOSTS, pytest.mark.slow]  # see tests/conftest.py
@@ -25,6 +26,13 @@ CUT_SECONDS = 20
 # How long a job that lost a host may take to end (measured: see test_a_host_gone_for_good...).
 GONE_BOUND = 180
 STALL = 60  # runtime.stall_timeout
+LEASE = 24  # runtime.lease_seconds of the store cut: a rank retries for 16 s
+GRACE = 5  # keras_dl.storage.watchdog.GRACE
+# Measured 2026-12-02, from the store cut to the job's end: 27-35 s with rank 1 on host 2 (it
+# retried opening its test shard's reader for 16-17 s); 56-59 s with rank 0 there (17 s of
+# retries, then its MLflow logger waited its flush_timeout, 30 s, for the server it cannot reach).
+MARGIN = 45
+END_BOUND = LEASE + GRACE + MARGIN  # seconds from the store cut to the job's end
 
 
 def start_training(
@@ -86,7 +94,12 @@ def driver_output(cluster, run: str) -> str:
     return (cluster.logs / f"driver-{run}.log").read_text(errors="replace")[-8000:]
 
 
-def test_host_2s_link_down_for_20_s_mid_training_is_ridden_out(host_cluster):
+def test_a_20_s_link_cut_is_ridden_out_and_the_store_cut_from_one_host_ends_resumable(
+    host_cluster,
+):
+    """Two faults on one cluster (one cluster, not two): host 2's link down for 20 s mid-epoch
+    is ridden out, every row once; then the shared store cut from host 2 alone
+    (:func:`check_store_cut`) ends the job resumable and the rerun finishes."""
     cluster = host_cluster(2)
     h1, h2 = cluster.network.hosts
     ingest_digits(cluster, h1, cluster.s3_uri("digits"))
@@ -102,9 +115,103 @@ def test_host_2s_link_down_for_20_s_mid_training_is_ridden_out(host_cluster):
 
     assert code == 0, driver_output(cluster, "flap")
     assert checkpoints_put(cluster, "flap") > before_up  # training went on after the cut
-    (run,) = store_on(cluster, h1)["runs"]
+    (run,) = runs_of(cluster, h1, "flap")
     assert run["status"] == "FINISHED", run["tags"]
     check_every_row_once(run, EPOCHS)
+
+    check_store_cut(cluster)
+
+
+def check_store_cut(cluster) -> None:
+    """The shared store unreachable from one host only, under Horovod on Spark across two hosts.
+
+    The driver runs on host 1, one rank per host, the table and ``runtime.run_dir`` on the services
+    host's S3 (moto) and the tracking on its MLflow server (tests/fixtures/cluster.py). Once epoch
+    1's checkpoint is written, a blackhole route on host 2 (:meth:`Host.cut_from`) cuts it off the
+    services host while host 1 still reaches it, for longer than the run's lease. The lease rules
+    (keras_dl/storage/retry.py): the driver on host 1 holds the lease and keeps renewing it; a rank
+    cannot see the renewals, so it retries a failing store call for two thirds of
+    ``runtime.lease_seconds`` from its first failure, then stops with ``StoreUnavailable``; the job
+    ends with exit 75 naming the store, no checkpoint is written once the stopped job's time is up,
+    and the same command, once the route is back, resumes and finishes the run, every row once.
+
+    Which rank lands on host 2 is Spark's choice, and both cases are held to the same rules:
+
+    - rank 1 on host 2: the rank that loses the store only reads the table. Its training epochs
+      read nothing more from S3 (measured: epochs 2-4 went on through the cut, digits is small), so
+      the cut bites when it opens its test shard's reader after training, while rank 0 on host 1
+      evaluates its own and goes on: the reader's opening must be retried within the lease (it
+      failed at once, exit 2), and the chief must not mark the run COMPLETE before every rank's
+      evaluation ended (it did: the rerun then trained the whole run again);
+    - rank 0 on host 2: the rank that loses the store also writes the checkpoints and logs to the
+      MLflow server, which it cannot reach either (the driver and rank 1 on host 1 still can): its
+      next checkpoint write is retried until its share of the lease, and it leaves the MLflow run's
+      end to the driver (MLflow's own retries would hold the job for minutes).
+    """
+    h1, h2 = cluster.network.hosts
+    svc = cluster.network.services
+    sets = (f"train.epochs={EPOCHS}", f"runtime.lease_seconds={LEASE}")
+    watch = RankWatch(cluster.network.hosts)
+    try:
+        proc = start_training(cluster, h1, "cut", *sets)
+        wait_for_checkpoint(cluster, "cut", proc)
+        time.sleep(1)  # into epoch 2
+        cut, cut_wall = time.monotonic(), time.time()
+        h2.cut_from(svc)
+        try:
+            code = proc.wait(timeout=END_BOUND)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"the job went on {END_BOUND} s after the store was cut from host 2:\n"
+                + driver_output(cluster, "cut")
+            )
+        took = time.monotonic() - cut
+        time.sleep(3)  # a rank left behind would write now
+        late = checkpoint_times(cluster, "cut")
+    finally:
+        seen = watch.stop()
+    h2.cut_from(svc, cut=False)
+    ended = driver_output(cluster, "cut")
+    on_h2 = seen["h2"]
+    print(f"rank {on_h2} on host 2; the job ended {took:.0f} s after the cut, exit {code}")
+    print(ended[-1500:])
+
+    assert seen in ({"h1": {0}, "h2": {1}}, {"h1": {1}, "h2": {0}}), seen
+    assert code == 75, f"exit {code} {took:.0f} s after the cut:\n{ended}"
+    error = last_error(ended)
+    assert "Object store s3://lake unreachable" in error, ended[-4000:]
+    assert "runtime.lease_seconds" in error, error
+    # Not before the rank's share of the lease was waited out.
+    assert took >= 2 * LEASE / 3 - 1, f"gave up {took:.0f} s after the cut: {error}"
+    assert late, "no checkpoint PUT found in moto's log"
+    after = [t - cut_wall for t in late if t > cut_wall + LEASE + 1]  # the log has whole seconds
+    assert not after, f"checkpoints written {after} s after the cut (lease {LEASE} s)"
+
+    again = start_training(cluster, h1, "cut", *sets)
+    assert again.wait(timeout=900) == 0, driver_output(cluster, "cut")
+    (run,) = runs_of(cluster, h1, "cut")
+    assert run["status"] == "FINISHED", run["tags"]
+    check_every_row_once(run, EPOCHS)
+
+
+def runs_of(cluster, host, run: str) -> list[dict]:
+    """The MLflow runs (:func:`store_on`) whose run folder is ``s3://lake/runs/RUN``."""
+    folder = cluster.s3_uri(f"runs/{run}")
+    return [
+        r for r in store_on(cluster, host)["runs"] if r["params"].get("runtime.run_dir") == folder
+    ]
+
+
+_PUT_TIME = re.compile(r"\[(\d\d/\w{3}/\d{4} \d\d:\d\d:\d\d)\] \"(?:PUT|POST) /lake/runs/")
+
+
+def checkpoint_times(cluster, run: str) -> list[float]:
+    """When moto logged each checkpoint header PUT of ``run`` (wall clock, whole seconds)."""
+    pattern = re.compile(_PUT_TIME.pattern + re.escape(run) + r"/checkpoints/ckpt-\d+\.json")
+    text = (cluster.logs / "moto.log").read_text(errors="replace")
+    return [
+        time.mktime(time.strptime(m.group(1), "%d/%b/%Y %H:%M:%S")) for m in pattern.finditer(text)
+    ]
 
 
 # Before keras_dl.launch.spark_run gave up a rank that does not stop (2026-12-01): rank 0's
