@@ -6,8 +6,9 @@ each split read, and :mod:`.matches` counts those that match. A warm-started ver
 (``keras_dl.init_from``: ``models:/NAME/VERSION``) carries what its ancestors trained on, so the
 chain is followed to its root: a version is reported when it or any ancestor trained on a
 matching row. A train split mixed from ``data.sources`` answers per source (``train/NAME``),
-counting every row the source's share was drawn from. A version without a manifest (trained on a Spark DataFrame, on TFDS without a
-table, or before manifests were kept) is reported as having no row lineage, never as "none".
+counting every row the source's share was drawn from. A version without a manifest (trained on
+a Spark DataFrame, on TFDS without a table, or before manifests were kept) is reported as having
+no row lineage, never as "none".
 """
 
 from __future__ import annotations

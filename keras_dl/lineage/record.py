@@ -78,7 +78,7 @@ def build_manifest(
     own = {s.name: tuple(s.filters) for s in data.sources}  # data.replay's sources have none
     for source in sources:
         name = f"train/{source.name}"
-        selector = (data.split_column, str(data.train_split)) if data.split_column else None
+        selector = _selector(data, "train", source.snapshot)
         filters = (*data.filters, *own.get(source.name, ()))
         m, values = split_manifest(name, source.snapshot, filters, selector, data.lineage_columns)
         out.splits[name] = m
