@@ -111,6 +111,10 @@ SPARK_CLUSTER = pytest.mark.xdist_group("spark_cluster")
 # Spark master, workers and services on their own addresses, so they take none of the loopback
 # cluster's slots; one at a time, on a worker of their own.
 HOSTS = pytest.mark.xdist_group("hosts")
+# Their hang guard: each wait inside them has its own bound, and each builds a cluster and runs
+# several jobs: test_hosts_faults' link and store cuts took 304 s alone on a quiet machine and
+# went past the suite's 900 s guard in CI's full run (2 cores, 4 xdist workers).
+HOSTS_PATIENCE = pytest.mark.timeout(1800)
 # The longest single tests (minutes each, on 2 cores): sent to the workers first, so none of them
 # starts last and ends the suite alone.
 STARTS_FIRST = pytest.mark.starts_first

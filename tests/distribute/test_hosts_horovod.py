@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import HOSTS, REPO
+from tests.conftest import HOSTS, HOSTS_PATIENCE, REPO
 from tests.distribute.hosts_driver import RankWatch, store_on, train_command
 
-pytestmark = [HOSTS, pytest.mark.slow]  # see tests/conftest.py
+pytestmark = [HOSTS, HOSTS_PATIENCE, pytest.mark.slow]  # see tests/conftest.py
 
 EPOCHS = 2
 

@@ -15,11 +15,11 @@ import re
 
 import pytest
 
-from tests.conftest import HOSTS, REPO
+from tests.conftest import HOSTS, HOSTS_PATIENCE, REPO
 from tests.distribute.hosts_driver import store_on, train_command
 from tests.distribute.test_hosts_horovod import ingest_digits
 
-pytestmark = [HOSTS, pytest.mark.slow]  # see tests/conftest.py
+pytestmark = [HOSTS, HOSTS_PATIENCE, pytest.mark.slow]  # see tests/conftest.py
 
 
 def _flat(text: str) -> str:
