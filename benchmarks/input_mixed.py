@@ -43,15 +43,13 @@ def measure_mixed(work: str, rows: int, rows_per_group: int, batches: list[int],
         samples = timing.measure_rounds(rounds, paths, cpu)
         figures = timing.summarize(samples, subjects=("mixed",), cpu=cpu)
         slower = [min(x, y) for x, y in zip(samples["table_a"], samples["table_b"])]
-        per_round = [m / s for m, s in zip(samples["mixed"], slower) if s > 0]
         medians = figures["rows_per_s"]
-        figures["ratios"]["mixed/slower_table"] = round(
-            medians["mixed"] / min(medians["table_a"], medians["table_b"]), 3
+        figures["ratios"]["mixed/slower_table"] = timing.ratio(
+            medians["mixed"], min(medians["table_a"], medians["table_b"])
         )
-        figures["ratio_spread"]["mixed/slower_table"] = [
-            round(min(per_round), 3),
-            round(max(per_round), 3),
-        ]
+        figures["ratio_spread"]["mixed/slower_table"] = timing.ratio_spread(
+            samples["mixed"], slower
+        )
         out["batches"][str(batch)] = figures
     return out
 

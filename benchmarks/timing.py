@@ -139,9 +139,8 @@ def summarize(
             if name in subjects or mine is None:
                 continue
             key = f"{subject}/{name}"
-            out["ratios"][key] = round(medians[subject] / medians[name], 3)
-            per_round = [a / b for a, b in zip(mine, values) if b > 0]
-            out["ratio_spread"][key] = [round(min(per_round), 3), round(max(per_round), 3)]
+            out["ratios"][key] = ratio(medians[subject], medians[name])
+            out["ratio_spread"][key] = ratio_spread(mine, values)
     if cpu:
         cpu_medians = {n: statistics.median(v) for n, v in cpu.items()}
         out["cpu_us_per_unit"] = {n: round(m, 2) for n, m in cpu_medians.items()}
@@ -158,6 +157,27 @@ def summarize(
             if name not in subjects and m > 0
         }
     return out
+
+
+def ratio(mine: float, theirs: float) -> float | None:
+    """``mine / theirs`` to 3 places, or None when the baseline measured 0 (a peer that did no
+    work in its rounds): a target judges None as missed and prints it as ``n/a``."""
+    return round(mine / theirs, 3) if theirs > 0 else None
+
+
+def ratio_spread(mine: list[float], theirs: list[float]) -> list[float]:
+    """[min, max] of the per-round ratios, over the rounds whose baseline is above 0; [] if none."""
+    per_round = [a / b for a, b in zip(mine, theirs) if b > 0]
+    return [round(min(per_round), 3), round(max(per_round), 3)] if per_round else []
+
+
+def judged(value: float | None, minimum: float, places: int = 2) -> tuple[float | None, bool]:
+    """A ratio as a target prints and judges it: to ``places`` (a 0.8996 shown as 0.9 meets 0.9);
+    one that could not be measured (None) stays None, JSON's null, and is missed."""
+    if value is None:
+        return None, False
+    value = round(value, places)
+    return value, value >= minimum
 
 
 def _rate(x: float) -> float:
@@ -242,8 +262,9 @@ def _drainer():
 
 
 def format_targets(targets: list[dict]) -> str:
-    """Targets as a plain-text table: table and batch (when they have them), ratio, median,
-    spread, target, pass/fail, and the pair's CPU-per-row ratio (when measured)."""
+    """Targets as a plain-text table: table and batch (when they have them), ratio, median (``n/a``
+    when its baseline measured 0), spread, target, pass/fail, and the pair's CPU-per-row ratio
+    (when measured)."""
     where = any("table" in t for t in targets)
     lines = [
         f"{'table':8s} {'batch':>5s}  " * where
@@ -255,7 +276,8 @@ def format_targets(targets: list[dict]) -> str:
         lines.append(
             f"{t.get('table', ''):8s} {str(t.get('batch', '')):>5s}  "
             * where
-            + f"{t['ratio']:42s} {t['value']:>7}  {spread:15s} {t['target']!s:6s} "
+            + f"{t['ratio']:42s} {'n/a' if t['value'] is None else t['value']:>7}  "
+            f"{spread:15s} {t['target']!s:6s} "
             f"{'pass' if t['met'] else 'FAIL':4s}  {'' if cpu is None else cpu}"
         )
     return "\n".join(lines)

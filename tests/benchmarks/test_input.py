@@ -55,6 +55,27 @@ def test_summary_has_medians_spreads_and_per_round_ratios():
     assert stalled["spread"]["ray"] == [0.421, 0.421] and stalled["rounds"]["ray"] == [0.421]
 
 
+def test_a_baseline_that_measured_zero_gives_no_ratio_and_misses_its_target():
+    from benchmarks.input import _check_targets
+    from benchmarks.timing import format_targets
+
+    # A peer that did no work in any round (its rate 0): no ZeroDivisionError, no inf in the
+    # JSON, and its target printed as n/a and missed; a round of 0 is left out of the spread.
+    s = summarize({"keras_dl": [900.0, 1000.0], "ray": [0.0, 0.0], "base": [0.0, 500.0]})
+    assert s["ratios"] == {"keras_dl/ray": None, "keras_dl/base": 3.8}
+    assert s["ratio_spread"] == {"keras_dl/ray": [], "keras_dl/base": [2.0, 2.0]}
+    json.dumps(s, allow_nan=False)
+    unmeasured = {
+        "ratios": {"keras_dl/ray_to_tf": None},
+        "ratio_spread": {"keras_dl/ray_to_tf": []},
+    }
+    report = {"narrow": {"batches": {"32": unmeasured}}}
+    (target,) = _check_targets(report)
+    assert target["value"] is None and target["met"] is False
+    line = format_targets([target]).splitlines()[1]
+    assert "n/a" in line and "FAIL" in line and "None" not in line
+
+
 def test_cpu_per_unit_comes_from_the_timed_window():
     from benchmarks import timing
 
