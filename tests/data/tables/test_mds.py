@@ -431,3 +431,43 @@ def test_an_eviction_that_died_leaves_nothing_behind(tmp_path):
         assert sorted(p.name for p in root.iterdir()) == ["shards-sha256-y"]
     finally:
         mds_cache.release(str(root / "shards-sha256-y"))
+
+
+def test_a_size_bound_deletes_the_least_recently_used_copies_not_in_use(
+    tmp_path, monkeypatch, caplog
+):
+    """The copies were bounded by age alone: a week of versions could fill the disk."""
+    import logging
+
+    from keras_dl.data.tables import mds_cache
+    from keras_dl.errors import ConfigError
+
+    root = tmp_path / "cache"
+    held = Path(mds_cache.use(str(root), "shards-sha256-held"))
+    try:
+        for name, size, days in (("held", 600, 3), ("older", 600, 2), ("newer", 500, 1)):
+            folder = root / f"shards-sha256-{name}"
+            folder.mkdir(exist_ok=True)
+            (folder / "000000.parquet").write_bytes(b"x" * size)
+            (folder / mds_cache.STAMP).touch()
+            _age(folder, days)
+        monkeypatch.setenv(mds_cache.SIZE_ENV, "1.5e-6")  # 1,500 bytes; 1,700 are there
+        mds_cache.use(str(root), "shards-sha256-opened")
+        # The least recently used copy is in use (held), so the next one goes; then it fits.
+        assert sorted(p.name for p in root.iterdir()) == [
+            "shards-sha256-held",
+            "shards-sha256-newer",
+            "shards-sha256-opened",
+        ]
+        monkeypatch.setenv(mds_cache.SIZE_ENV, "1e-7")  # 100 bytes: only copies in use left
+        with caplog.at_level(logging.WARNING, logger=mds_cache.__name__):
+            mds_cache.use(str(root), "shards-sha256-opened")
+        assert (held / "000000.parquet").exists() and not (root / "shards-sha256-newer").exists()
+        assert mds_cache.SIZE_ENV in caplog.text and "in use" in caplog.text
+        monkeypatch.setenv(mds_cache.SIZE_ENV, "lots")
+        with pytest.raises(ConfigError, match=f"{mds_cache.SIZE_ENV}='lots' is not a number"):
+            mds_cache.use(str(root), "shards-sha256-opened")
+    finally:
+        mds_cache.release(str(held))
+        mds_cache.release(str(root / "shards-sha256-opened"))
+    assert not [p for p in root.iterdir() if p.name.startswith(mds_cache.EVICTED)]
