@@ -33,13 +33,13 @@ import numpy as np
 from keras_dl.checkpoints import (
     COMPLETE,
     FINISHING,
-    PREVIOUS,
     Checkpoints,
     is_complete,
     list_checkpoints,
     mark_complete,
     read_header,
 )
+from keras_dl.checkpoints.resume import resume_newest
 from keras_dl.distribute.broadcast import broadcast_ints
 from keras_dl.distribute.world import current_world
 from keras_dl.storage import Store
@@ -134,40 +134,8 @@ class Checkpoint(keras.callbacks.Callback):
         self._restore_done = True
         if not current_world().is_chief:
             return 0
-        ckpts = self.checkpoints
-        if not self.resume or ckpts.is_complete():
-            if self.resume:
-                print(f"The training in {self.directory} finished; starting a new one.")
-            ckpts.clear()
-            return 0
-        ckpts.remove_temporaries()  # left by a writer killed mid-write
-        adopted = ckpts.adopt_legacy()
-        if adopted:
-            print(f"Wrote the manifests of {len(adopted)} checkpoint(s) made before manifests.")
-        ckpts.prune()  # files without a manifest, older than the newest that counts
-        for name, why in ckpts.uncounted().items():
-            log.warning("Skipping unreadable checkpoint %s (%s).", name, why)
-        wanted = self.metadata.get("config")
-        for name in reversed(ckpts.list()):
-            try:
-                if wanted is not None and ckpts.read_header(name).get("config", wanted) != wanted:
-                    print(
-                        f"The checkpoints in {self.directory} were written with another "
-                        "configuration; starting a new training."
-                    )
-                    break
-                header = ckpts.load(name, self.model)
-            except Exception as exc:  # a corrupt file or another model's: fall back
-                log.warning("Skipping unreadable checkpoint %s (%s).", name, exc)
-                continue
-            self.restored = header
-            print(
-                f"Resuming from checkpoint {name}: {header['epoch']} epoch(s) and "
-                f"{header['step']} step(s) done (global step {header['global_step']})."
-            )
-            return int(header["global_step"])
-        self._set_aside()  # nothing resumable: old files must not mix with the new training's
-        return 0
+        self.restored = resume_newest(self.checkpoints, self.model, self.resume, self.metadata)
+        return int(self.restored["global_step"]) if self.restored else 0
 
     @property
     def global_step(self) -> int:
@@ -300,13 +268,6 @@ class Checkpoint(keras.callbacks.Callback):
             **extra,
         }
         self.checkpoints.save(self._global_step, self.model, header)
-
-    def _set_aside(self) -> None:
-        """Move checkpoints that cannot be resumed to ``directory/previous/`` (kept, not lost)."""
-        moved = self.checkpoints.set_aside()
-        if moved:
-            where = self.store.child(PREVIOUS).uri
-            print(f"Moved {moved} checkpoint(s) that cannot be resumed to {where}.")
 
 
 class SaveAtEpochEnd(keras.callbacks.Callback):
