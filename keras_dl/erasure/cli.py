@@ -8,6 +8,11 @@ config its run logged, through the recipe's registry gate, and its aliases move 
 version only when the gate passed it. It reports which aliases moved, which did not (they still
 point at a model trained on the erased rows) and which versions are left for you to delete:
 keras_dl never deletes a model version. Exit status 4 when a retrained model was refused.
+
+A version that holds an alias and cannot tell whether it trained on the rows (its manifest's
+table version is gone, say), or has no row lineage while the config its run logged reads the
+table, is reported and left alone; with ``--retrain-uncertain`` it is retrained the same way,
+without the tag (nothing shows it trained on the rows).
 """
 
 from __future__ import annotations
@@ -31,14 +36,21 @@ def add_arguments(p) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override a logged setting of every retraining (repeatable), e.g. train.epochs=5",
     )
+    p.add_argument(
+        "--retrain-uncertain",
+        action="store_true",
+        help="also retrain the versions holding an alias that cannot tell whether they trained "
+        "on the rows, or that have no row lineage and whose logged config reads TABLE",
+    )
 
 
 def run(args) -> int:
     import mlflow
 
     from keras_dl.erasure import mark, retrain
+    from keras_dl.errors import ConfigError
     from keras_dl.lineage.cli import read_request
-    from keras_dl.lineage.query import TRAINED, find_versions
+    from keras_dl.lineage.query import NO_LINEAGE, TRAINED, find_versions
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stdout is the answer
     ids = read_request(args, "keras-dl retrain-without")
@@ -50,7 +62,13 @@ def run(args) -> int:
     report = {"table": args.table, "table_version": current, "predicate_sha256": fp}
     report.update(tagged=[], moved=[], failed=[], to_delete=[])
     report["cannot_tell"] = [
-        {"model": a.model, "version": a.version, "status": a.status, "reasons": a.reasons}
+        {
+            "model": a.model,
+            "version": a.version,
+            "aliases": a.aliases,
+            "status": a.status,
+            "reasons": a.reasons,
+        }
         for a in answers
         if a.status != TRAINED
     ]
@@ -70,9 +88,22 @@ def run(args) -> int:
     new_tags = {
         retrain.RETRAINED_TAG: json.dumps({"predicate_sha256": fp, "table_version": current})
     }
-    for a in trained.values():
-        if not a.aliases:
+    todo = [a for a in trained.values() if a.aliases]
+    for a, entry in zip(
+        [a for a in answers if a.status != TRAINED], report["cannot_tell"], strict=True
+    ):
+        if not (args.retrain_uncertain and a.aliases):
             continue
+        if a.status == NO_LINEAGE:
+            try:
+                reads = retrain.logged_reads(client, a.model, a.version, a.run_id, args.table)
+            except ConfigError:
+                reads = True  # which table it read cannot be told either: retrain() says why
+            if not reads:
+                entry["reasons"]["config"] = f"its logged config reads no source on {args.table}"
+                continue
+        todo.append(a)
+    for a in todo:
         tags = {**new_tags, retrain.REPLACES_TAG: f"models:/{a.model}/{a.version}"}
         out = retrain.retrain(
             client,
@@ -94,6 +125,7 @@ def run(args) -> int:
                     "from": a.version,
                     "to": out.new_version,
                     "run_id": out.run_id,
+                    "status": a.status,
                 }
             )
         left = [x for x in a.aliases if x not in out.moved]
@@ -105,6 +137,7 @@ def run(args) -> int:
                     "aliases": left,
                     "run_id": out.run_id,
                     "new_version": out.new_version,
+                    "status": a.status,
                     "reason": out.reason or "the alias was moved elsewhere meanwhile",
                 }
             )
@@ -136,14 +169,17 @@ def _print(report: dict, args) -> None:
         )
     for m in report["moved"]:
         print(
-            f"{m['model']}@{m['alias']}: moved from v{m['from']} to v{m['to']} (trained from "
-            f"scratch on {table} version {now}, run {m['run_id']})"
+            f"{m['model']}@{m['alias']}: moved from v{m['from']} ({m['status']}) to v{m['to']} "
+            f"(trained from scratch on {table} version {now}, run {m['run_id']})"
         )
     for f in report["failed"]:
+        what = "TRAINED ON ERASED ROWS"
+        if f["status"] != "trained":
+            what = f"THAT MAY HAVE TRAINED ON ERASED ROWS ({f['status']})"
         for alias in f["aliases"]:
             print(
-                f"WARNING: {f['model']}@{alias} STILL POINTS AT v{f['version']}, A MODEL TRAINED "
-                f"ON ERASED ROWS: its retraining (run {f['run_id'] or '-'}) was not registered: "
+                f"WARNING: {f['model']}@{alias} STILL POINTS AT v{f['version']}, A MODEL {what}: "
+                f"its retraining (run {f['run_id'] or '-'}) was not registered: "
                 f"{f['reason']}. Train a better one (the same keras-dl retrain-without with "
                 "--set runtime.resume=false and other train.* settings: without it the same "
                 "model is decided on again, for other registry.* settings) or move the alias "
@@ -151,11 +187,27 @@ def _print(report: dict, args) -> None:
                 file=sys.stderr,
             )
             print(
-                f"{f['model']}@{alias}: NOT moved, still v{f['version']} (trained on erased rows)"
+                f"{f['model']}@{alias}: NOT moved, still v{f['version']} ("
+                + ("trained on erased rows" if f["status"] == "trained" else f["status"])
+                + ")"
             )
+    retrained = {(m["model"], m["from"]) for m in [*report["moved"], *report["failed"]]}
+    left = []
     for c in report["cannot_tell"]:
         why = "; ".join(c["reasons"].values())
         print(f"{c['model']} v{c['version']}: {c['status']}, not tagged: {why}")
+        if (
+            c["aliases"]
+            and (c["model"], c["version"]) not in retrained
+            and "config" not in (c["reasons"])
+        ):
+            left.append(f"{c['model']} v{c['version']} (@{','.join(c['aliases'])})")
+    if left:
+        print(
+            f"WARNING: {', '.join(left)} hold(s) an alias and cannot show they did not train on "
+            "the erased rows: add --retrain-uncertain to retrain them from scratch the same way.",
+            file=sys.stderr,
+        )
     if report["to_delete"]:
         names = ", ".join(
             f"{d['model']} v{d['version']}"

@@ -71,6 +71,28 @@ def logged_config(client, model: str, version: int, run_id: str | None, into: st
         ) from exc
 
 
+def config_reads(config: dict, table: str) -> bool:
+    """Whether the logged ``config`` read ``table``: as ``data.table`` or a ``data.sources``
+    entry's table."""
+    data = config.get("data") or {}
+    tables = [data.get("table"), *(s.get("table") for s in data.get("sources") or [])]
+    return any(t and same_table(t) == same_table(table) for t in tables)
+
+
+def logged_reads(client, model: str, version: int, run_id: str | None, table: str) -> bool:
+    """Whether the config ``models:/model/version``'s run logged read ``table`` (for a version
+    without row lineage: its config says which table it read, not which rows).
+
+    Raises:
+        ConfigError: No run or no ``config.yaml`` (:func:`logged_config`).
+    """
+    with (
+        tempfile.TemporaryDirectory(prefix="keras_dl_retrain-") as tmp,
+        open(logged_config(client, model, version, run_id, tmp)) as f,
+    ):
+        return config_reads(yaml.safe_load(f) or {}, table)
+
+
 def retrain_settings(
     config: dict,
     model: str,

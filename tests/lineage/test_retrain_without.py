@@ -51,6 +51,7 @@ def test_retrain_without_moves_the_champion_to_a_model_trained_from_scratch(tmp_
             "from": 2,
             "to": 3,
             "run_id": report["moved"][0]["run_id"],
+            "status": "trained",
         }
     ]
     assert report["failed"] == [] and report["cannot_tell"] == []
@@ -87,6 +88,37 @@ def test_retrain_without_moves_the_champion_to_a_model_trained_from_scratch(tmp_
     assert set(after) == {(NAME, 1), (NAME, 2)}  # the old versions, not the new one
     again = retrain_without(uri, table, where)  # idempotent: nothing holds an alias any more
     assert again["moved"] == again["failed"] == [] and len(again["to_delete"]) == 2
+
+    # v3 without row lineage (as a version registered before manifests were kept): it holds
+    # champion and its logged config reads the table, so it cannot show it did not train on
+    # the rows. Reported and left alone, with the flag named; retrained with the flag.
+    from keras_dl.lineage.record import MANIFEST_TAG
+
+    client.delete_model_version_tag(NAME, "3", MANIFEST_TAG)
+    left = cli_in_process("retrain-without", table, "--where", where, "--tracking-uri", uri)
+    assert left.returncode == 0, left.stdout + left.stderr
+    assert f"{NAME} v3 (@champion) hold(s) an alias" in left.stderr
+    assert "--retrain-uncertain" in left.stderr
+    assert client.get_registered_model(NAME).aliases == {"champion": 3}
+    out = cli_in_process(
+        "retrain-without",
+        table,
+        "--where",
+        where,
+        "--tracking-uri",
+        uri,
+        "--json",
+        "--retrain-uncertain",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert [(m["from"], m["to"], m["status"]) for m in report["moved"]] == [
+        (3, 4, "no row lineage")
+    ]
+    assert client.get_registered_model(NAME).aliases == {"champion": 4}
+    v3 = client.get_model_version(NAME, "3").tags
+    assert "keras_dl.trained_on_erased_rows" not in v3  # nothing shows it trained on them
+    assert client.get_model_version(NAME, "4").tags["keras_dl.replaces"] == f"models:/{NAME}/3"
 
 
 @pytest.mark.slow
