@@ -48,13 +48,17 @@ class RowsTrained(keras.callbacks.Callback):
         by_source = getattr(getattr(self.data, "stream", None), "rows_by_source", None)
         if by_source is None:
             return
-        # A mixed split (data.sources): each source's live rows, summed over the ranks.
+        # A mixed split (data.sources): each source's live rows, summed over the ranks, with
+        # those a resumed epoch trained before this attempt (on rank 0, once).
         counts = by_source(epoch)
+        if world.is_chief:
+            before = self.data.stream.sources_before.get(epoch, {})
+            counts = {name: n + before.get(name, 0) for name, n in counts.items()}
         if world.size > 1:
-            from keras_dl.distribute import horovod as khvd
+            from keras_dl.distribute import collective
 
             values = [[float(counts[name]) for name in counts]]
-            summed = khvd.allgather_rows(values, prefix=f"rows_trained_sources{epoch}").sum(axis=0)
-            counts = {name: int(round(v)) for name, v in zip(counts, summed)}
+            gathered = collective.allgather_rows(values, prefix=f"rows_trained_sources{epoch}")
+            counts = {name: int(round(v)) for name, v in zip(counts, gathered.sum(axis=0))}
         for name, value in counts.items():
             logs[f"{METRIC}/{name}"] = value

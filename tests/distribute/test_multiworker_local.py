@@ -74,3 +74,26 @@ def test_a_preempted_worker_stops_both_and_a_rerun_resumes_in_the_same_run(digit
     assert len(history["loss"]) == 1  # the rerun trained only the rest of epoch 2
     rows = mlflow.MlflowClient(exp.tracking.uri).get_metric_history(run.info.run_id, "rows_trained")
     assert sorted((m.step, m.value) for m in rows) == [(0, TRAIN_ROWS), (1, TRAIN_ROWS)]
+
+
+@pytest.mark.slow
+def test_two_workers_of_a_mixed_split_log_each_sources_rows_summed_over_both(
+    digits_exp, digits_table
+):
+    """The per-source counts were gathered with Horovod's allgather, which is not initialized
+    under the multi-worker strategy: the first epoch's end failed."""
+    from tests.run.test_mixed_fit import SOURCES
+
+    exp = digits_exp(
+        SOURCES.replace("TABLE", digits_table),
+        "runtime.strategy=multiworker",
+        "runtime.np=-2",
+        "train.epochs=1",
+        "train.batch_size=128",
+        "data.epoch_rows=1000",
+        "tracking.log_model=false",
+    )
+    result = launch(exp)
+    metrics = mlflow.MlflowClient(exp.tracking.uri).get_run(result.run_id).data.metrics
+    assert (metrics["rows_trained/low"], metrics["rows_trained/high"]) == (700, 300)
+    assert metrics["rows_trained"] == 1000  # each source's share once, over both workers
