@@ -111,6 +111,26 @@ def test_a_stop_resumed_on_another_number_of_ranks_trains_the_uninterrupted_epoc
     assert before + after == whole
 
 
+def test_a_resumed_epochs_rows_per_source_count_the_rows_trained_before_the_resume(tmp_path):
+    """rows_trained/NAME counted only this attempt's rows: a resumed epoch read short."""
+    from keras_dl.callbacks.rows_trained import RowsTrained
+
+    data = _data(tmp_path)
+    split = make_splits(data, batch_size=5).train
+    whole = _epoch_ids(split, split.steps)
+    # Stopped after 3 steps on 2 ranks of 5, resumed on this one process with batches of 4.
+    split = make_splits(data, batch_size=4).train
+    resume = split.resume_from(EpochPosition(0, (Segment(2, 5, 3),)))
+    assert resume.epoch == 0 and 0 < resume.trained_before < sum(whole.values())
+    _epoch_ids(split, resume.steps)
+    counter = RowsTrained(split, before={0: resume.trained_before})
+    logs: dict = {}
+    counter.on_epoch_end(0, logs)
+    new = sum(c for i, c in whole.items() if i >= 1000)
+    assert (logs["rows_trained/old"], logs["rows_trained/new"]) == (sum(whole.values()) - new, new)
+    assert logs["rows_trained"] == sum(whole.values())
+
+
 def test_sources_whose_columns_differ_are_refused_by_name(tmp_path):
     old = _table(tmp_path / "old", 20, 0)
     other = str(tmp_path / "other")

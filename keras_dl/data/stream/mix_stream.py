@@ -101,6 +101,8 @@ class MixStream:
         self._padded = padded and self.weighted
         self.total = self.steps * options.batch_size if self._padded else self.rows
         self.resume = Resume(0, layout, steps=self.steps, batch=options.batch_size)
+        # Per source, the rows of the resumed epoch trained before this attempt, over all ranks.
+        self.sources_before: dict[int, dict[str, int]] = {}
         self.seen: dict[int, int] = {}
         self._handed: dict[int, tuple[np.ndarray, int, int]] = {}  # epoch: (labels, from, to)
         self.errors: deque = deque(maxlen=4)
@@ -114,6 +116,10 @@ class MixStream:
         """Start :meth:`generate` where ``position`` says, on this stream's ranks and batch."""
         o = self.options
         self.resume = self.mix.resume(position, o.num_shards, o.batch_size)
+        self.sources_before = {}
+        if self.resume.epoch == position.epoch and position.segments:
+            counts = self.mix.trained_counts(position.epoch, position.segments)
+            self.sources_before = {position.epoch: dict(zip(self.names, counts))}
         return self.resume
 
     def record(self, epoch: int, steps: int) -> EpochPosition:
