@@ -195,9 +195,10 @@ class PrometheusMetrics(keras.callbacks.Callback):
 
 
 def _gather_hosts() -> list[str]:
-    """Every rank's host name, in rank order (a Horovod allgather: every rank calls it)."""
+    """Every rank's host name, in rank order (a collective of either engine: every rank calls
+    it; under the multi-worker strategy Horovod's allgather was called and failed)."""
     import socket
 
-    import horovod.tensorflow as hvd
+    from keras_dl.distribute import collective
 
-    return [str(h) for h in hvd.allgather_object(socket.gethostname(), name="prometheus.hosts")]
+    return collective.allgather_text(socket.gethostname(), prefix="prometheus.hosts")

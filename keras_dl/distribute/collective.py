@@ -58,6 +58,28 @@ def allgather_rows(rows, prefix: str = "rows"):
     return np.asarray(strategy.gather(_given(strategy, rows, once=True), axis=0))
 
 
+TEXT_BYTES = 256  # the longest text allgather_text carries (a host name is at most 253)
+
+
+def allgather_text(text: str, prefix: str = "text") -> list[str]:
+    """Every process's ``text`` (at most :data:`TEXT_BYTES` bytes of UTF-8), in rank order.
+
+    Sent as numbers through :func:`allgather_rows`, never pickled: nothing a peer sends is
+    run as code (Horovod's ``allgather_object`` unpickles what each rank sends).
+    """
+    import numpy as np
+
+    raw = text.encode()[:TEXT_BYTES]
+    codes = np.zeros((1, TEXT_BYTES + 1), dtype=np.float64)
+    codes[0, 0] = len(raw)
+    codes[0, 1 : len(raw) + 1] = np.frombuffer(raw, dtype=np.uint8)
+    out = []
+    for row in allgather_rows(codes, prefix=prefix):
+        n = int(row[0])
+        out.append(bytes(row[1 : n + 1].astype(np.uint8)).decode(errors="replace"))
+    return out
+
+
 def broadcast_variables(variables: Sequence, root_rank: int = 0, prefix: str = "var") -> None:
     """Overwrite ``variables`` everywhere with their values on ``root_rank``."""
     strategy = multiworker.current_strategy()

@@ -268,6 +268,43 @@ def test_a_fit_pushes_one_group_per_rank_to_a_real_pushgateway_and_leaves_it(tmp
         gateway.stop()
 
 
+@HEAVY
+@pytest.mark.slow
+def test_two_multiworker_workers_push_a_group_each_labelled_with_its_host(digits_table, tmp_path):
+    """The hosts were gathered with Horovod's allgather_object: under the multi-worker strategy
+    (Horovod not initialized) every worker failed at the start of fit."""
+    from keras_dl.launch import launch
+    from tests.distribute.conftest import digits_experiment
+
+    _need("prometheus-pushgateway")
+    gateway = Pushgateway()
+    gateway.start_if_down()
+    try:
+        url = f"http://127.0.0.1:{gateway.port}"
+        exp = digits_experiment(
+            digits_table,
+            tmp_path,
+            "runtime.strategy=multiworker",
+            "runtime.np=-2",
+            "train.epochs=1",
+            "train.batch_size=128",
+            "tracking.log_model=false",
+            "tracking.registered_model=none",
+            f"tracking.prometheus_pushgateway={url}",
+        )
+        run = launch(exp).run_id
+        with urllib.request.urlopen(f"{url}/api/v1/metrics", timeout=30) as r:
+            groups = json.load(r)["data"]
+        hosts = {
+            g["labels"]["rank"]: g["labels"]["host"]
+            for g in groups
+            if g["labels"].get("run_id") == run
+        }
+        assert hosts == {"0": socket.gethostname(), "1": socket.gethostname()}
+    finally:
+        gateway.stop()
+
+
 def test_an_unreachable_pushgateway_warns_once_and_training_goes_on():
     from keras_dl.callbacks.prometheus import PrometheusMetrics
 
