@@ -5,7 +5,7 @@ A recipe whose defaults leave ``train.batch_size`` and ``train.epochs`` null use
 training rows (after the split column and ``data.filters``):
 
 - ``batch_size`` = R / 16 rounded to the nearest power of two, within 8..256 (about 16 steps an
-  epoch), then rounded up to a multiple of the processes (Horovod ranks);
+  epoch), then rounded up to a multiple of the processes (Horovod ranks, multi-worker workers);
 - ``epochs`` = enough epochs for about 3,000 steps, within 10..300;
 - when ``epochs`` is chosen and there is a validation split, early stopping too:
   ``callbacks.patience`` = epochs / 10 within 5..20 (unless set), on ``callbacks.monitor``
@@ -167,8 +167,9 @@ def describe(exp: Experiment, size: Sizing, batch: bool, epochs: bool, patience:
 
 
 def _processes(exp: Experiment) -> int:
-    """Processes the global batch is split over: Horovod's ranks, or this world's size."""
-    if exp.runtime.strategy == "horovod" and exp.runtime.np:
+    """Processes the global batch is split over: the ranks or workers ``runtime.np`` launches
+    (Horovod's or the multi-worker strategy's), or this world's size."""
+    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np:
         return abs(exp.runtime.np)
     from keras_dl.distribute.world import current_world
 

@@ -97,6 +97,16 @@ def test_tabular_fills_in_from_the_training_rows_of_a_real_table(tmp_path, capsy
     assert configure(exp, load_recipe("tabular")) == exp
 
 
+@pytest.mark.parametrize("strategy", ["horovod", "multiworker"])
+def test_the_chosen_batch_is_a_multiple_of_the_launched_processes(tmp_path, strategy):
+    """With the multi-worker strategy the driver chose as if for one process: 8 rows over
+    3 workers."""
+    table = _table(tmp_path / "t", 150)  # 120 train: a batch of 8 for one process
+    sets = ("data.split_column=split", f"runtime.strategy={strategy}", "runtime.np=-3")
+    exp = configure(_exp(table, *sets), load_recipe("tabular"))
+    assert exp.train.batch_size == 9  # 8 rounded up to a multiple of 3
+
+
 def test_tabular_counts_rows_after_filters_and_without_a_split(tmp_path):
     table = _table(tmp_path / "t", 30, split=False)
     exp = configure(_exp(table), load_recipe("tabular"))
