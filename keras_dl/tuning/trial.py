@@ -150,10 +150,10 @@ def end_stale_runs(exp: Experiment, parent: str, stale: list) -> None:
 
 
 def _train(exp: Experiment, run_id: str, pruning) -> str | None:
-    """``fit`` in this process, or on Horovod ranks (``runtime.np``): a multi-process trial
-    is scored on its last epoch, and is not pruned (rank 0's callback runs in another
-    process). Returns the logged model's URI."""
-    if exp.runtime.strategy == "horovod" and exp.runtime.np != 0:
+    """``fit`` in this process, or on Horovod ranks or multi-worker workers (``runtime.np``):
+    a multi-process trial is scored on its last epoch, and is not pruned (rank 0's callback
+    runs in another process). Returns the logged model's URI."""
+    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np != 0:
         from keras_dl.launch import launch
 
         result = launch(exp, run_id=run_id)

@@ -92,9 +92,11 @@ def test_a_study_in_this_process_has_a_parent_run_and_resumes(digits_table, tmp_
 
 @HEAVY
 @pytest.mark.slow
-def test_a_trial_may_itself_run_on_horovod_ranks(
-    digits_table, tmp_path, mlflow_uri, capfd, monkeypatch
+@pytest.mark.parametrize("strategy", ["horovod", "multiworker"])
+def test_a_trial_may_itself_run_on_horovod_ranks_or_multiworker_workers(
+    digits_table, tmp_path, mlflow_uri, capfd, monkeypatch, strategy
 ):
+    """A multi-worker trial ran ``fit`` in the tuning process instead of launching workers."""
     import mlflow
 
     # Fresh rank processes (tests/warm_python.py): rank 1 prints only what its imports print,
@@ -112,7 +114,7 @@ def test_a_trial_may_itself_run_on_horovod_ranks(
         "train.epochs=1",
         "train.verbose=0",
         "callbacks.plots=false",
-        "runtime.strategy=horovod",
+        f"runtime.strategy={strategy}",
         "runtime.np=-2",
         "tune.trials=1",
         "tracking.registered_model=none",
