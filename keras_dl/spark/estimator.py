@@ -42,7 +42,7 @@ from keras_dl.errors import ConfigError
 from keras_dl.spark import columns, default_model, runs
 from keras_dl.spark.model import KerasModel
 from keras_dl.spark.params import EstimatorParams
-from keras_dl.spark.training import NAME, make_compile_spec, train, with_learning_rate
+from keras_dl.spark.training import NAME, make_compile_spec, runtime_of, train, with_learning_rate
 
 
 class KerasEstimator(Estimator, EstimatorParams):
@@ -72,7 +72,8 @@ class KerasEstimator(Estimator, EstimatorParams):
         val_batch_size: Batch for validation and scoring. Defaults to ``batch_size``.
         epochs: Defaults to 1.
         num_proc: HorovodRunner's np: 1 trains in this process (with ``strategy``), -N on N
-            local Horovod processes, N on N Spark tasks. Defaults to 1.
+            local processes, N on N Spark tasks: Horovod's ranks, or with
+            ``strategy="multiworker"`` TF's MultiWorkerMirroredStrategy workers. Defaults to 1.
         store: Folder or URI (``s3://bucket/prefix``) for the materialized data
             (``store/data``, kept for later fits and resumes) and the run folders with their
             checkpoints (``store/runs/<id>``). Defaults to ``keras_dl_store`` in the temp folder.
@@ -88,7 +89,9 @@ class KerasEstimator(Estimator, EstimatorParams):
             Defaults to None.
         registered_model: Register the trained model in MLflow under this name. Defaults to
             None (logged with the run, not registered).
-        strategy: "auto", "none" or "mirrored" for ``num_proc=1``. Defaults to "auto".
+        strategy: "auto", "none" or "mirrored" for ``num_proc=1``; "multiworker" for
+            ``num_proc`` other than 1 picks TF's multi-worker strategy instead of Horovod.
+            Defaults to "auto".
         learning_rate: The optimizer's learning rate. Defaults to None: the default model's
             (the tabular recipe's), or the given optimizer's.
         hidden_units: Widths of the default model's hidden layers. Defaults to None: the
@@ -168,7 +171,7 @@ class KerasEstimator(Estimator, EstimatorParams):
         exp = runs.place_run_dir(exp, self._store(), run_id)
         try:
             if model is None:
-                if exp.runtime.strategy == "horovod":
+                if exp.runtime.np != 0:
                     raise ConfigError(
                         f"num_proc={self.getNumProc()}: the default model (no model given) "
                         "trains in this process; pass num_proc=1, or a model."
@@ -260,8 +263,7 @@ class KerasEstimator(Estimator, EstimatorParams):
             base, sets = Experiment(), list(base)
         elif base is None:
             base = Experiment()
-        num_proc = self.getNumProc()
-        horovod = num_proc not in (1, -1, 0)
+        strategy, np = runtime_of(self.getNumProc(), self.getStrategy())
         data = dataclasses.replace(
             base.data,
             table=table,
@@ -284,8 +286,8 @@ class KerasEstimator(Estimator, EstimatorParams):
         )
         runtime = dataclasses.replace(
             base.runtime,
-            strategy="horovod" if horovod else self.getStrategy(),
-            np=num_proc if horovod else 0,
+            strategy=strategy,
+            np=np,
         )
         tracking = dataclasses.replace(
             base.tracking,

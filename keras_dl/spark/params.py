@@ -101,7 +101,12 @@ SPECS = (
         None,
     ),
     ("registered_model", "register the model under this name", _identity, None),
-    ("strategy", "auto, none, mirrored or horovod", TypeConverters.toString, "auto"),
+    (
+        "strategy",
+        "auto, none or mirrored (num_proc=1); horovod or multiworker (other num_proc)",
+        TypeConverters.toString,
+        "auto",
+    ),
     (
         "learning_rate",
         "learning rate; None: the default model's, or the optimizer's",

@@ -112,8 +112,28 @@ def make_recipe(model, spec: CompileSpec, exp):
     )
 
 
+def runtime_of(num_proc: int, strategy: str) -> tuple[str, int]:
+    """``(runtime.strategy, runtime.np)`` for the estimator's ``num_proc`` and ``strategy``:
+    in this process for 1, -1 or 0; else Horovod's ranks, or the multi-worker strategy's
+    workers when ``strategy`` is "multiworker".
+
+    Raises:
+        ConfigError: "multiworker" with ``num_proc`` asking for one process.
+    """
+    if num_proc not in (1, -1, 0):
+        return ("multiworker" if strategy == "multiworker" else "horovod"), num_proc
+    if strategy == "multiworker":
+        raise ConfigError(
+            f"strategy='multiworker' with num_proc={num_proc}: the multi-worker strategy "
+            "trains on several worker processes. Give num_proc=-N (N local processes) or N "
+            "(N Spark tasks), N >= 2, or strategy='auto' for one process."
+        )
+    return strategy, 0
+
+
 def train(exp, model, spec: CompileSpec, callbacks=(), run_id: str | None = None):
-    """Train in this process, or on Horovod ranks when ``exp.runtime.np`` asks for them.
+    """Train in this process, or on Horovod ranks or multi-worker workers when
+    ``exp.runtime.np`` asks for them.
 
     Returns:
         The MLflow run id and the trained keras.Model.
@@ -164,9 +184,15 @@ def load_model(uri: str):
 
 
 def _train_rank(exp, run_id=None, *, source: str, out: str, spec: CompileSpec, callbacks):
-    """Every Horovod rank: load the source model, fit its shard; rank 0 saves the result."""
+    """Every rank (or worker): load the source model, fit its shard; rank 0 saves the result."""
     from keras_dl.train import fit
 
+    if exp.runtime.strategy == "multiworker":
+        from keras_dl.distribute.strategy import make_strategy
+
+        # Before load_model runs TensorFlow's first op: TF's rule for the multi-worker strategy
+        # (fit then finds it made).
+        make_strategy("multiworker", exp.runtime.stall_timeout)
     model = load_model(source)
     result = fit(exp, make_recipe(model, spec, exp), callbacks=callbacks, run_id=run_id)
     if result.run_id:  # only the chief has a run id

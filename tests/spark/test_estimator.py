@@ -178,8 +178,12 @@ def test_regression_output_works_with_regression_evaluator(spark, tmp_path, mlfl
 @pytest.mark.slow
 @pytest.mark.classic_only  # num_proc < 0 runs on the driver, no Spark job: the kind is moot
 @HEAVY
-def test_num_proc_minus_two_trains_on_two_local_horovod_ranks(iris, tmp_path, mlflow_uri):
-    """HorovodRunner's np semantics: num_proc=-2 runs 2 Horovod processes on this host."""
+@pytest.mark.parametrize("strategy", ["auto", "multiworker"])
+def test_num_proc_minus_two_trains_on_two_local_horovod_ranks_or_multiworker_workers(
+    iris, tmp_path, mlflow_uri, strategy
+):
+    """HorovodRunner's np semantics: num_proc=-2 runs 2 Horovod processes on this host, or 2
+    workers of TF's multi-worker strategy with strategy="multiworker"."""
     from pyspark.ml.feature import VectorAssembler
 
     features = VectorAssembler(inputCols=["sl", "sw", "pl", "pw"], outputCol="features")
@@ -193,13 +197,13 @@ def test_num_proc_minus_two_trains_on_two_local_horovod_ranks(iris, tmp_path, ml
         batch_size=16,
         epochs=3,
         num_proc=-2,
+        strategy=strategy,
         store=str(tmp_path / "store"),
         experiment=["callbacks.plots=false", "train.learning_rate=0.02"],
     )
     model = est.fit(features.transform(iris))
     run = mlflow.MlflowClient(mlflow_uri).get_run(model.getRunId())
     assert run.info.status == "FINISHED"
-    assert (
-        run.data.params["runtime.strategy"] == "horovod" and run.data.params["runtime.np"] == "-2"
-    )
+    engine = "multiworker" if strategy == "multiworker" else "horovod"
+    assert run.data.params["runtime.strategy"] == engine and run.data.params["runtime.np"] == "-2"
     assert model.transform(features.transform(iris)).count() == 150

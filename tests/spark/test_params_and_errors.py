@@ -135,3 +135,14 @@ def test_the_same_rows_are_materialized_once(spark, tmp_path, mlflow_uri):
     assert len({first.getRunId(), second.getRunId(), third.getRunId()}) == 3
     other = est.fit(_frame(spark, features, labels[:-1] + [1.0]))  # one label differs (was 0)
     assert client.get_run(other.getRunId()).data.tags["data.table"] != table
+
+
+def test_num_proc_and_strategy_pick_the_engine_and_multiworker_for_one_process_is_refused():
+    from keras_dl.errors import ConfigError
+    from keras_dl.spark.training import runtime_of
+
+    assert runtime_of(2, "multiworker") == ("multiworker", 2)
+    assert runtime_of(-2, "auto") == ("horovod", -2)
+    assert runtime_of(1, "mirrored") == ("mirrored", 0)
+    with pytest.raises(ConfigError, match=r"strategy='multiworker' with num_proc=1: .*num_proc=-N"):
+        runtime_of(1, "multiworker")
