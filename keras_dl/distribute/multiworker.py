@@ -92,7 +92,18 @@ def init(timeout_seconds: float | None = None):
 
     mw_coordination.configure(timeout_seconds)
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout_seconds)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except RuntimeError as exc:
+        if "must be configured at program startup" not in str(exc):
+            raise
+        raise ConfigError(
+            f"Worker {rank} of {size} cannot create TF's MultiWorkerMirroredStrategy: TensorFlow "
+            f"already ran an op in this process ({exc}). Create the strategy first in the "
+            "worker's main, before loading a model or building tensors: "
+            "keras_dl.distribute.multiworker.init() (keras_dl.train.fit creates it when it is "
+            "the first thing the main does)."
+        ) from exc
     fix_keras()
     _state["strategy"] = strategy
     _state["world"] = World(rank=rank, size=size)

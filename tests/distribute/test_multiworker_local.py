@@ -13,7 +13,7 @@ from keras_dl.callbacks.checkpoint import list_checkpoints, read_header
 from keras_dl.errors import Preempted
 from keras_dl.launch import launch
 from tests.conftest import HEAVY, runs_in
-from tests.distribute.workers import train_and_report_to, train_with_fault
+from tests.distribute.workers import op_before_the_strategy, train_and_report_to, train_with_fault
 
 pytestmark = HEAVY  # see tests/conftest.py
 
@@ -97,3 +97,15 @@ def test_two_workers_of_a_mixed_split_log_each_sources_rows_summed_over_both(
     metrics = mlflow.MlflowClient(exp.tracking.uri).get_run(result.run_id).data.metrics
     assert (metrics["rows_trained/low"], metrics["rows_trained/high"]) == (700, 300)
     assert metrics["rows_trained"] == 1000  # each source's share once, over both workers
+
+
+def test_a_worker_main_that_runs_an_op_before_the_strategy_is_told_to_create_it_first(digits_exp):
+    """TF said only "Collective ops must be configured at program startup"."""
+    from keras_dl.errors import ConfigError
+
+    exp = digits_exp("runtime.strategy=multiworker", "runtime.np=-2")
+    with pytest.raises(ConfigError, match=r"TensorFlow already ran an op") as caught:
+        launch(exp, main=op_before_the_strategy)
+    assert "multiworker.init()" in str(caught.value) and "before loading a model" in str(
+        caught.value
+    )

@@ -273,3 +273,13 @@ def init_late_on_rank_1(pause: float) -> None:
     if os.environ["HOROVOD_RANK"] == "1":
         time.sleep(pause)
     hvd.init()
+
+
+def op_before_the_strategy(exp, run_id=None) -> None:
+    """A worker main that runs a TensorFlow op before it creates the multi-worker strategy."""
+    import tensorflow as tf
+
+    from keras_dl.distribute import multiworker
+
+    tf.constant(1.0) + 1.0
+    multiworker.init()
