@@ -85,6 +85,13 @@ def fit(
         from keras_dl.distribute.horovod import init
 
         init()  # every rank joins the Horovod world before it shards data by rank
+        if abs(exp.runtime.np) > 1 and current_world().size == 1:
+            raise ConfigError(
+                f"runtime.np={exp.runtime.np} asks for {abs(exp.runtime.np)} Horovod ranks, but "
+                "fit runs in this one process: it is what each rank runs. Launch the ranks with "
+                "keras_dl.launch.launch(exp) (from a notebook; keras-dl train does it), or set "
+                "runtime.np=0 to train in this process."
+            )
     elif exp.runtime.strategy == "multiworker":
         # Every worker joins the cluster before TensorFlow runs any op (TF's rule) and before
         # it shards data by rank (its task index).

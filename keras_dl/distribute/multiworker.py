@@ -131,7 +131,8 @@ def tf_config_task(environ=os.environ) -> tuple[int, int]:
         raise ConfigError(
             "runtime.strategy=multiworker needs TF_CONFIG in the environment (its cluster's "
             "workers and this task's index): run it with `keras-dl train ... --set "
-            "runtime.np=N` or keras_dl.launch.MultiWorkerRunner, which set it."
+            "runtime.np=N`, keras_dl.launch.launch(exp) (from a notebook) or "
+            "keras_dl.launch.MultiWorkerRunner, which set it."
         )
     try:
         config = json.loads(text)

@@ -100,3 +100,16 @@ def test_horovod_runner_refuses_it_before_starting_a_rank(cache):
 
     with pytest.raises(DistributedError, match=r"runtime.np=-99999 starts 99999 Horovod ranks"):
         HorovodRunner(np=-99999).run(print)
+
+
+@pytest.mark.parametrize("strategy", ["horovod", "multiworker"])
+def test_fit_called_outside_a_launch_with_np_is_told_to_launch(digits_exp, tmp_path, strategy):
+    """A notebook's fit(exp) with runtime.np=-2 trained alone under Horovod (one rank, no
+    word of the other): the ranks were never started."""
+    from keras_dl.errors import ConfigError
+    from keras_dl.train import fit
+
+    exp = digits_exp(f"runtime.strategy={strategy}", "runtime.np=-2")
+    with pytest.raises(ConfigError, match=r"keras_dl\.launch\.launch\(exp\)"):
+        fit(exp)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run").exists()
