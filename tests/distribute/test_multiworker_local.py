@@ -99,6 +99,7 @@ def test_two_workers_of_a_mixed_split_log_each_sources_rows_summed_over_both(
     assert metrics["rows_trained"] == 1000  # each source's share once, over both workers
 
 
+@pytest.mark.slow
 def test_a_worker_main_that_runs_an_op_before_the_strategy_is_told_to_create_it_first(digits_exp):
     """TF said only "Collective ops must be configured at program startup"."""
     from keras_dl.errors import ConfigError
