@@ -164,6 +164,8 @@ def make_splits(
     by_source = {}
     if sources and not data.table:
         by_source = _source_tests(data, plan_eval, options, preprocess)
+        if not data.validation_table:
+            _warn_unused_validation(data)
     for name, table, split in (
         ("validation", data.validation_table, data.validation_split),
         ("test", data.test_table, data.test_split),
@@ -210,6 +212,33 @@ def _source_tests(data: DataConfig, plan, options, preprocess) -> dict:
         if snap is not None and snap.files:
             out[source.name] = make_dataset(snap, plan, options, preprocess)
     return out
+
+
+def _warn_unused_validation(data: DataConfig) -> None:
+    """Say so when ``data.sources`` without ``data.table`` leave their own validation rows
+    unused: the run then has no validation split, and early stopping watches the training
+    loss (:func:`keras_dl.run.callbacks.make_callbacks`)."""
+    if not data.split_column or not data.validation_split:
+        return
+    unused = []
+    for source in data.sources:
+        whole = _open(data, source.table, source.version)
+        if source.filters:
+            whole = select(whole, parse_filters(source.filters, whole.schema))
+        snap = _split(whole, data, data.validation_split, "data.validation_split")
+        rows = count_rows(snap, [data.split_column]).rows if snap is not None and snap.files else 0
+        if rows:
+            unused.append(f"{source.name} ({rows})")
+    if unused:
+        log.warning(
+            "data.sources without data.table: the sources' own rows where %s = %r are not "
+            "used (%s), so this run has no validation split and early stopping watches the "
+            "training loss. Set data.validation_table to the table to validate on, or "
+            "data.table to the table whose validation and test splits evaluate the mix.",
+            data.split_column,
+            data.validation_split,
+            ", ".join(unused),
+        )
 
 
 def _open(

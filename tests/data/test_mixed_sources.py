@@ -131,6 +131,37 @@ def test_a_resumed_epochs_rows_per_source_count_the_rows_trained_before_the_resu
     assert logs["rows_trained"] == sum(whole.values())
 
 
+def test_sources_without_data_table_say_their_validation_rows_go_unused(tmp_path, caplog):
+    """Their validation rows were ignored without a word: no validation split, and early
+    stopping silently on the training loss."""
+    import logging
+
+    old = _table(tmp_path / "old", 20, 0, 5)
+    ids = np.arange(1000, 1010, dtype=np.int64)
+    write_test_table(
+        str(tmp_path / "new"),
+        pa.table(
+            {
+                "id": ids,
+                "x": ids.astype(np.float32),
+                "label": (ids % 10).astype(np.int64),
+                "split": ["train"] * 7 + ["validation"] * 3,
+            }
+        ),
+        rows_per_group=7,
+    )
+    data = DataConfig(
+        sources=(SourceConfig("old", old, 0.5), SourceConfig("new", str(tmp_path / "new"), 0.5)),
+        features=("id", "x"),
+        split_column="split",
+    )
+    with caplog.at_level(logging.WARNING, logger="keras_dl.data.splits"):
+        splits = make_splits(data, batch_size=4)
+    assert splits.validation is None
+    assert "rows where split = 'validation' are not used (new (3))" in caplog.text
+    assert "data.validation_table" in caplog.text
+
+
 def test_sources_whose_columns_differ_are_refused_by_name(tmp_path):
     old = _table(tmp_path / "old", 20, 0)
     other = str(tmp_path / "other")
