@@ -191,7 +191,8 @@ def _print(report: dict, args) -> None:
                 + ("trained on erased rows" if f["status"] == "trained" else f["status"])
                 + ")"
             )
-    retrained = {(m["model"], m["from"]) for m in [*report["moved"], *report["failed"]]}
+    retrained = {(m["model"], m["from"]) for m in report["moved"]}
+    retrained |= {(f["model"], f["version"]) for f in report["failed"]}
     left = []
     for c in report["cannot_tell"]:
         why = "; ".join(c["reasons"].values())
