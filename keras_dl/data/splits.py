@@ -205,13 +205,19 @@ def _source_tests(data: DataConfig, plan, options, preprocess) -> dict:
     if not data.split_column or not data.test_split:
         return out
     for source in data.sources:
-        whole = _open(data, source.table, source.version)
-        if source.filters:
-            whole = select(whole, parse_filters(source.filters, whole.schema))
-        snap = _split(whole, data, data.test_split, "data.test_split")
+        snap = _source_split(data, source, data.test_split, "data.test_split")
         if snap is not None and snap.files:
             out[source.name] = make_dataset(snap, plan, options, preprocess)
     return out
+
+
+def _source_split(data: DataConfig, source, value: str, key: str):
+    """A ``data.sources`` entry's rows where ``data.split_column = value``: its table at its
+    version with its filters, all of it (not only its rows since ``since_version``)."""
+    whole = _open(data, source.table, source.version)
+    if source.filters:
+        whole = select(whole, parse_filters(source.filters, whole.schema))
+    return _split(whole, data, value, key)
 
 
 def _warn_unused_validation(data: DataConfig) -> None:
@@ -222,10 +228,7 @@ def _warn_unused_validation(data: DataConfig) -> None:
         return
     unused = []
     for source in data.sources:
-        whole = _open(data, source.table, source.version)
-        if source.filters:
-            whole = select(whole, parse_filters(source.filters, whole.schema))
-        snap = _split(whole, data, data.validation_split, "data.validation_split")
+        snap = _source_split(data, source, data.validation_split, "data.validation_split")
         rows = count_rows(snap, [data.split_column]).rows if snap is not None and snap.files else 0
         if rows:
             unused.append(f"{source.name} ({rows})")
