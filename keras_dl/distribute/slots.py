@@ -141,6 +141,14 @@ def wait_for_free_slots(np: int, timeout: float = 30.0, settle: float = 5.0) -> 
             stable >= max(settle, LAUNCH_WAIT) or (stable >= settle and not executors_launching(sc))
         )
         if settled or now >= deadline:
+            # The checks above read the master and the driver after the count: an executor
+            # that registered meanwhile (its JVM just started) is counted before refusing.
+            total, free = free_task_slots(sc)
+            if free >= np:
+                return
+            if (total, free) != last and now < deadline:
+                last, since = (total, free), time.monotonic()
+                continue
             unreachable = explain_unregistered_executors(sc, np)
             if unreachable:
                 raise DistributedError(unreachable)

@@ -37,3 +37,24 @@ def test_a_process_out_of_connect_mode_gets_its_classic_session(
     assert not type(active_session()).__module__.startswith("pyspark.sql.connect")
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
     assert active_session() is remote
+
+
+@pytest.mark.classic_only
+def test_an_executor_registering_while_the_wait_checks_the_master_is_counted(spark, monkeypatch):
+    # CI, at a load of 15: the slow executor registered while the wait read the master's JSON
+    # (granted 2, registered 2: none launching), and the wait refused with the count it had read
+    # before ("needs 2 free Spark task slots ... 1 free of 1").
+    from keras_dl.distribute import slots
+
+    world = {"registered": 1}
+
+    def free_task_slots(sc):
+        return world["registered"], world["registered"]
+
+    def executors_launching(sc):
+        world["registered"] = 2  # the slow JVM registers while the master is asked
+        return False
+
+    monkeypatch.setattr(slots, "free_task_slots", free_task_slots)
+    monkeypatch.setattr(slots, "executors_launching", executors_launching)
+    slots.wait_for_free_slots(2, timeout=60, settle=0.2)
