@@ -168,7 +168,7 @@ def _cmd_train(args) -> int:
 
     recipe = load_recipe(args.recipe)
     exp = resolve(recipe.defaults, args.config, args.sets)
-    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np > 0:  # before a run
+    if exp.runtime.launches and exp.runtime.np > 0:  # before a run
         from keras_dl.extras import import_extra
 
         import_extra(
@@ -180,7 +180,7 @@ def _cmd_train(args) -> int:
     from keras_dl.train import fit
 
     watchdog.install()  # a store call hung past the run's lease ends this process: 75, KILLED
-    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np != 0:
+    if exp.runtime.launches:
         from keras_dl.launch import launch
 
         result = launch(exp)  # HorovodRunner semantics: np < 0 local processes, np > 0 Spark tasks

@@ -275,6 +275,12 @@ class RuntimeConfig:
     profile_steps: tuple[int, ...] = ()
     check_shared_storage: bool = True
 
+    @property
+    def launches(self) -> bool:
+        """True when training runs in processes keras_dl launches: ``abs(np)`` Horovod ranks or
+        multi-worker workers (``np < 0`` on this host, ``np > 0`` as Spark tasks)."""
+        return self.strategy in ("horovod", "multiworker") and self.np != 0
+
 
 @dataclass(frozen=True)
 class TrackingConfig:

@@ -226,7 +226,7 @@ def _train(recipe_name: str, config_path: str, sets: list[str]):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     recipe = load_recipe(recipe_name)
     exp = resolve(recipe.defaults, config_path, sets)
-    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np != 0:
+    if exp.runtime.launches:
         from keras_dl.launch import launch
 
         return launch(exp)

@@ -169,7 +169,7 @@ def describe(exp: Experiment, size: Sizing, batch: bool, epochs: bool, patience:
 def _processes(exp: Experiment) -> int:
     """Processes the global batch is split over: the ranks or workers ``runtime.np`` launches
     (Horovod's or the multi-worker strategy's), or this world's size."""
-    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np:
+    if exp.runtime.launches:
         return abs(exp.runtime.np)
     from keras_dl.distribute.world import current_world
 

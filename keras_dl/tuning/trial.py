@@ -153,7 +153,7 @@ def _train(exp: Experiment, run_id: str, pruning) -> str | None:
     """``fit`` in this process, or on Horovod ranks or multi-worker workers (``runtime.np``):
     a multi-process trial is scored on its last epoch, and is not pruned (rank 0's callback
     runs in another process). Returns the logged model's URI."""
-    if exp.runtime.strategy in ("horovod", "multiworker") and exp.runtime.np != 0:
+    if exp.runtime.launches:
         from keras_dl.launch import launch
 
         result = launch(exp, run_id=run_id)
