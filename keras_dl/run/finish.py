@@ -9,8 +9,8 @@ succeeds, so rerunning the same command after a failure here trains nothing (the
 checkpoint is marked ``training_done``) and redoes only the steps that are missing. A model the
 gate refused (:mod:`keras_dl.model.gate`) leaves the directory incomplete too: a rerun decides again.
 
-Only the chief writes; every rank evaluates its own test shard (no collective is involved), and
-under Horovod the ranks meet once after it, before the chief goes on.
+Only the chief writes; every rank evaluates its own test shard, and the ranks or workers meet
+once after it (an allreduce), before the chief goes on.
 """
 
 from __future__ import annotations
@@ -77,12 +77,13 @@ def finish(run, model, data, checkpoint: Checkpoint):
             if metrics:
                 mlflow.log_metrics(metrics)
             folder.record_finishing(test_metrics=metrics)
-    if exp.runtime.strategy == "horovod" and run.world.size > 1:
+    if exp.runtime.strategy in ("horovod", "multiworker") and run.world.size > 1:
         # Every rank's test shard evaluated before the chief logs the model and marks the run
         # COMPLETE: a rank that failed (say its host lost the store) fails this collective on
         # the chief too, and the rerun trains nothing and evaluates again, instead of finding
-        # the run COMPLETE and training it all over.
-        from keras_dl.distribute.horovod import allreduce_mean
+        # the run COMPLETE and training it all over. (The multi-worker strategy's evaluate
+        # already reduces its metrics over the workers; this meeting also covers what follows.)
+        from keras_dl.distribute.collective import allreduce_mean
 
         allreduce_mean({"evaluated": 1.0}, prefix="finish")
     if not chief:
