@@ -408,20 +408,27 @@ def petastorm_files(tmp_path_factory) -> list[str]:
     return paths
 
 
-# The kinds of SparkSession the Spark tests run on. A test (or a fixture it uses) marked
-# classic_only runs on the classic one alone: the slow ones whose Connect twin would add minutes
-# and no coverage (a representative test of each entry point runs on both).
+# The kinds of SparkSession the Spark tests run on: the classic local[2] session, and a Spark
+# Connect session to a server in the same JVM. A test that uses ``spark`` runs on the classic one;
+# one marked connect_too runs on both (a representative test of each entry point: the converter,
+# scoring, the estimator, tuning, the slot check and the errors by name), one marked connect_only
+# on Connect alone.
 SPARK_KINDS = ("classic", "connect")
 _CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # what pyspark.sql.is_remote() reads
 
 
 def pytest_generate_tests(metafunc):
-    """Every test that uses ``spark`` (directly or through a fixture) runs on both kinds."""
+    """Every test that uses ``spark`` (directly or through a fixture) runs on the kinds its
+    marks ask for: the classic session, both (connect_too) or Connect (connect_only)."""
     if "spark" in metafunc.fixturenames:
-        only = [
-            m for m in ("classic", "connect") if metafunc.definition.get_closest_marker(f"{m}_only")
-        ]
-        kinds = tuple(only) or SPARK_KINDS
+
+        def marked(name: str) -> bool:
+            return metafunc.definition.get_closest_marker(name) is not None
+
+        if marked("connect_only"):
+            kinds = ("connect",)
+        else:
+            kinds = SPARK_KINDS if marked("connect_too") else ("classic",)
         metafunc.parametrize("spark", kinds, indirect=True, scope="session")
 
 

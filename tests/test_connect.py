@@ -1,5 +1,6 @@
-"""keras_dl.connect on both kinds of session (the suite's ``spark`` fixture runs each test on a
-classic and on a Spark Connect session): the same counts, and files found on the executors."""
+"""keras_dl.connect on both kinds of session (connect_too: the suite's ``spark`` fixture runs
+each test on a classic and on a Spark Connect session): the same counts, and files found on the
+executors."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from keras_dl.connect import (
 )
 
 
+@pytest.mark.connect_too
 def test_parallelism_and_partitions_are_counted_without_sparkcontext_or_rdd(spark):
     assert default_parallelism(spark) == 2  # local[2]
     assert partition_count(spark.range(100).repartition(3)) == 3
 
 
+@pytest.mark.connect_too
 def test_a_shipped_file_and_folder_are_found_on_the_executors(spark, tmp_path):
     tag = uuid.uuid4().hex[:8]
     file = tmp_path / f"weights-{tag}.txt"

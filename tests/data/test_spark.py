@@ -19,6 +19,7 @@ def _frame(spark, n=60):
     return spark.createDataFrame(rows, "id long, x double, v array<double>, name string, label int")
 
 
+@pytest.mark.connect_too
 def test_dataframe_is_materialized_once_with_two_partitions_per_worker(spark, tmp_path):
     cache = str(tmp_path / "cache")
     df = _frame(spark).coalesce(1)
@@ -65,6 +66,7 @@ def test_context_manager_deletes_and_a_new_conversion_rewrites(spark, tmp_path):
         assert fresh is not conv and os.path.isdir(fresh.path)
 
 
+@pytest.mark.connect_too
 def test_vector_and_struct_columns_are_refused_with_the_fix(spark, tmp_path):
     from pyspark.ml.linalg import Vectors
     from pyspark.sql import functions as F
@@ -136,6 +138,7 @@ def test_the_converter_writes_page_checksums_that_the_reader_verifies(
     conv.delete()
 
 
+@pytest.mark.connect_too
 def test_write_delta_reports_the_version_it_committed_after_another_writers_commit(
     spark, tmp_path, monkeypatch
 ):

@@ -42,6 +42,7 @@ def test_the_local_folders_rank_0_writes_to_are_checked_and_remote_ones_are_not(
     assert local_folders(digits_exp("tracking.uri=databricks", "runtime.run_dir=s3://b/r")) == {}
 
 
+@pytest.mark.connect_too
 def test_the_probe_reads_each_folders_marker_on_every_task(spark, tmp_path):
     token = secrets.token_hex(8)
     shared, stale = tmp_path / "shared", tmp_path / "stale"

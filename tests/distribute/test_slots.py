@@ -8,6 +8,7 @@ from keras_dl.distribute.slots import wait_for_free_slots
 from keras_dl.errors import DistributedError
 
 
+@pytest.mark.connect_too
 def test_more_tasks_than_the_clusters_slots_in_all_are_refused_at_once(spark):
     # settle and timeout far beyond the test's run: a refusal here did not wait for them.
     with pytest.raises(DistributedError) as caught:
@@ -19,11 +20,11 @@ def test_more_tasks_than_the_clusters_slots_in_all_are_refused_at_once(spark):
         assert "the cluster at local[2]" in text and "spark.master=local[2]" in text
 
 
+@pytest.mark.connect_too
 def test_tasks_the_cluster_has_free_slots_for_pass(spark):
     wait_for_free_slots(2, timeout=3600, settle=3600)
 
 
-@pytest.mark.classic_only
 def test_a_process_out_of_connect_mode_gets_its_classic_session(
     spark, _spark_sessions, monkeypatch
 ):
@@ -39,7 +40,6 @@ def test_a_process_out_of_connect_mode_gets_its_classic_session(
     assert active_session() is remote
 
 
-@pytest.mark.classic_only
 def test_an_executor_registering_while_the_wait_checks_the_master_is_counted(spark, monkeypatch):
     # CI, at a load of 15: the slow executor registered while the wait read the master's JSON
     # (granted 2, registered 2: none launching), and the wait refused with the count it had read

@@ -6,8 +6,6 @@ import os
 import subprocess
 import textwrap
 
-import pytest
-
 from keras_dl.distribute.loopback import DAEMON
 from tests.warm_python import REAL_PYTHON
 
@@ -28,7 +26,6 @@ def _probe(_):
     yield main and main.name, "libtensorflow_framework" in maps
 
 
-@pytest.mark.classic_only
 def test_workers_fork_from_the_daemon_that_imported_tensorflow(spark):
     rows = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(_probe).collect()
     assert len(rows) == 2

@@ -68,6 +68,7 @@ def test_each_rank_scoring_task_and_tuning_trial_sees_only_its_tasks_gpu(gpu_clu
     assert out["trials"] == ["0", "1"], out["trials"]
 
 
+@pytest.mark.connect_too
 def test_without_gpu_resources_the_environment_is_left_alone(spark, monkeypatch):
     from keras_dl.distribute import gpus, horovod
 

@@ -6,14 +6,13 @@ slots. The deadlines below only keep a launcher without the timeout from hanging
 from __future__ import annotations
 
 import cloudpickle
-import pytest
 
 from keras_dl.errors import DistributedError
 from keras_dl.launch.spark_workers import run_spark_workers
 from keras_dl.launch.stage_start import started_tasks
 from tests.distribute.slot_holder import hold_a_slot, launch_with_a_slot_held
 
-pytestmark = pytest.mark.classic_only  # Connect has its own (tests/distribute/test_rank_output)
+# On the classic session only: Connect has its own (tests/distribute/test_rank_output).
 
 
 def test_workers_whose_tasks_find_no_free_slots_are_cancelled_after_start_timeout(spark, tmp_path):

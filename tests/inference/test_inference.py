@@ -25,6 +25,7 @@ def champion(digits_model):
     return uri, result
 
 
+@pytest.mark.connect_too
 def test_spark_scores_equal_in_process_predict(spark, champion):
     uri, result = champion
     digits = load_digits()
@@ -55,6 +56,7 @@ def test_rows_that_do_not_match_the_signature(spark, champion):
         predict(scalar, "models:/digits@champion", tracking_uri=uri)
 
 
+@pytest.mark.connect_too
 def test_spark_scoring_refuses_a_nan_pixel_naming_the_column(spark, champion):
     uri, _ = champion
     pixels = load_digits().data[:4].astype(np.float64)
@@ -84,9 +86,9 @@ def test_spark_udf_takes_the_pixels_as_one_array_column(spark, champion):
         df.select(udf("pixels").alias("p")).toPandas()
 
 
-# Classic only: each case trains a tabular model, and the labels' names are decoded in the
-# scoring UDF the same way on both kinds (Connect's scoring runs in the tests marked connect).
-@pytest.mark.classic_only
+# Classic only (no connect_too): each case trains a tabular model, and the labels' names are
+# decoded in the scoring UDF the same way on both kinds (Connect's scoring runs in the tests
+# marked connect_too).
 @pytest.mark.parametrize(
     "classes", [("cat", "dog"), (False, True)], ids=["string label", "bool label"]
 )
@@ -190,7 +192,7 @@ def test_predict_command_writes_a_delta_table(champion, digits_table, tmp_path):
     assert zero.returncode == 2 and "--batch-size: must be an integer >= 1" in zero.stderr
 
 
-@pytest.mark.classic_only  # the object store is the same on both; scoring on Connect is above
+# Classic only: the object store is the same on both; scoring on Connect is above.
 def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatch):
     """A table on S3 scored by Spark tasks that read it and write the output's files to S3
     themselves; the driver commits one Delta version and counts only what it wrote."""
@@ -216,7 +218,6 @@ def test_scoring_reads_and_writes_object_storage(spark, champion, s3, monkeypatc
         write_predictions(scored, s3.uri("unsafe"))
 
 
-@pytest.mark.classic_only
 def test_scoring_reads_and_writes_azure(spark, champion, azure):
     """The same on Azure (Azurite): Spark tasks get the account's settings with their work, read
     the abfss:// table and write the output's files; the driver commits (conditional writes)."""

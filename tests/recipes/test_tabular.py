@@ -207,7 +207,6 @@ def test_float_label_forced_to_classification_with_too_many_classes(tables, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.classic_only  # Spark scoring on Connect has tests of its own (tests/inference)
 def test_column_names_delta_allows_work_end_to_end(spark, tmp_path):
     """Spaces (as Databricks' column-mapped tables have), "/", "." and non-ASCII: as features
     of the tabular recipe, Keras inputs, the model signature, pyfunc serving and Spark scoring,

@@ -20,7 +20,7 @@ from keras_dl.spark import KerasEstimator
 # the model reaches does not depend on the session's kind, and KerasEstimator's fit and
 # transform on Spark Connect run in tests/spark/test_estimator.py (its Connect twin took 34 CPU-s
 # and 114 s of the fixture's fit).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_model"), pytest.mark.classic_only]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default_model")]
 MARGIN = 0.04  # issue 36: within 0.04 of the best simple baseline
 
 

@@ -67,6 +67,7 @@ def fitted(iris, tmp_path_factory):
     return model, uri, tmp
 
 
+@pytest.mark.connect_too
 def test_iris_pipeline_learns_and_scores_as_spark_ml(fitted, iris):
     model, _, _ = fitted
     out = model.transform(iris)
@@ -90,6 +91,7 @@ def test_iris_pipeline_learns_and_scores_as_spark_ml(fitted, iris):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+@pytest.mark.connect_too
 def test_fit_is_one_tracked_run_on_a_delta_table_under_store(fitted):
     from deltalake import DeltaTable
 
@@ -112,6 +114,7 @@ def test_fit_is_one_tracked_run_on_a_delta_table_under_store(fitted):
     assert list((tmp / "store" / "runs").glob("*/checkpoints/*"))
 
 
+@pytest.mark.connect_too
 def test_save_and_load_give_identical_predictions(fitted, iris, tmp_path):
     model, _, _ = fitted
     before = model.transform(iris).sort("id").select("prediction", "probability").toPandas()
@@ -176,7 +179,6 @@ def test_regression_output_works_with_regression_evaluator(spark, tmp_path, mlfl
 
 
 @pytest.mark.slow
-@pytest.mark.classic_only  # num_proc < 0 runs on the driver, no Spark job: the kind is moot
 @HEAVY
 @pytest.mark.parametrize("strategy", ["auto", "multiworker"])
 def test_num_proc_minus_two_trains_on_two_local_horovod_ranks_or_multiworker_workers(

@@ -75,6 +75,7 @@ def _frame(spark, features, labels, **extra):
     ],
     ids=["missing feature", "missing label", "string feature", "missing validation column"],
 )
+@pytest.mark.connect_too
 def test_columns_checked_by_name(spark, tmp_path, change, match):
     df = _frame(spark, [[0.0, 1.0]] * 4, [0.0, 1.0, 2.0, 1.0], name=["a", "b", "c", "d"])
     with pytest.raises(DataError, match=match):
@@ -82,7 +83,6 @@ def test_columns_checked_by_name(spark, tmp_path, change, match):
 
 
 @pytest.mark.slow
-@pytest.mark.classic_only  # the same DataFrame checks as test_columns_checked_by_name, slower
 def test_rows_checked_by_column(spark, tmp_path):
     est = _estimator(tmp_path)
     nulls = spark.createDataFrame([(Vectors.dense([0.0, 1.0]), 0.0), (Vectors.dense([1.0, 0.0]), None)], VECTOR_SCHEMA)  # fmt: skip

@@ -18,9 +18,9 @@ import pytest
 from keras_dl import storage
 from tests.conftest import HEAVY_IO, REPO
 
-# classic_only: the store on S3 is the same on both kinds of session (test_estimator and
-# test_tuning_and_resume run fit on Spark Connect too); one run of it is enough.
-pytestmark = [pytest.mark.slow, pytest.mark.classic_only]
+# On the classic session only: the store on S3 is the same on both kinds of session
+# (test_estimator and test_tuning_and_resume run fit on Spark Connect too).
+pytestmark = pytest.mark.slow
 
 
 def _fresh_fit(store: Path, uri: str, *args: str) -> subprocess.CompletedProcess:

@@ -49,6 +49,7 @@ def test_sample_weight_col_zero_on_one_class_keeps_it_from_being_predicted(
     assert run.data.params["data.weight_column"] == "sample_weight"
 
 
+@pytest.mark.connect_too
 def test_a_missing_or_non_numeric_sample_weight_col_is_named(iris, tmp_path):
     with pytest.raises(DataError, match="'nope'.*sample_weight_col"):
         _estimator(tmp_path, sample_weight_col="nope").fit(iris)

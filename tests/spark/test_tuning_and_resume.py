@@ -32,6 +32,7 @@ def _estimator(store, **params):
     return KerasEstimator(**{**settings, **params})
 
 
+@pytest.mark.connect_too
 def test_tuning_trials_are_child_runs(iris, tmp_path, mlflow_uri):
     est = _estimator(tmp_path / "store")
     grid = ParamGridBuilder().addGrid(est.optimizer, ["adam", "sgd"]).build()
@@ -53,7 +54,6 @@ def test_tuning_trials_are_child_runs(iris, tmp_path, mlflow_uri):
     assert mlflow.active_run() is None
 
 
-@pytest.mark.classic_only  # 9 fits; test_tuning_trials_are_child_runs tunes on Connect too
 def test_trials_of_a_pipeline_are_child_runs_and_without_a_run_they_stand_alone(
     iris, tmp_path, mlflow_uri
 ):
@@ -90,7 +90,6 @@ class _Crash(keras.callbacks.Callback):
             raise RuntimeError("crash after epoch 2")
 
 
-@pytest.mark.classic_only  # resuming is the driver's; fit on Connect is covered above
 def test_failed_fit_resumes_by_run_id(iris, tmp_path, mlflow_uri):
     df = VectorAssembler(inputCols=["sl", "sw", "pl", "pw"], outputCol="x").transform(iris)
     est = _estimator(tmp_path / "store", epochs=4, validation=0.2).setFeatureCols(["x"])

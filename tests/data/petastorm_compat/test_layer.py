@@ -213,7 +213,3 @@ def test_make_reader_reads_every_row_once(unischema_dataset, pool):
             np.testing.assert_array_equal(row.vec, np.full(3, row.id, np.float32))
             seen.append(int(row.id))
     assert sorted(seen) == list(range(60))
-
-
-# Petastorm's own materialize_dataset writes the fixtures' datasets through a SparkContext.
-pytestmark = pytest.mark.classic_only

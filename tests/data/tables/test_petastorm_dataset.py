@@ -6,8 +6,9 @@ import pytest
 from keras_dl.config import DataConfig
 from keras_dl.data import make_splits, open_table, plan_columns
 
-# classic_only: Petastorm's own materialize_dataset writes the fixture through a SparkContext.
-pytestmark = [pytest.mark.slow, pytest.mark.classic_only]
+# On the classic session only (no connect_too): Petastorm's own materialize_dataset writes the
+# fixture through a SparkContext.
+pytestmark = pytest.mark.slow
 
 
 def _image(i: int) -> np.ndarray:

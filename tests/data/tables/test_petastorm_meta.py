@@ -295,7 +295,3 @@ def test_keras_dls_row_reader_reuses_the_vetted_unischema(genuine, tmp_path, mar
     chunks = list(iter_epoch_arrays(snapshot, plan, stats, shuffle=False, workers=1))
     assert sorted(int(v) for c in chunks for v in c["label"]) == list(range(12))
     wait_absent(marker)
-
-
-# Petastorm's own materialize_dataset writes the fixtures' datasets through a SparkContext.
-pytestmark = pytest.mark.classic_only
