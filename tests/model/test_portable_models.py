@@ -33,7 +33,14 @@ for name, model_dir, inputs_file, out_file in pickle.load(open(sys.argv[1], "rb"
 """
 
 
-def _tabular_model(tmp: Path):
+def _digits_model(tmp: Path, digits_table):
+    from sklearn.datasets import load_digits
+
+    _, _, uri = train_digits(digits_table, tmp, "train.epochs=1")
+    return uri, "models:/digits/1", load_digits().data[:20]
+
+
+def _tabular_model(tmp: Path, digits_table):
     from keras_dl.config import resolve
     from keras_dl.recipe import load_recipe
     from keras_dl.train import fit
@@ -67,7 +74,7 @@ def _tabular_model(tmp: Path):
     return uri, "models:/tabular/1", frame[["size", "rooms", "city"]].head(20)
 
 
-def _flowers_model(tmp: Path):
+def _flowers_model(tmp: Path, digits_table):
     import tensorflow_datasets as tfds
 
     from keras_dl.config import resolve
@@ -102,19 +109,24 @@ def _flowers_model(tmp: Path):
     return uri, result.model_uri, images
 
 
+# How each recipe's model is trained here: ``builder(tmp, digits_table) -> (tracking uri, model
+# uri, inputs)``. Every recipe list_recipes() finds must have one.
+MODELS = {"digits": _digits_model, "tabular": _tabular_model, "flowers": _flowers_model}
+
+
 @pytest.fixture(scope="module")
 def recipe_models(digits_table, tmp_path_factory):
-    """Each recipe trained for one epoch on tiny data, its model folder downloaded, and the
-    in-process predictions: ``[(recipe, model folder, inputs, predictions)]``."""
-    from sklearn.datasets import load_digits
+    """Each recipe (:func:`keras_dl.recipe.list_recipes`) trained for one epoch on tiny data, its
+    model folder downloaded, and the in-process predictions:
+    ``[(recipe, model folder, inputs, predictions)]``."""
+    from keras_dl.recipe import list_recipes
 
+    missing = sorted(set(list_recipes()) - set(MODELS))
+    assert not missing, f"recipes with no case in MODELS here (add one each): {missing}"
     out = []
-    digits_tmp = tmp_path_factory.mktemp("portable_digits")
-    _, result, digits_uri = train_digits(digits_table, digits_tmp, "train.epochs=1")
     cases = [
-        ("digits", digits_uri, "models:/digits/1", load_digits().data[:20]),
-        ("tabular", *_tabular_model(tmp_path_factory.mktemp("portable_tabular"))),
-        ("flowers", *_flowers_model(tmp_path_factory.mktemp("portable_flowers"))),
+        (name, *MODELS[name](tmp_path_factory.mktemp(f"portable_{name}"), digits_table))
+        for name in list_recipes()
     ]
     for name, uri, model_uri, inputs in cases:
         mlflow.set_tracking_uri(uri)
