@@ -23,6 +23,7 @@ from keras_dl.data.stream.blocks import as_block, cut_blocks, num_rows, trim, we
 from keras_dl.data.stream.epoch_position import EpochPosition, Resume, Segment
 from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.data.stream.mix import MixLayout, MixRows, RankMix
+from keras_dl.data.stream.mix_ahead import PlanAhead
 from keras_dl.data.stream.mix_chunks import Rows, place, unique_runs
 from keras_dl.data.stream.read_options import ReadOptions
 from keras_dl.data.stream.shard_epochs import RowGroupCounts, read_pieces
@@ -107,6 +108,9 @@ class MixStream:
         self._handed: dict[int, tuple[np.ndarray, int, int]] = {}  # epoch: (labels, from, to)
         self.errors: deque = deque(maxlen=4)
         self._rank: tuple | None = None  # (epoch, layout, RankMix) last planned
+        self._ahead = PlanAhead(
+            lambda e, lay: self.mix.rank(e, lay, options.shard), self._layout, _same_layout
+        )  # the next epoch's plan, made while this one streams
         self.pack = lambda values: to_structure(values, plan)
         self.signature = input_signature(plan, blocked=True, weighted=self.weighted)
         self.in_graph = preprocess
@@ -147,7 +151,7 @@ class MixStream:
         layout = self._layout(epoch)
         kept = self._rank
         if kept is None or kept[0] != epoch or not _same_layout(kept[1], layout):
-            self._rank = kept = (epoch, layout, self.mix.rank(epoch, layout, self.options.shard))
+            self._rank = kept = (epoch, layout, self._ahead.take(epoch, layout))
         return kept[2]
 
     def chunks(self, epoch: int) -> Iterator[dict]:
