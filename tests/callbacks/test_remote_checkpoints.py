@@ -51,7 +51,7 @@ class _Azure:
         self.container.client().delete_blob(key)
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=["s3", pytest.param("azure", marks=pytest.mark.slow)])  # Azurite: 35-46 s
 def s3(request):
     """The store under test (named ``s3`` as these tests were first written for it)."""
     wrap = _S3 if request.param == "s3" else _Azure

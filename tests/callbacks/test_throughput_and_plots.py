@@ -132,6 +132,7 @@ def test_progress_bar_shows_samples_per_second_and_replaces_the_default_bar(caps
     assert "3/3" in out
 
 
+@pytest.mark.slow  # 24 s on 2 cores
 def test_plots_log_curves_and_a_confusion_matrix_of_the_held_out_data(mlflow_uri, tmp_path):
     x, y = tiny_data()
     model = tiny_model()

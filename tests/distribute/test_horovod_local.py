@@ -156,6 +156,7 @@ def test_two_ranks_train_every_row_of_a_one_row_group_table_once_per_epoch(digit
         assert ranks[0]["logged"][epoch] == pytest.approx(train_rows / 2)
 
 
+@pytest.mark.slow  # 36 s on 2 cores
 def test_the_launcher_logs_the_batch_size_the_tabular_recipe_chose(tmp_path):
     """The driver fills in the tabular recipe's batch size before it logs the config, so the
     run's params and config.yaml hold what both ranks trained with."""

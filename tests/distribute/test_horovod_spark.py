@@ -276,6 +276,7 @@ def test_a_classic_jobs_rank_output_comes_as_written_and_a_killed_rank_stops_the
 
 
 @pytest.mark.parametrize("driver_target", ["classic"], indirect=True)
+@pytest.mark.slow  # 77 s on 2 cores
 def test_executors_that_cannot_reach_the_driver_name_its_advertised_address(driver_target):
     """Was "runtime.np=2 needs 2 free Spark task slots, but the cluster ... has 0 free of 0"."""
     master, env = driver_target

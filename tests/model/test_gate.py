@@ -147,6 +147,7 @@ def test_no_worse_allows_the_tolerance_relative_to_the_champion_and_float32_ties
     assert tie.no_worse(0.3, 0.0) and not tie.beats(0.3)
 
 
+@pytest.mark.slow  # 53 s on 2 cores
 def test_a_model_no_better_than_the_majority_class_is_not_registered(small_table, tmp_path):
     sets = ["data.label=cls", "data.features=noise", "train.epochs=5"]
     args = [a for s in [*_sets(small_table, tmp_path), *sets] for a in ("--set", s)]

@@ -206,6 +206,7 @@ def test_a_changed_config_is_not_resumed_but_more_epochs_are(digits_table, tmp_p
     assert resume_run_id(other) is None
 
 
+@pytest.mark.slow  # 34 s on 2 cores
 def test_an_epochs_checkpoint_holds_its_whole_logs_for_a_resume_to_backfill(digits_table, tmp_path):
     # On the two-host cluster (2026-12-02) a worker died between epoch 2's checkpoint and its
     # rows_trained: the header's logs, saved before rows_trained was added, lacked it, and the

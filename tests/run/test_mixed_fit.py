@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import deltalake
 import mlflow
+import pytest
 
 from keras_dl.lineage.query import TRAINED, find_versions
 from tests.conftest import train_digits
@@ -17,6 +18,7 @@ SOURCES = (
 )
 
 
+@pytest.mark.slow  # 35 s on 2 cores
 def test_digits_mixed_from_two_sources_logs_rows_per_source_and_lineage(digits_table, tmp_path):
     exp, result, uri = train_digits(
         digits_table,

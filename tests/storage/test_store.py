@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from keras_dl.storage import LocalStore, ObjectStore, open_store, store_of
 
 
-@pytest.fixture(params=["local", "s3", "azure"])
+@pytest.fixture(params=["local", "s3", pytest.param("azure", marks=pytest.mark.slow)])  # 23 s
 def store(request, tmp_path):
     if request.param == "local":
         return open_store(tmp_path / "run")

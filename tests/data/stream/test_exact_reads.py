@@ -174,6 +174,7 @@ def test_each_epoch_reads_every_live_row_once_across_the_shards(
     shuffle=st.booleans(),
     cache=st.sampled_from([0, 1 << 20]),  # data.cache off, or on (replayed from memory)
 )
+@pytest.mark.slow  # 25 s on 2 cores
 def test_every_training_epoch_trains_every_row_once_with_equal_steps(
     spec, shards, batch, epochs, shuffle, cache, tmp_path
 ):

@@ -95,6 +95,7 @@ def _expected(row_id: int) -> tuple:
     cache=st.sampled_from([0, 1 << 20]),  # data.cache off, or on (replayed from memory)
     weighted=st.booleans(),
 )
+@pytest.mark.slow  # 45 s on 2 cores
 def test_a_packed_epoch_yields_the_rows_of_an_unpacked_one_on_every_rank(
     spec, shards, batch, epochs, cache, weighted, tmp_path
 ):
