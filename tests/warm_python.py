@@ -1,7 +1,7 @@
 """A warm interpreter the suite's Python subprocesses fork from, instead of each importing
 TensorFlow, Keras and MLflow anew (about 5 CPU-s a process, some 500 processes a run).
 
-Process accounting of a whole run (``tests/process_accounting.py``) showed the suite spends
+Linux process accounting of a whole run showed the suite spends
 half its CPU in Python processes the tests start: CLI runs, Horovod ranks, Spark's Python
 daemons, scaling workers, barrier ranks. Most of that is their imports. So each xdist worker
 starts one server (:func:`start`, :mod:`tests.warm_python_server`) that imports them once and then forks a child per command;

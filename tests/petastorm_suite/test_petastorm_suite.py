@@ -66,12 +66,7 @@ def test_petastorm_suite_passes_on_the_layer(tmp_path):
     report = tmp_path / "report.json"
     env = {
         # Not the variables of the xdist worker running this test: the run has its own workers.
-        # Nor tests/cpu_report.py's: this test's CPU already counts the run's.
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("PYTEST_XDIST_") and k != "KERAS_DL_CPU_REPORT"
-        },
+        **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         # Spark's Python workers run `python3` from PATH unless told otherwise.
         "PYSPARK_PYTHON": sys.executable,
