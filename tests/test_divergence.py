@@ -35,13 +35,13 @@ def test_a_diverging_run_fails_with_its_reason_and_registers_nothing(digits_tabl
         ("train.learning_rate=nan", r"train.learning_rate must be a finite number, got nan"),
         ("train.learning_rate=inf", r"train.learning_rate must be a finite number, got inf"),
         ("train.learning_rate=-1", r"train.learning_rate must be a finite number > 0"),
-        ("train.epochs=0", r"train.epochs must be >= 1"),
+        ("train.epochs=0", r"train.epochs=0 is outside the allowed range >= 1"),
         ("runtime.warmup_epochs=nan", r"runtime.warmup_epochs must be a finite number"),
         ("callbacks.min_delta=nan", r"callbacks.min_delta must be a finite number"),
-        ("data.shuffle_buffer=0", r"data.shuffle_buffer must be >= 1"),
+        ("data.shuffle_buffer=0", r"data.shuffle_buffer=0 is outside the allowed range >= 1"),
         (
             "callbacks.checkpoint_every_n_steps=-1",
-            r"callbacks.checkpoint_every_n_steps must be >= 0",
+            r"callbacks.checkpoint_every_n_steps=-1 is outside the allowed range >= 0",
         ),
         ("model.dropout=nan", r"model.dropout must be a finite number"),
         (

@@ -1,10 +1,16 @@
-"""Ranges declared on the fields: ``dropout: float = bounded(0.3, 0, 1, high_open=True)``.
+"""Facts declared on the fields: ``dropout: float = bounded(0.3, 0, 1, high_open=True)``.
 
-A recipe's ``model`` section is a plain dataclass the recipe owns, so its ranges are declared
-where its fields are, as field metadata (:func:`bounded`), and :func:`check_bounds` checks every
-section of an experiment when it is resolved, before any data is read or any run starts. A value
-out of range is refused with an error naming the key, the value and the range allowed, rather
-than failing inside Keras after the MLflow run was created.
+A setting's range, and whether a resumed training may change it, are written where the field
+is, as field metadata, not in lists of keys elsewhere. A recipe's ``model`` section is a plain
+dataclass the recipe owns, so its ranges are declared the same way (:func:`bounded`); the
+schema's own sections use :func:`setting`, which also says ``free_on_resume``.
+
+- :func:`check_bounds` checks every section of an experiment when it is resolved, before any
+  data is read or any run starts. A value out of range is refused with an error naming the key,
+  the value and the range allowed, rather than failing inside Keras after the MLflow run was
+  created.
+- :func:`free_on_resume_keys` names the settings a resumed training may change (how the data is
+  read, how long to train), which ``keras_dl.run.resume``'s config fingerprint leaves out.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 
 from keras_dl.errors import ConfigError
 
-BOUNDS = "keras_dl.bounds"  # the field-metadata key
+BOUNDS = "keras_dl.bounds"  # the field-metadata keys
+FREE_ON_RESUME = "keras_dl.free_on_resume"
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,36 @@ def bounded(
         ...     dropout: float = bounded(0.3, 0, 1, high_open=True)  # [0, 1)
         ...     units: tuple[int, ...] = bounded((64, 32), 1)  # each >= 1
     """
-    return dataclasses.field(
-        default=default, metadata={BOUNDS: Bounds(low, high, low_open, high_open)}
-    )
+    return setting(default, low, high, low_open=low_open, high_open=high_open)
+
+
+def setting(
+    default: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    free_on_resume: bool = False,
+) -> Any:
+    """A dataclass field with ``default``, the range :func:`bounded` takes (none when ``low``
+    and ``high`` are both None), and whether a resumed training may change it."""
+    metadata: dict[str, Any] = {}
+    if low is not None or high is not None:
+        metadata[BOUNDS] = Bounds(low, high, low_open, high_open)
+    if free_on_resume:
+        metadata[FREE_ON_RESUME] = True
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def free_on_resume_keys(sections: dict[str, Any]) -> set[str]:
+    """``section.key`` of every field declared ``free_on_resume``, in ``{name: section}``."""
+    return {
+        f"{name}.{f.name}"
+        for name, section in sections.items()
+        for f in dataclasses.fields(section)
+        if f.metadata.get(FREE_ON_RESUME)
+    }
 
 
 def check_bounds(sections: dict[str, Any]) -> None:
@@ -100,8 +134,9 @@ def _bounds_error(key: str, value: Any, item: Any, bounds: Bounds, default: Any)
     where = f"{key}={text(value)}"
     if item is not value:
         where += f" has {item!r}, which"
+    example = "..." if default is None else text(default)  # a setting that is off by default
     return ConfigError(
         f"{where} is outside the allowed range {bounds}"
         f"{' (each value)' if isinstance(value, tuple) else ''}. Set a value in it, for example "
-        f"--set {key}={text(default)}."
+        f"--set {key}={example}."
     )

@@ -2,14 +2,18 @@
 
 One dataclass per config section (``data``, ``train``, ``runtime``, ``tracking``, ``callbacks``,
 ``registry``, ``tune``) and :class:`Experiment`, which holds them and the recipe's own ``model`` section.
-Nothing here parses or checks a value: :mod:`keras_dl.config.parse` reads YAML files and
-``--set`` overrides into these types, :mod:`keras_dl.config.validate` checks them.
+A field's range and whether a resume may change it are declared on the field
+(:func:`~keras_dl.config.bounds.setting`). Nothing here parses or checks a value:
+:mod:`keras_dl.config.parse` reads YAML files and ``--set`` overrides into these types,
+:mod:`keras_dl.config.validate` checks them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
+
+from keras_dl.config.bounds import setting
 
 # A setting with a fixed set of values is typed Literal[...]: that type is the one list of its
 # choices (keras_dl.config.choices checks every such field, and no check repeats the list).
@@ -148,19 +152,19 @@ class DataConfig:
     validation_split: str = "validation"
     test_table: str | None = None
     test_split: str = "test"
-    workers: int = 2
-    io_concurrency: int = 16
-    io_max_bytes: int = 64 << 20
+    workers: int = setting(2, 1, free_on_resume=True)
+    io_concurrency: int = setting(16, 0, free_on_resume=True)
+    io_max_bytes: int = setting(64 << 20, 1, free_on_resume=True)
     shuffle: bool = True
-    shuffle_buffer: int = 4096
+    shuffle_buffer: int = setting(4096, 1)
     seed: int = 42
     deterministic: bool = False
     filters: tuple[str, ...] = ()
     lineage_columns: tuple[str, ...] = ()
-    cache_dir: str | None = None
-    cache_dir_max_bytes: int | None = None
+    cache_dir: str | None = setting(None, free_on_resume=True)
+    cache_dir_max_bytes: int | None = setting(None, 1, free_on_resume=True)
     cache: Literal["auto", "never"] = "auto"
-    cache_max_bytes: int = 256 << 20
+    cache_max_bytes: int = setting(256 << 20, 0)
     image_size: tuple[int, ...] = ()
     on_bad_image: Literal["fail", "skip"] = "fail"
     trust_petastorm_metadata: bool = False
@@ -199,14 +203,14 @@ class TrainConfig:
             ``data.weight_column`` when both are set. Defaults to () (no class weights).
     """
 
-    epochs: int | None = 10
-    batch_size: int | None = 32
+    epochs: int | None = setting(10, 1, free_on_resume=True)
+    batch_size: int | None = setting(32, 1)
     learning_rate: float = 1e-3
     optimizer: str = "adam"
     lr_schedule: Literal["constant", "cosine"] = "constant"
     mixed_precision: bool = False
     seed: int = 42
-    verbose: int = 2
+    verbose: int = setting(2, free_on_resume=True)
     class_weight: tuple[str, ...] = ()
 
 
@@ -264,14 +268,14 @@ class RuntimeConfig:
     run_dir: str = ""
     resume: bool = True
     lr_scaling: Literal["none", "linear"] = "none"
-    warmup_epochs: float = 0.0
+    warmup_epochs: float = setting(0.0, 0)
     fp16_allreduce: bool = False
-    start_timeout: int = 120
-    max_restarts: int = 0
-    stall_timeout: int = 120
+    start_timeout: int = setting(120, 1)
+    max_restarts: int = setting(0, 0)
+    stall_timeout: int = setting(120, 1)
     bind_address: str = "127.0.0.1"
     spark_ui: bool = False
-    lease_seconds: float = 60.0
+    lease_seconds: float = setting(60.0, 1)
     profile_steps: tuple[int, ...] = ()
     check_shared_storage: bool = True
 
@@ -364,17 +368,17 @@ class CallbacksConfig:
 
     monitor: str = "val_loss"
     mode: Literal["auto", "min", "max"] = "auto"
-    min_delta: float = 0.0
-    patience: int | None = None
+    min_delta: float = setting(0.0, 0)
+    patience: int | None = setting(None, 0)
     stopping_threshold: float | None = None
     divergence_threshold: float | None = None
     check_finite: bool = True
     divergence_factor: float = 10.0
     trivial_loss_factor: float = 100.0
     restore_best_weights: bool = False
-    checkpoint_every_n_steps: int = 0
-    keep_checkpoints: int = 3
-    log_every_n_steps: int = 0
+    checkpoint_every_n_steps: int = setting(0, 0)
+    keep_checkpoints: int = setting(3, 1)
+    log_every_n_steps: int = setting(0, 0)
     plots: bool = True
 
 
@@ -428,8 +432,8 @@ class TuneConfig:
         seed: Seed of the TPE sampler. Defaults to 42.
     """
 
-    trials: int = 20
-    parallelism: int = 1
+    trials: int = setting(20, 1)
+    parallelism: int = setting(1, 1)
     metric: str = ""
     direction: Literal["auto", "minimize", "maximize"] = "auto"
     pruning: bool = True

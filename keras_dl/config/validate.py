@@ -1,9 +1,8 @@
 """Validation: every setting's choices, its range, and the rules between settings.
 
-Choices come from the schema's ``Literal`` types (:mod:`keras_dl.config.choices`), the ranges
-a recipe declares on its ``model`` fields from their metadata (:mod:`keras_dl.config.bounds`).
-The rest is
-written here: ranges (counts from 1, offsets from 0, finite floats), the rules between fields
+Choices come from the schema's ``Literal`` types (:mod:`keras_dl.config.choices`), ranges from
+the fields' metadata (:mod:`keras_dl.config.bounds`: the schema's counts from 1 and offsets from
+0, a recipe's ``model`` ranges). The rest is written here: finite floats, the rules between fields
 (``runtime.np`` needs Horovod, a Delta version or a timestamp, not both), the registry's metric
 floor and aliases, and null only for the settings a recipe chooses itself. Each error names the
 key and how to fix it. :func:`validate` also fills in the defaults derived from the recipe.
@@ -29,15 +28,11 @@ def validate(exp: Experiment) -> Experiment:
     the recipe-derived defaults."""
     _check_finite(exp)  # a NaN passes every "<" and ">" test below
     check_choices(exp.sections())  # every Literal[...] field, from the schema's types
-    check_bounds(exp.sections())  # every bounded(...) field, e.g. a recipe's model.dropout
+    check_bounds(exp.sections())  # every field with a range, e.g. train.epochs, model.dropout
     if not exp.train.learning_rate > 0:
         raise ConfigError(
             f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."
         )
-    for key in _AT_LEAST_ONE:
-        _check_min(exp, key, 1)
-    for key in _AT_LEAST_ZERO:
-        _check_min(exp, key, 0)
     if exp.runtime.np != 0 and exp.runtime.strategy not in ("horovod", "multiworker"):
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod ranks or multi-worker processes, but "
@@ -150,33 +145,6 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
-# Settings that only make sense from 1 (counts, sizes) or from 0 (offsets, intervals).
-_AT_LEAST_ONE = (
-    "train.epochs",
-    "train.batch_size",
-    "data.workers",
-    "data.io_max_bytes",
-    "data.cache_dir_max_bytes",
-    "data.shuffle_buffer",
-    "runtime.start_timeout",
-    "runtime.stall_timeout",
-    "runtime.lease_seconds",
-    "callbacks.keep_checkpoints",
-    "tune.trials",
-    "tune.parallelism",
-)
-_AT_LEAST_ZERO = (
-    "data.cache_max_bytes",
-    "data.io_concurrency",
-    "runtime.warmup_epochs",
-    "runtime.max_restarts",
-    "callbacks.min_delta",
-    "callbacks.checkpoint_every_n_steps",
-    "callbacks.log_every_n_steps",
-    "callbacks.patience",
-)
-
-
 # Settings a recipe may leave null in its defaults, to choose them from the table itself.
 CHOSEN_BY_RECIPE = ("train.epochs", "train.batch_size")
 
@@ -286,10 +254,3 @@ def _check_registry(registry: RegistryConfig) -> None:
                 f"registry.{key}={alias!r} is not a valid alias: use letters, digits, '_' or "
                 "'-', starting with a letter ('latest' is reserved by MLflow), e.g. champion."
             )
-
-
-def _check_min(exp: Experiment, key: str, low: int) -> None:
-    section, name = key.split(".")
-    value = getattr(getattr(exp, section), name)
-    if value is not None and value < low:
-        raise ConfigError(f"{key} must be >= {low}, got {value}. Fix it with --set {key}=...")

@@ -13,7 +13,7 @@ import json
 import logging
 
 from keras_dl.checkpoints import Checkpoints
-from keras_dl.config import to_flat_dict
+from keras_dl.config import free_on_resume_keys, to_flat_dict
 from keras_dl.run.folder import RUN_FILE, RunFolder
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,7 @@ def config_fingerprint(exp) -> str:
     """
     flat = to_flat_dict(exp)
     free = ("runtime.", "tracking.", "callbacks.", "registry.")
-    free_keys = {"train.epochs", "train.verbose", "data.workers", "data.cache_dir"}
-    free_keys |= {
-        "data.io_concurrency",
-        "data.io_max_bytes",
-        "data.cache_dir_max_bytes",
-    }  # added later: old runs resume
+    free_keys = free_on_resume_keys(exp.sections())  # declared on the fields (setting)
     kept = {k: str(v) for k, v in flat.items() if not k.startswith(free) and k not in free_keys}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 

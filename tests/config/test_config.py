@@ -8,6 +8,7 @@ from keras_dl.config import (
     Experiment,
     TrainConfig,
     dumps,
+    free_on_resume_keys,
     resolve,
     to_flat_dict,
     valid_keys,
@@ -66,9 +67,15 @@ def test_unknown_key_lists_the_valid_keys():
         ("train.learning_rate=fast", "must be a number"),
         ("train.mixed_precision=maybe", "must be true or false"),
         ("runtime.strategy=spaceship", "is not one of auto, none, mirrored, horovod"),
-        ("train.batch_size=0", "must be >= 1"),
-        ("data.cache_max_bytes=-1", r"data.cache_max_bytes must be >= 0, got -1.*--set"),
-        ("data.cache_dir_max_bytes=0", r"data.cache_dir_max_bytes must be >= 1, got 0"),
+        ("train.batch_size=0", "train.batch_size=0 is outside the allowed range >= 1"),
+        (
+            "data.cache_max_bytes=-1",
+            r"data.cache_max_bytes=-1 is outside the allowed range >= 0.*--set",
+        ),
+        (
+            "data.cache_dir_max_bytes=0",
+            r"data.cache_dir_max_bytes=0 is outside the allowed range >= 1",
+        ),
         (
             "data.cache_dir_max_bytes=1000",
             r"data.cache_dir, which is not set.*--set data.cache_dir=",
@@ -216,3 +223,57 @@ def test_multiworker_runs_on_spark_tasks_or_here_and_np_needs_a_launching_strate
         assert (exp.runtime.strategy, exp.runtime.np) == ("multiworker", np)
     with pytest.raises(ConfigError, match=r"runtime.np=2 launches .*runtime.strategy='mirrored'"):
         resolve(defaults, sets=["runtime.strategy=mirrored", "runtime.np=2"])
+
+
+# The counts that start at 1 and the offsets that start at 0, as their fields declare them.
+AT_LEAST_ONE = (
+    "train.epochs",
+    "train.batch_size",
+    "data.workers",
+    "data.io_max_bytes",
+    "data.cache_dir_max_bytes",
+    "data.shuffle_buffer",
+    "runtime.start_timeout",
+    "runtime.stall_timeout",
+    "runtime.lease_seconds",
+    "callbacks.keep_checkpoints",
+    "tune.trials",
+    "tune.parallelism",
+)
+AT_LEAST_ZERO = (
+    "data.cache_max_bytes",
+    "data.io_concurrency",
+    "runtime.warmup_epochs",
+    "runtime.max_restarts",
+    "callbacks.min_delta",
+    "callbacks.checkpoint_every_n_steps",
+    "callbacks.log_every_n_steps",
+    "callbacks.patience",
+)
+
+
+@pytest.mark.parametrize(
+    "key, low", [(k, 1) for k in AT_LEAST_ONE] + [(k, 0) for k in AT_LEAST_ZERO]
+)
+def test_each_count_and_offset_is_refused_below_its_bound_and_accepted_at_it(key, low):
+    extra = ["data.cache_dir=/tmp/c"] if key == "data.cache_dir_max_bytes" else []
+    resolve(defaults(), sets=[*extra, f"{key}={low}"])
+    with pytest.raises(ConfigError) as err:
+        resolve(defaults(), sets=[*extra, f"{key}={low - 1}"])
+    text = str(err.value)
+    assert f"{key}={low - 1}" in text and f">= {low}" in text and f"--set {key}=" in text
+
+
+def test_the_settings_a_resume_may_change_are_declared_on_their_fields():
+    # The config fingerprint a checkpoint carries leaves exactly these out (with the runtime,
+    # tracking, callbacks and registry sections): a change to this set changes every
+    # fingerprint, and runs interrupted before it would no longer resume.
+    assert free_on_resume_keys(defaults().sections()) == {
+        "train.epochs",
+        "train.verbose",
+        "data.workers",
+        "data.cache_dir",
+        "data.io_concurrency",
+        "data.io_max_bytes",
+        "data.cache_dir_max_bytes",
+    }
