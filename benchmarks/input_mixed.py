@@ -5,14 +5,22 @@ half each) beside each table alone, through the same training split ``fit`` gets
 The target (``benchmarks.input.MIXED_TARGETS``): a mixed epoch streams within 0.9x of the
 slower table alone (``mixed/slower_table``: of the medians; its spread, per round against that
 round's slower table). Both tables are the narrow table's shape, each of ``rows`` rows, so the
-mixed epoch is ``2 * rows`` rows. All three stream (``data.cache=never``): a mixed split is
-never cached in memory, and a cached table would be a figure of another path.
+mixed epoch is ``2 * rows`` rows. All three stream (``data.cache=never``) unless ``cache`` is
+``"auto"``: then all three are served from memory after their first read (the mixed split per
+source, :mod:`keras_dl.data.stream.mix_cache`), the comparison of the cached paths.
 """
 
 from __future__ import annotations
 
 
-def measure_mixed(work: str, rows: int, rows_per_group: int, batches: list[int], rounds: int):
+def measure_mixed(
+    work: str,
+    rows: int,
+    rows_per_group: int,
+    batches: list[int],
+    rounds: int,
+    cache: str = "never",
+):
     """Rows/s of the mixed split and of each table alone, per batch size, with CPU per row."""
     from benchmarks import input_tables as tables
     from benchmarks import timing
@@ -26,7 +34,7 @@ def measure_mixed(work: str, rows: int, rows_per_group: int, batches: list[int],
         "features": ("f", "v"),
         "validation_split": "",
         "test_split": "",
-        "cache": "never",
+        "cache": cache,
     }
     configs = {
         "mixed": DataConfig(

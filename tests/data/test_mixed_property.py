@@ -88,3 +88,46 @@ def test_every_epoch_is_each_sources_live_share_without_deleted_or_old_rows(
             passes, rest = divmod(share, len(rows))
             times = sorted(got[i] for i in rows)
             assert times == [passes] * (len(rows) - rest) + [passes + 1] * rest, got
+
+
+def _ids(split, epochs: int) -> list[list[int]]:
+    """Each epoch's ids in the order trained, padding included (as ``fit`` gets them)."""
+    out = [[] for _ in range(epochs)]
+    for i, batch in enumerate(split.dataset.take(epochs * split.steps)):
+        features = batch[0]
+        got = np.asarray(features["id"] if isinstance(features, dict) else features).reshape(-1)
+        out[i // split.steps].extend(got.tolist())
+    return out
+
+
+@pytest.mark.slow
+@settings(max_examples=12, **SETTINGS)
+@given(
+    layout=layouts(),
+    weights=st.tuples(st.sampled_from([0.2, 1.0, 3.0]), st.sampled_from([0.2, 1.0, 3.0])),
+    epoch_rows=st.one_of(st.none(), st.integers(4, 40)),
+    ranks=st.integers(1, 3),
+    batch=st.integers(1, 5),
+    budget=st.sampled_from([256 << 20, 600, 1]),
+)
+def test_a_mix_served_from_memory_trains_the_rows_it_streams_in_the_same_order(
+    grown, tmp_path, layout, weights, epoch_rows, ranks, batch, budget
+):
+    # budget 256 MiB keeps both sources, 600 bytes the smaller one only (the other streams),
+    # 1 byte neither; each rank's epochs must be the streamed mix's, row for row.
+    files, deleted = layout
+    drawn, _ = write_weighted(tmp_path / f"t{next(_tables)}", files, deleted)
+    sources = (
+        SourceConfig("drawn", drawn, weights[0]),
+        SourceConfig("grown", grown, weights[1], since_version=0),
+    )
+    common = dict(sources=sources, features=("id",), epoch_rows=epoch_rows, shuffle_buffer=8)
+    for rank in range(ranks):
+        streamed = make_splits(DataConfig(**common, cache="never"), batch, rank, ranks).train
+        cached = make_splits(DataConfig(**common, cache_max_bytes=budget), batch, rank, ranks).train
+        assert _ids(cached, 3) == _ids(streamed, 3)
+        kept = cached.stream.caches.kept  # per source: None (never read), a cache or False
+        if budget == 256 << 20:
+            assert False not in kept  # each source read was read once, then from memory
+        elif budget == 1:
+            assert not any(cached.stream.caches.cached())

@@ -7,8 +7,10 @@ the ranks); each source's rows are read by the same Petastorm reader machinery a
 (:func:`~keras_dl.data.stream.shard_epochs.read_pieces`: its own snapshot, version, filters and
 deletion vectors), in draw order, and put in the positions the plan gives them, then each
 shuffle pool is permuted. Weights, padding to equal steps and blocks are those of a single
-table's stream (:mod:`keras_dl.data.stream.blocks`). It streams (no memory cache), and a
-recipe's preprocess hook runs in tf.data.
+table's stream (:mod:`keras_dl.data.stream.blocks`). With ``data.cache=auto``, each source
+that fits what is left of ``data.cache_max_bytes`` is read whole once and its draws gathered
+from memory after (:mod:`keras_dl.data.stream.mix_cache`); a recipe's preprocess hook runs in
+tf.data.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from keras_dl.data.stream.epoch_position import EpochPosition, Resume, Segment
 from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.data.stream.mix import MixLayout, MixRows, RankMix
 from keras_dl.data.stream.mix_ahead import PlanAhead
+from keras_dl.data.stream.mix_cache import SourceCaches
 from keras_dl.data.stream.mix_chunks import Rows, place, unique_runs
 from keras_dl.data.stream.read_options import ReadOptions
-from keras_dl.data.stream.shard_epochs import RowGroupCounts, read_pieces
+from keras_dl.data.stream.shard_epochs import RowGroupCounts, epoch_pieces, read_pieces
 from keras_dl.data.stream.shards import ShardPlan, plan_pieces
 from keras_dl.data.stream.shutdown import ReadersClosed
 from keras_dl.data.stream.signature import input_signature, to_structure
@@ -114,6 +117,7 @@ class MixStream:
         self.pack = lambda values: to_structure(values, plan)
         self.signature = input_signature(plan, blocked=True, weighted=self.weighted)
         self.in_graph = preprocess
+        self.caches = SourceCaches(options.cache_max_bytes, len(snapshots), options.batch_size)
 
     # -- position ----------------------------------------------------------------------------
     def resume_from(self, position: EpochPosition) -> Resume:
@@ -250,6 +254,17 @@ class MixStream:
         return self._arrays(source, pieces)
 
     def _arrays(self, source: int, pieces) -> Iterator[dict]:
+        """Source ``source``'s rows of ``pieces``, in order: from memory when it is kept (its
+        whole split read once, the first time, to fill its cache)."""
+        snap, stats, groups = self.snapshots[source], self.all_stats[source], self.groups[source]
+        whole = lambda: self._pieces(source, epoch_pieces(snap, stats, groups=groups))  # noqa: E731
+        cached = self.caches.rows(source, pieces, whole)
+        if cached is not None:
+            return cached
+        return (arrays for _, arrays in self._pieces(source, pieces))
+
+    def _pieces(self, source: int, pieces) -> Iterator[tuple]:
+        """``(piece, arrays)`` of ``pieces`` read from the source's table."""
         snapshot, plan = self.snapshots[source].with_local_copies(), self.plan
 
         def convert(table, file: int, row_group: int):
@@ -258,9 +273,9 @@ class MixStream:
 
         o = self.options
         for part in unique_runs(pieces):
-            reads = read_pieces(snapshot, plan.columns, part, o.workers, convert=convert, io=o.io)
-            for _, arrays in reads:
-                yield arrays
+            yield from read_pieces(
+                snapshot, plan.columns, part, o.workers, convert=convert, io=o.io
+            )
 
     def _pad_source(self) -> Iterator[dict]:
         """One row to copy as padding, for a shard a resume left without rows of its own."""
