@@ -6,7 +6,8 @@ so a source cannot be kept as it streams (as a single table's first epoch is). I
 first time a source is read, its whole split is read once and kept per row group
 (:class:`~keras_dl.data.stream.memory_cache.EpochCache`), if it fits what is left of
 ``data.cache_max_bytes`` after the sources kept before it; a source that does not fit streams
-every epoch, the others are still served from memory. A read of some pieces (row groups and
+every epoch (its read stops where it went over the budget), the others are still served from
+memory. A read of some pieces (row groups and
 masks of live rows, in draw order) is then those rows' indices into the kept arrays, gathered a
 few blocks at a time: the same rows, in the same order, as the read it replaces, so the mix's
 plan, its exactness and its resume are unchanged.
@@ -14,6 +15,7 @@ plan, its exactness and its resume are unchanged.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
 from keras_dl.data.stream.blocks import gather, rows_per_gather
@@ -57,8 +59,10 @@ class SourceCaches:
             kept = False
             if self.left > 0:
                 cache = EpochCache(self.left)
-                for _ in cache.fill(whole(), emit=False):
-                    pass
+                with contextlib.closing(whole()) as read:
+                    for _ in cache.fill(read):
+                        if cache.disabled:  # over the budget: stop reading, it streams
+                            break
                 if cache.ready:
                     self.left -= cache.nbytes
                     kept = cache
