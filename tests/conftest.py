@@ -11,7 +11,6 @@ import pytest
 
 from tests import mlflow_template
 from tests.mlflow_template import seed_store  # noqa: F401  (the tests import it from here)
-from tests.servers import LoopbackServer
 
 # Keras' scikit-learn and matplotlib extras load on first use in this process (once keras_dl is
 # imported) and in every subprocess (keras_dl_petastorm_compat.pth): about 1.7 CPU-s saved per
@@ -37,8 +36,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # "(None,)" over it (before that, they spun at a 0 ms cycle). Users' jobs keep Horovod's default.
 os.environ.setdefault("HOROVOD_CYCLE_TIME", "5")
 REPO = Path(__file__).resolve().parent.parent
-# Hosts on this machine (network, UTS and mount namespaces) and a Spark cluster across them.
-pytest_plugins = ["tests.fixtures.hosts", "tests.fixtures.cluster"]
+# The fixtures of their own modules: the Spark sessions (classic and Connect), moto's S3 and
+# Azurite (Azure Storage's emulator) with a fresh bucket or container, hosts on this machine
+# (network, UTS and mount namespaces) and a Spark cluster across them.
+pytest_plugins = [
+    "tests.fixtures.spark_sessions",
+    "tests.fixtures.s3",
+    "tests.azurite",
+    "tests.fixtures.hosts",
+    "tests.fixtures.cluster",
+]
 
 
 def _xdist_controller(config) -> bool:
@@ -376,191 +383,6 @@ def petastorm_files(tmp_path_factory) -> list[str]:
     return paths
 
 
-# The kinds of SparkSession the Spark tests run on: the classic local[2] session, and a Spark
-# Connect session to a server in the same JVM. A test that uses ``spark`` runs on the classic one;
-# one marked connect_too runs on both (a representative test of each entry point: the converter,
-# scoring, the estimator, tuning, the slot check and the errors by name), one marked connect_only
-# on Connect alone.
-SPARK_KINDS = ("classic", "connect")
-_CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # what pyspark.sql.is_remote() reads
-
-
-def pytest_generate_tests(metafunc):
-    """Every test that uses ``spark`` (directly or through a fixture) runs on the kinds its
-    marks ask for: the classic session, both (connect_too) or Connect (connect_only)."""
-    if "spark" in metafunc.fixturenames:
-
-        def marked(name: str) -> bool:
-            return metafunc.definition.get_closest_marker(name) is not None
-
-        if marked("connect_only"):
-            kinds = ("connect",)
-        else:
-            kinds = SPARK_KINDS if marked("connect_too") else ("classic",)
-        metafunc.parametrize("spark", kinds, indirect=True, scope="session")
-
-
-class SparkSessions:
-    """One JVM per pytest process for both kinds of session.
-
-    The classic local[2] session is keras_dl's own (:func:`keras_dl.inference.tables.spark_session`).
-    The Spark Connect session talks to a Connect server started, on first use, inside that same
-    JVM (what ``SparkSession.builder.remote("local[2]")`` does too, but that one refuses to start
-    beside a classic session), on a free loopback port with its own token: so a Connect test
-    process starts one server, in about a second, not a second JVM.
-    """
-
-    def __init__(self):
-        self._classic = None
-        self._connect = None
-        self.port = 0
-        self.token = ""
-
-    def classic(self):
-        if self._classic is None:
-            import functools
-            import socket
-            import uuid
-
-            import pyspark.java_gateway
-
-            from keras_dl.inference.tables import spark_session
-
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                self.port = probe.getsockname()[1]
-            self.token = uuid.uuid4().hex
-            # Its JVM runs in its own session, so a signal to pytest's process group does not
-            # stop it mid-suite; it still exits with pytest (it ends when its stdin pipe closes).
-            popen = pyspark.java_gateway.Popen
-            pyspark.java_gateway.Popen = functools.partial(popen, start_new_session=True)
-            connect_mode = os.environ.pop(_CONNECT_ENV, None)  # or the builder goes remote
-            try:
-                self._classic = spark_session("local[2]", "keras_dl-tests")
-            finally:
-                pyspark.java_gateway.Popen = popen
-                if connect_mode is not None:
-                    os.environ[_CONNECT_ENV] = connect_mode
-            self._classic.sparkContext.setLogLevel("ERROR")
-        return self._classic
-
-    def connect(self):
-        if self._connect is None:
-            from pyspark.sql.connect.session import SparkSession as RemoteSession
-
-            sc = self.classic().sparkContext
-            conf = sc._jsc.sc().conf()
-            conf.set("spark.connect.grpc.binding.address", "127.0.0.1")
-            conf.set("spark.connect.grpc.binding.port", str(self.port))
-            conf.set("spark.connect.authenticate.token", self.token)
-            sc._jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(sc._jsc.sc())
-            # A token with host "localhost" is sent over gRPC's local credentials (no TLS).
-            os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
-            self._connect = RemoteSession.builder.remote(f"sc://localhost:{self.port}").create()
-        return self._connect
-
-    def stop(self):
-        if self._connect is not None:
-            self._connect.stop()
-            service = self._classic._jvm.org.apache.spark.sql.connect.service.SparkConnectService
-            service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
-        if self._classic is not None:
-            self._classic.stop()
-
-
-@pytest.fixture(scope="session")
-def _spark_sessions():
-    sessions = SparkSessions()
-    yield sessions
-    sessions.stop()
-
-
-@pytest.fixture(scope="session")
-def spark(request, _spark_sessions):
-    """The suite's SparkSession of one kind (see ``SPARK_KINDS``): a classic local[2] (keras_dl's
-    own: loopback, no UI, Arrow on), or a Spark Connect session to a server in the same JVM.
-
-    pyspark picks the Connect or the classic flavour of ``functions``, ``pandas_udf`` and
-    Spark ML (``VectorAssembler.transform``, persistence) by an environment variable, not by the
-    session, as in a Connect-only user's process: it is on while the Connect instance of this
-    fixture is the live one, so the module fixtures built on it (a fitted pipeline) see it too,
-    and off during the tests that do not use ``spark`` (see ``_spark_kind``).
-    """
-    kind = getattr(request, "param", "classic")
-    session = _spark_sessions.connect() if kind == "connect" else _spark_sessions.classic()
-    _LIVE_KIND[0] = kind
-    _set_connect_mode(kind)
-    yield session
-    _LIVE_KIND[0] = None
-    _set_connect_mode(None)
-
-
-_LIVE_KIND: list = [None]  # the kind of the live instance of the session-scoped `spark`
-
-
-def _set_connect_mode(kind) -> None:
-    if kind == "connect":
-        os.environ[_CONNECT_ENV] = "1"
-    else:
-        os.environ.pop(_CONNECT_ENV, None)
-
-
-@pytest.fixture
-def connect_url(spark, _spark_sessions) -> str:
-    """The URL of the suite's Spark Connect server (for a subprocess: its token is in
-    ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``); use with ``@pytest.mark.connect_only``."""
-    assert type(spark).__module__.startswith("pyspark.sql.connect"), "mark the test connect_only"
-    return f"sc://localhost:{_spark_sessions.port}"
-
-
-@pytest.fixture(autouse=True)
-def _spark_kind(request):
-    """pyspark's Connect switch: on for a test on the Connect session, off for any other test
-    (its subprocesses must not inherit it), then back to the live ``spark`` instance's kind."""
-    callspec = getattr(request.node, "callspec", None)
-    _set_connect_mode(callspec.params.get("spark") if callspec is not None else None)
-    yield
-    _set_connect_mode(_LIVE_KIND[0])
-
-
-def moto_command(address: str, port: int, python: str | None = None) -> list[str]:
-    """moto's standalone S3 (and DynamoDB) server bound to ``address:port``."""
-    return [python or sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)]
-
-
-class MotoServer(LoopbackServer):
-    """moto's standalone S3 (and DynamoDB) API server on a free loopback port of its own.
-
-    Each pytest process (each xdist worker) starts its own. :meth:`endpoint` starts it again, on
-    a new port, if it died: one lost server fails no later test with ConnectionRefused.
-    """
-
-    name = "moto's server"
-
-    def command(self, port: int) -> list[str]:
-        return moto_command("127.0.0.1", port)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def endpoint(self) -> str:
-        """The server's URL, after making sure it is up (started or restarted as needed)."""
-        was = self.url if self.proc is not None else None
-        if self.start_if_down() and was is not None:
-            print(f"moto's server at {was} was gone; started a new one", flush=True)
-        return self.url
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    """moto's S3 server of this pytest process; ``s3_server.endpoint()`` is its live URL."""
-    server = MotoServer()
-    server.endpoint()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored():
     """Put SIGTERM/SIGINT handlers back after each test.
@@ -580,51 +402,3 @@ def _signal_handlers_restored():
     for sig, handler in saved.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
-
-
-class S3Bucket:
-    """A fresh bucket on the test server; ``uri(path)`` names an object under it."""
-
-    def __init__(self, endpoint: str, name: str):
-        self.endpoint, self.name = endpoint, name
-
-    def uri(self, path: str = "") -> str:
-        return f"s3://{self.name}/{path}".rstrip("/")
-
-
-def aws_env(endpoint: str) -> dict[str, str]:
-    """The standard AWS environment of a client of the moto server at ``endpoint``."""
-    return {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-    }
-
-
-def point_aws_at(endpoint: str, monkeypatch) -> str:
-    """The standard AWS environment pointed at a moto server; a new empty bucket's name there."""
-    import uuid
-
-    import boto3
-
-    for key, value in aws_env(endpoint).items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    name = f"lake-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3").create_bucket(Bucket=name)
-    return name
-
-
-@pytest.fixture
-def s3(s3_server, monkeypatch) -> S3Bucket:
-    """The standard AWS environment pointed at the test server, and a new empty bucket."""
-    endpoint = s3_server.endpoint()
-    return S3Bucket(endpoint, point_aws_at(endpoint, monkeypatch))
-
-
-# Azurite (Azure Storage's emulator) and a fresh container on it: the Azure twins of s3_server
-# and s3, in their own module.
-from tests.azurite import azure, azurite_server  # noqa: E402, F401

@@ -27,7 +27,8 @@ from keras_dl.errors import StoreUnavailable
 from keras_dl.runlock import S3Lease
 from keras_dl.storage import open_store
 from keras_dl.storage.retry import is_transient
-from tests.conftest import HEAVY, HEAVY_IO, REPO, MotoServer, point_aws_at, runs_in, seed_store
+from tests.conftest import HEAVY, HEAVY_IO, REPO, runs_in, seed_store
+from tests.fixtures.s3 import MotoServer, point_aws_at
 
 
 class PausableStore:

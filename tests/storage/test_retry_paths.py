@@ -19,7 +19,7 @@ import pytest
 
 from keras_dl.runlock import AzureLease, S3Lease
 from tests.azurite import _AZURE_ENV, ACCOUNT, KEY, AzureContainer
-from tests.conftest import point_aws_at
+from tests.fixtures.s3 import point_aws_at
 from tests.storage.outage_proxy import OutageProxy
 
 LEASE = 6.0  # Azure's blob leases last 15 s at least: an AzureLease takes 15
