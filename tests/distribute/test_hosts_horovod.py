@@ -101,10 +101,14 @@ def test_digits_trains_with_one_rank_on_each_host_and_with_its_one_rank_away_fro
     assert [r["status"] for r in runs] == ["FINISHED"], runs
 
 
-def test_digits_trains_with_one_multiworker_worker_on_each_of_two_hosts(host_cluster):
+def test_digits_trains_with_one_multiworker_worker_on_each_of_two_hosts_named_eth0_and_ens5(
+    host_cluster,
+):
     """The same with TF's MultiWorkerMirroredStrategy: one worker per Spark task, each at the
-    address its executor is known by (keras_dl.launch.spark_workers)."""
-    cluster = host_cluster(2)
+    address its executor is known by (keras_dl.launch.spark_workers). Its workers reach each
+    other by address (gRPC), not by interface name, so the hosts' interfaces are named
+    differently here (eth0 and ens5), where Horovod's Gloo is refused (test_hosts_refusals)."""
+    cluster = host_cluster(2, ifaces={"h2": "ens5"})
     h1, h2 = cluster.network.hosts
     ingest_digits(cluster, h1, cluster.s3_uri("digits"))
 
