@@ -167,7 +167,9 @@ def test_prometheus_settings_add_its_callback_fed_by_the_run_s_own_figures(digit
 def test_bad_callback_settings_stop_before_any_work(digits_table, tmp_path):
     with pytest.raises(ConfigError, match="callbacks.mode='up' is not one of auto, min, max"):
         _exp(digits_table, tmp_path, "callbacks.mode=up")
-    with pytest.raises(ConfigError, match="callbacks.keep_checkpoints must be >= 1"):
+    with pytest.raises(
+        ConfigError, match="callbacks.keep_checkpoints=0 is outside the allowed range >= 1"
+    ):
         _exp(digits_table, tmp_path, "callbacks.keep_checkpoints=0")
     with pytest.raises(ConfigError, match="Unknown config key 'callbacks.patiense'"):
         _exp(digits_table, tmp_path, "callbacks.patiense=3")
