@@ -36,23 +36,35 @@ def grown(tmp_path_factory) -> str:
     return path
 
 
-def _epochs(split, epochs: int) -> list[Counter]:
-    """Each epoch's live ids, from one pass over the split's dataset."""
-    out = [Counter() for _ in range(epochs)]
+def _batches(split, epochs: int):
+    """``(epoch, ids, live)`` of each batch of ``epochs`` epochs, from one pass over the split's
+    dataset: the batch's ids in order, padding included, and which of them are live rows."""
     for i, batch in enumerate(split.dataset.take(epochs * split.steps)):
         features = batch[0]  # one feature: its tensor, not a dict
         got = np.asarray(features["id"] if isinstance(features, dict) else features).reshape(-1)
         keep = np.asarray(batch[-1]) > 0 if split.weighted else np.ones(len(got), bool)
-        out[i // split.steps].update(got[keep].tolist())
+        yield i // split.steps, got, keep
+
+
+def _epochs(split, epochs: int) -> list[Counter]:
+    """Each epoch's live ids."""
+    out = [Counter() for _ in range(epochs)]
+    for epoch, got, keep in _batches(split, epochs):
+        out[epoch].update(got[keep].tolist())
     return out
+
+
+# The sources' weights and the epoch's size, as both properties draw them.
+WEIGHTS = st.tuples(st.sampled_from([0.2, 1.0, 3.0]), st.sampled_from([0.2, 1.0, 3.0]))
+EPOCH_ROWS = st.one_of(st.none(), st.integers(4, 40))
 
 
 @pytest.mark.slow
 @settings(max_examples=25, **SETTINGS)
 @given(
     layout=layouts(),
-    weights=st.tuples(st.sampled_from([0.2, 1.0, 3.0]), st.sampled_from([0.2, 1.0, 3.0])),
-    epoch_rows=st.one_of(st.none(), st.integers(4, 40)),
+    weights=WEIGHTS,
+    epoch_rows=EPOCH_ROWS,
     ranks=st.integers(1, 4),
     batch=st.integers(1, 5),
 )
@@ -93,10 +105,8 @@ def test_every_epoch_is_each_sources_live_share_without_deleted_or_old_rows(
 def _ids(split, epochs: int) -> list[list[int]]:
     """Each epoch's ids in the order trained, padding included (as ``fit`` gets them)."""
     out = [[] for _ in range(epochs)]
-    for i, batch in enumerate(split.dataset.take(epochs * split.steps)):
-        features = batch[0]
-        got = np.asarray(features["id"] if isinstance(features, dict) else features).reshape(-1)
-        out[i // split.steps].extend(got.tolist())
+    for epoch, got, _ in _batches(split, epochs):
+        out[epoch].extend(got.tolist())
     return out
 
 
@@ -104,8 +114,8 @@ def _ids(split, epochs: int) -> list[list[int]]:
 @settings(max_examples=12, **SETTINGS)
 @given(
     layout=layouts(),
-    weights=st.tuples(st.sampled_from([0.2, 1.0, 3.0]), st.sampled_from([0.2, 1.0, 3.0])),
-    epoch_rows=st.one_of(st.none(), st.integers(4, 40)),
+    weights=WEIGHTS,
+    epoch_rows=EPOCH_ROWS,
     ranks=st.integers(1, 3),
     batch=st.integers(1, 5),
     budget=st.sampled_from([256 << 20, 600, 1]),

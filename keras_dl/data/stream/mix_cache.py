@@ -7,10 +7,9 @@ first time a source is read, its whole split is read once and kept per row group
 (:class:`~keras_dl.data.stream.memory_cache.EpochCache`), if it fits what is left of
 ``data.cache_max_bytes`` after the sources kept before it; a source that does not fit streams
 every epoch (its read stops where it went over the budget), the others are still served from
-memory. A read of some pieces (row groups and
-masks of live rows, in draw order) is then those rows' indices into the kept arrays, gathered a
-few blocks at a time: the same rows, in the same order, as the read it replaces, so the mix's
-plan, its exactness and its resume are unchanged.
+memory. A read of some pieces (row groups and masks of live rows, in draw order) is then those
+rows' indices into the kept arrays, gathered a few blocks at a time: the same rows, in the same
+order, as the read it replaces, so the mix's plan, its exactness and its resume are unchanged.
 """
 
 from __future__ import annotations
