@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from keras_dl.data.petastorm_compat.row_groups import key as _key
 from keras_dl.data.petastorm_compat.row_groups import planned
 from keras_dl.data.stream.prefetch import RowGroupPrefetch
-from keras_dl.data.stream.row_group_worker import Convert, worker_class
+from keras_dl.data.stream.row_group_worker import (
+    Convert,
+    LoadAndConvert,
+    load_and_convert,
+    worker_class,
+)
 from keras_dl.data.stream.shards import Piece
 from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError, KerasDLError
@@ -32,10 +37,13 @@ def open_reader(
     workers: int,
     convert: Convert | None = None,
     prefetch: RowGroupPrefetch | None = None,
+    load: LoadAndConvert = load_and_convert,
 ):
     """A Petastorm ``Reader`` of ``pieces`` (in that order) with keras_dl's row-group worker
     (which publishes :class:`~keras_dl.data.stream.row_group_worker.Converted` results when
-    given ``convert``, and decodes the bytes ``prefetch`` fetched, when given)."""
+    given ``convert``, and decodes the bytes ``prefetch`` fetched, when given); its workers
+    hand each row group on through ``load`` (see
+    :func:`~keras_dl.data.stream.row_group_worker.worker_class`)."""
     from petastorm.fs_utils import get_filesystem_and_path_or_paths
     from petastorm.reader import normalize_dataset_url_or_urls
     from petastorm.workers_pool.thread_pool import ThreadPool
@@ -63,7 +71,7 @@ def open_reader(
                         fs,
                         paths,
                         worker_class=worker_class(
-                            snapshot, tuple(columns), index_of, keep, convert, prefetch
+                            snapshot, tuple(columns), index_of, keep, convert, prefetch, load
                         ),
                         # Thread workers: blocking, strict round-robin results (a seeded read
                         # is reproducible); Petastorm buffers at most _RESULTS_QUEUE row groups.

@@ -26,6 +26,8 @@ from keras_dl.data.tables.snapshot import TableSnapshot
 from keras_dl.errors import DataError
 
 Convert = Callable[[pa.Table, int, int], object]  # (row group's table, file index, row group)
+# (loader, convert, file index, row group) -> what a worker publishes: see load_and_convert
+LoadAndConvert = Callable[[Callable, Convert | None, int, int], object]
 
 
 class Converted(NamedTuple):
@@ -37,6 +39,20 @@ class Converted(NamedTuple):
     error: BaseException | None = None
 
 
+def load_and_convert(load, convert: Convert | None, index: int, row_group: int):
+    """One row group as a reader's worker hands it on: the table (no ``convert``), a
+    :class:`Converted` (its error kept, not raised), or None when it has no rows."""
+    table = load(index, row_group)
+    if not table:
+        return None
+    if convert is None:
+        return table
+    try:
+        return Converted(table.num_rows, convert(table, index, row_group))
+    except Exception as exc:  # raised by read_pieces, in the order of the reads
+        return Converted(table.num_rows, None, exc)
+
+
 def worker_class(
     snapshot: TableSnapshot,
     columns: tuple[str, ...],
@@ -44,12 +60,14 @@ def worker_class(
     keep,
     convert=None,
     prefetch: RowGroupPrefetch | None = None,
+    load: LoadAndConvert = load_and_convert,
 ):
     """Petastorm's Arrow worker, loading each row group through ``load_row_group`` (from the
     bytes ``prefetch`` fetched, when given) and keeping the piece's rows (``keep``:
     ``(file, row group) -> runs or None``), then ``convert``-ing it when given one (its error
     is published in order, as the result, not raised in the worker thread: Petastorm would
-    print that thread's traceback)."""
+    print that thread's traceback). Each row group goes through ``load`` (called as
+    :func:`load_and_convert` is; the benchmarks pass one that times it)."""
     from petastorm.arrow_reader_worker import ArrowReaderWorker
     from petastorm.workers_pool import EmptyResultError
 
@@ -62,7 +80,7 @@ def worker_class(
             except EmptyResultError:
                 raise StopIteration from None
 
-    load = row_group_loader(snapshot, columns, keep, prefetch)  # footers shared by its workers
+    loader = row_group_loader(snapshot, columns, keep, prefetch)  # footers shared by its workers
 
     class SnapshotWorker(ArrowReaderWorker):
         @staticmethod
@@ -77,7 +95,7 @@ def worker_class(
             if worker_predicate is not None:
                 raise NotImplementedError("keras_dl's reader takes no Petastorm predicate")
             piece = self._split_pieces[piece_index]
-            result = load_and_convert(load, convert, index_of[_key(piece.path)], piece.row_group)
+            result = load(loader, convert, index_of[_key(piece.path)], piece.row_group)
             if result is not None:  # as Petastorm's: an empty table is not published
                 self.publish_func(result)
 
@@ -116,20 +134,6 @@ def row_group_loader(
         return table
 
     return load
-
-
-def load_and_convert(load, convert: Convert | None, index: int, row_group: int):
-    """One row group as a reader's worker hands it on: the table (no ``convert``), a
-    :class:`Converted` (its error kept, not raised), or None when it has no rows."""
-    table = load(index, row_group)
-    if not table:
-        return None
-    if convert is None:
-        return table
-    try:
-        return Converted(table.num_rows, convert(table, index, row_group))
-    except Exception as exc:  # raised by read_pieces, in the order of the reads
-        return Converted(table.num_rows, None, exc)
 
 
 def _fetched(prefetch: RowGroupPrefetch | None, index: int, row_group: int):

@@ -38,7 +38,12 @@ from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.data.stream.planned_reader import open_reader
 from keras_dl.data.stream.prefetch import open_prefetch
 from keras_dl.data.stream.read_options import IoOptions
-from keras_dl.data.stream.row_group_worker import Convert, Converted
+from keras_dl.data.stream.row_group_worker import (
+    Convert,
+    Converted,
+    LoadAndConvert,
+    load_and_convert,
+)
 from keras_dl.data.stream.shards import Piece, plan_epoch, plan_pieces, rng_seed
 from keras_dl.data.stream.unischema_epochs import iter_unischema_rows
 from keras_dl.data.tables.rows import check_file, group_live_rows, open_file
@@ -113,6 +118,7 @@ def read_pieces(
     convert: Convert | None = None,
     near_end: Callable[[], None] | None = None,
     io: IoOptions = DEFAULT_IO,
+    load: LoadAndConvert = load_and_convert,
 ) -> Iterator[tuple[Piece, Any]]:
     """Read ``pieces`` with Petastorm, in order, each masked to the rows it keeps.
 
@@ -127,6 +133,9 @@ def read_pieces(
             (:class:`~keras_dl.data.stream.next_epoch.ReadAhead`).
         io: How pieces on an object store are fetched ahead of the workers, in their order
             (:mod:`~keras_dl.data.stream.prefetch`). Defaults to :data:`DEFAULT_IO`.
+        load: How the reader's workers load and convert each row group, called as
+            :func:`~keras_dl.data.stream.row_group_worker.load_and_convert` (the default) is;
+            the benchmarks pass one that times it.
 
     Raises:
         DataError: When a file cannot be read, or the rows read are not the rows planned.
@@ -137,7 +146,7 @@ def read_pieces(
     shutdown.check_open()  # lifecycle: no reader opens once the interpreter is exiting
     prefetch = open_prefetch(snapshot, columns, pieces, io.concurrency, io.max_bytes)
     try:
-        reader = open_reader(snapshot, columns, pieces, workers, convert, prefetch)
+        reader = open_reader(snapshot, columns, pieces, workers, convert, prefetch, load)
     except BaseException:
         if prefetch is not None:
             prefetch.close()
