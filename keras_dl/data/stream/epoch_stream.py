@@ -56,6 +56,10 @@ class EpochStream:
     after some steps) and :meth:`close` (stop a reader opened ahead, after reading epochs with
     :meth:`chunks` or :meth:`epoch`).
 
+    ``reads``: how a table's epochs read their row groups, called as
+    :func:`~keras_dl.data.stream.shard_epochs.read_pieces` (the default) is; the benchmarks
+    pass another (a plain thread pool, a timed load).
+
     Attributes:
         steps: Batches per epoch, equal on every shard.
         rows: This shard's live rows per epoch; ``total``: with the padding rows.
@@ -69,8 +73,11 @@ class EpochStream:
             its consumer a copy of their text, and :mod:`keras_dl.data.stream.tfdata` the originals.
     """
 
-    def __init__(self, snapshot, plan: ColumnPlan, options: ReadOptions, preprocess=None):
+    def __init__(
+        self, snapshot, plan: ColumnPlan, options: ReadOptions, preprocess=None, reads=None
+    ):
         self.snapshot, self.plan, self.options = snapshot, plan, options
+        self._read_pieces = read_pieces if reads is None else reads
         self.stats = count_rows(snapshot, plan.columns)
         self.steps = steps_per_epoch(snapshot, self.stats, options)
         self.shuffle = options.training and options.shuffle
@@ -272,7 +279,7 @@ class EpochStream:
             return to_arrays(table, plan, snapshot, where)
 
         o = self.options
-        chunks = read_pieces(
+        chunks = self._read_pieces(
             snapshot, plan.columns, pieces, o.workers, convert=convert, near_end=near_end, io=o.io
         )
         return self.hook.apply(chunks, self.plan, self.hook_rows) if self.hook else chunks

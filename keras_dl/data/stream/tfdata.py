@@ -129,6 +129,8 @@ def make_dataset(
     plan: ColumnPlan,
     options: ReadOptions,
     preprocess: Callable | None = None,
+    *,
+    stream: Callable[..., EpochStream] | None = None,
 ) -> SplitData:
     """Build the ``tf.data`` pipeline for one split of a table.
 
@@ -138,6 +140,10 @@ def make_dataset(
         options: Batch size, sharding and shuffling.
         preprocess: Optional ``fn(features, label) -> (features, label)`` run on whole batches
             inside tf.data (vectorized, parallel). Defaults to None.
+        stream: Makes the split's stream, called as ``stream(snapshot, plan, options,
+            preprocess)``; the benchmarks pass one that reads or times differently (an
+            :class:`~keras_dl.data.stream.epoch_stream.EpochStream` given ``reads``, or a
+            subclass). Defaults to None: ``EpochStream``.
 
     Returns:
         The dataset, its steps per epoch (equal on every shard) and the table's stats.
@@ -145,7 +151,7 @@ def make_dataset(
     Raises:
         DataError: When the split is empty, or has fewer live rows than shards.
     """
-    stream = EpochStream(snapshot, plan, options, preprocess)
+    stream = (EpochStream if stream is None else stream)(snapshot, plan, options, preprocess)
     return SplitData(
         dataset=stream_dataset(stream, options.batch_size),
         steps=stream.steps,
