@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -62,10 +63,9 @@ def thread_cpu(path: str, batch: int, pack: bool = False) -> dict:
         spent.clear()
         before.update(_per_thread())
 
-    with _counted(spent, threads):
-        split = keras_dl_dataset(path, batch, None, pack=pack)
-        steps, wall, total = timing.drain_window(split.dataset, split.steps, started=started)
-        after, counted = _per_thread(), dict(spent)
+    split = keras_dl_dataset(path, batch, None, pack=pack, stream=_counted(spent, threads))
+    steps, wall, total = timing.drain_window(split.dataset, split.steps, started=started)
+    after, counted = _per_thread(), dict(spent)
     seconds = collections.Counter(
         reader_workers_load_and_convert=counted.get("load_and_convert", 0.0),
         generator_shuffle_and_blocks=counted.get("generator", 0.0),
@@ -110,17 +110,16 @@ def _per_thread() -> dict[int, tuple[str, float]]:
 
 
 def _rate(path: str, batch: int, pack: bool, plain: bool) -> float:
-    with _plain_reads() if plain else contextlib.nullcontext():
-        return consume_split(keras_dl_dataset(path, batch, None, pack=pack), batch)
+    stream = _plain_stream if plain else None
+    return consume_split(keras_dl_dataset(path, batch, None, pack=pack, stream=stream), batch)
 
 
-@contextlib.contextmanager
-def _plain_reads():
-    """Within the block, streams made read their row groups through :func:`plain_reads`."""
-    from keras_dl.data.hooks import reads_replaced
+def _plain_stream(*args):
+    """keras_dl's stream (``make_dataset``'s arguments), reading its row groups through
+    :func:`plain_reads`."""
+    from keras_dl.data.hooks import EpochStream
 
-    with reads_replaced(plain_reads):
-        yield
+    return EpochStream(*args, reads=plain_reads)
 
 
 def plain_reads(
@@ -164,12 +163,11 @@ def plain_reads(
                 yield piece, result.value
 
 
-@contextlib.contextmanager
 def _counted(spent: collections.Counter, threads: dict):
-    """Within the block, the CPU each thread spends in the reader workers' loading and
-    conversion, and in the stream's generator, is added to ``spent`` (seconds), and the
-    threads' native ids to ``threads``."""
-    from keras_dl.data.hooks import generate_wrapped, loads_wrapped
+    """How ``make_dataset`` makes the stream for :func:`thread_cpu`: keras_dl's own, but the
+    CPU each thread spends in the reader workers' loading and conversion, and in the stream's
+    generator, is added to ``spent`` (seconds), and the threads' native ids to ``threads``."""
+    from keras_dl.data.hooks import EpochStream, load_and_convert, read_pieces
 
     lock = threading.Lock()
 
@@ -178,18 +176,12 @@ def _counted(spent: collections.Counter, threads: dict):
             spent[key] += time.thread_time() - start
             threads[key].add(threading.get_native_id())
 
-    def counted_load(load_and_convert):
-        def load(*args):
-            start = time.thread_time()
-            try:
-                return load_and_convert(*args)
-            finally:
-                add("load_and_convert", start)
-
-        return load
-
-    def counted_generate(generate):
-        return lambda self: counted_blocks(generate(self))
+    def counted_load(*args):
+        start = time.thread_time()
+        try:
+            return load_and_convert(*args)
+        finally:
+            add("load_and_convert", start)
 
     def counted_blocks(blocks):
         try:
@@ -205,5 +197,9 @@ def _counted(spent: collections.Counter, threads: dict):
         finally:
             blocks.close()
 
-    with loads_wrapped(counted_load), generate_wrapped(counted_generate):
-        yield
+    class CountedStream(EpochStream):
+        def generate(self):
+            return counted_blocks(super().generate())
+
+    reads = functools.partial(read_pieces, load=counted_load)
+    return lambda *args: CountedStream(*args, reads=reads)

@@ -217,19 +217,25 @@ def stock(snapshot, batch: int, rows: int, how: str) -> float:
 
 
 def keras_dl_dataset(
-    path: str, batch: int, label: str | None, cache_max_bytes: int = 0, pack: bool = False
+    path: str,
+    batch: int,
+    label: str | None,
+    cache_max_bytes: int = 0,
+    pack: bool = False,
+    stream=None,
 ):
     """keras_dl's training pipeline over a table (repeating, shuffled, as ``fit`` gets it).
 
     Streaming by default (every epoch read from the table, what the reader baselines are set
-    against); ``cache_max_bytes`` turns ``data.cache`` on; ``pack``: ``data.pack_features``.
+    against); ``cache_max_bytes`` turns ``data.cache`` on; ``pack``: ``data.pack_features``;
+    ``stream``: ``make_dataset``'s (how the split's stream is made; None: keras_dl's own).
     """
     from keras_dl.data import ReadOptions, make_dataset, open_table, plan_columns
 
     snapshot = open_table(path)
     plan = plan_columns(snapshot, (), label, pack=pack)
     options = ReadOptions(batch_size=batch, training=True, cache_max_bytes=cache_max_bytes)
-    return make_dataset(snapshot, plan, options)
+    return make_dataset(snapshot, plan, options, stream=stream)
 
 
 def keras_dl_images(path: str, batch: int, cache_max_bytes: int = 0):
