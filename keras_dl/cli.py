@@ -175,7 +175,7 @@ def _cmd_train(args) -> int:
             "pyspark",
             f"runtime.np={exp.runtime.np} (Horovod ranks or multi-worker workers as Spark tasks)",
         )
-    from keras_dl.run import tracking
+    from keras_dl import tracking
     from keras_dl.storage import watchdog
     from keras_dl.train import fit
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import keras
 
-from keras_dl.callbacks.mlflow_rest import is_reachable
 from keras_dl.callbacks.mlflow_sender import MLflowSender
 from keras_dl.distribute.world import current_world
+from keras_dl.tracking.rest import is_reachable
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 
-from keras_dl.callbacks.mlflow_rest import is_reachable, is_rejection, send_batch
+from keras_dl.tracking.rest import is_reachable, is_rejection, send_batch
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Train an affected version again from scratch, without the erased rows, through its gate.
 
 The version's run logged its resolved config as the ``config.yaml`` artifact
-(:mod:`keras_dl.run.mlflow_run`): it is read back with the recipe it names, and changed only where
+(:mod:`keras_dl.tracking.mlflow_run`): it is read back with the recipe it names, and changed only where
 the erasure needs it: no warm start (``model.init_from``: a warm start carries the erased rows'
 influence), the whole table at its current version (``data.version``, or the version of each
 ``data.sources`` entry on the table; no ``since_version``, ``since_timestamp``, ``timestamp`` or

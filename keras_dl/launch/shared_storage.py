@@ -203,7 +203,7 @@ def _artifact_root(exp, store: str | None) -> tuple[str, str] | None:
 
     ``tracking.artifact_location`` when set; else, for a SQLite store, the existing
     experiment's location (read from the store) or ``mlartifacts/`` beside the database, as
-    :func:`keras_dl.run.tracking.setup_mlflow` creates it. A file store keeps its artifacts
+    :func:`keras_dl.tracking.setup_mlflow` creates it. A file store keeps its artifacts
     inside its own folder (checked as the store); a server's are the server's (not checked).
     """
     uri = exp.tracking.artifact_location

@@ -6,10 +6,10 @@ The model folder itself (the flavor, the pyfunc loader in ``code/``) is :mod:`ke
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+
+from keras_dl.tracking import git_tags
 
 
 def log_keras_model(
@@ -112,19 +112,3 @@ def make_signature(sample_input: Any, prediction: Any):
     return infer_signature(
         sample, np.asarray(prediction) if not isinstance(prediction, dict) else prediction
     )
-
-
-def git_tags() -> dict[str, str]:
-    """``mlflow.source.git.commit`` for the code's git checkout, when there is one."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return {"mlflow.source.git.commit": commit} if commit else {}

@@ -20,9 +20,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from keras_dl import tracking
 from keras_dl.report import sections
 from keras_dl.report.page import page, section, table
-from keras_dl.run import tracking
 
 log = logging.getLogger(__name__)
 

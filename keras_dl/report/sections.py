@@ -8,8 +8,8 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from html import escape
 
+from keras_dl import tracking
 from keras_dl.report.page import line_chart, table
-from keras_dl.run import tracking
 
 MAX_POINTS = 500
 SPEED = ("samples_per_sec", "steps_per_sec")  # Throughput's, per epoch (steps/s: no batch size)

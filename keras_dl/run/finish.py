@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 
+from keras_dl import tracking
 from keras_dl.callbacks.checkpoint import Checkpoint
 from keras_dl.data.stream.packing import unpack
 from keras_dl.divergence import check_finite
 from keras_dl.lineage.record import version_tags
 from keras_dl.model import gate, publish
 from keras_dl.model.log import serving_model
-from keras_dl.run import tracking
 
 log = logging.getLogger(__name__)
 

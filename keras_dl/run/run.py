@@ -20,21 +20,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from keras_dl import tracking
 from keras_dl.distribute.world import World, current_world
 from keras_dl.errors import Preempted
-from keras_dl.run import mlflow_run, tracking
 from keras_dl.run.folder import RunFolder
 from keras_dl.run.resume import resume_run_id
 from keras_dl.runlock import held_by_launcher, open_run_lock
 from keras_dl.storage import watchdog
+from keras_dl.tracking import mlflow_run
 
 log = logging.getLogger(__name__)
 
 
 def _answers(uri: str) -> bool:
-    from keras_dl.callbacks.mlflow_rest import is_reachable
-
-    return is_reachable(uri)[0]
+    return tracking.is_reachable(uri)[0]
 
 
 class Run:

@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from keras_dl.config import resolve
     from keras_dl.recipe import load_recipe
     from keras_dl.report.scaling import efficiency
-    from keras_dl.run.tracking import ui_command
     from keras_dl.scaling.setups import parse_setups
     from keras_dl.scaling.study import run_study
+    from keras_dl.tracking import ui_command
 
     setups = parse_setups(args.setups)  # a bad item is refused before anything starts
     exp = resolve(load_recipe(args.recipe).defaults, args.config, args.sets)

@@ -65,8 +65,7 @@ def run_study(exp: Experiment, setups: list[Setup], out: str | None = None) -> S
     import mlflow
 
     from keras_dl.distribute.slots import active_session
-    from keras_dl.run.mlflow_run import create_run, terminate_run
-    from keras_dl.run.tracking import failure_text
+    from keras_dl.tracking import create_run, failure_text, terminate_run
 
     if any(s.kind == "horovod" and s.n > 0 for s in setups):  # only those need Spark
         import_extra("pyspark", "keras-dl scaling --setups np:N with N > 0 (Spark tasks)")
@@ -99,7 +98,7 @@ def run_study(exp: Experiment, setups: list[Setup], out: str | None = None) -> S
 
 
 def _run_setup(exp: Experiment, setup: Setup, order: int, parent: str, client) -> None:
-    from keras_dl.run.mlflow_run import create_run
+    from keras_dl.tracking import create_run
 
     child_exp = setup_experiment(exp, setup)
     child = create_run(
@@ -125,7 +124,7 @@ def _run_setup(exp: Experiment, setup: Setup, order: int, parent: str, client) -
 
 def _run_worker(exp: Experiment, setup: Setup, run_id: str, client) -> None:
     """``1`` or ``mirrored:N`` in a fresh process; its error raised again here."""
-    from keras_dl.run.mlflow_run import terminate_run
+    from keras_dl.tracking import terminate_run
 
     with tempfile.TemporaryDirectory(prefix="keras_dl_scaling_") as tmp:
         config = Path(tmp) / "config.yaml"

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from keras_dl.config import resolve
     from keras_dl.errors import NotRegistered
     from keras_dl.recipe import load_recipe
-    from keras_dl.run.tracking import ui_command
+    from keras_dl.tracking import ui_command
     from keras_dl.tuning.space import parse_space, read_space
     from keras_dl.tuning.study import tune
 

@@ -105,8 +105,7 @@ def _parent_run(exp: Experiment, study, space, path: str) -> str:
     """The study's parent run: the one it records (a resume), else a new one."""
     import mlflow
 
-    from keras_dl.run.mlflow_run import create_run
-    from keras_dl.run.tracking import setup_mlflow
+    from keras_dl.tracking import create_run, setup_mlflow
 
     setup_mlflow(exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location)
     client = mlflow.MlflowClient(exp.tracking.uri)
@@ -125,7 +124,7 @@ def _parent_run(exp: Experiment, study, space, path: str) -> str:
 
 
 def _end_parent(exp: Experiment, parent: str, error: BaseException | None) -> None:
-    from keras_dl.run.mlflow_run import terminate_run
+    from keras_dl.tracking import terminate_run
 
     if error is None:
         terminate_run(exp.tracking.uri, parent, "FINISHED")

@@ -78,7 +78,7 @@ def run_trial(spec: TrialSpec, study, task: str | None = None) -> int:
     import mlflow
     from optuna.trial import TrialState
 
-    from keras_dl.run.mlflow_run import create_run
+    from keras_dl.tracking import create_run
     from keras_dl.tuning.pruning import OptunaPruning
 
     trial = study.ask()
@@ -131,7 +131,7 @@ def end_stale_runs(exp: Experiment, parent: str, stale: list) -> None:
     """
     import mlflow
 
-    from keras_dl.run.mlflow_run import terminate_run
+    from keras_dl.tracking import terminate_run
 
     if not stale:
         return

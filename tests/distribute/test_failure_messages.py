@@ -51,7 +51,7 @@ def test_the_failing_rank_and_its_cause_are_named(tmp_path, first, reports, expe
 def test_a_rank_that_diverged_fails_the_job_as_diverged_not_as_a_distributed_error(tmp_path):
     from keras_dl.distribute.recovery import restartable
     from keras_dl.errors import DistributedError, DivergenceError
-    from keras_dl.run.tracking import failure_tags
+    from keras_dl.tracking import failure_tags
 
     exc = RuntimeError(HOROVOD.format(rank=1, code=1))
     reports = {0: (0, "DivergenceError: Training diverged: loss grew"), 1: (1, SHUTDOWN)}

@@ -145,7 +145,7 @@ def test_a_resumed_run_that_finishes_loses_the_failure_tags_of_the_attempt_befor
 
 
 def test_a_launched_run_finished_by_its_driver_loses_the_failure_tags(tmp_path, mlflow_uri):
-    from keras_dl.run.mlflow_run import terminate_run
+    from keras_dl.tracking import terminate_run
 
     exp = _exp(tmp_path, mlflow_uri)
     with pytest.raises(RuntimeError), open_run(exp, World(), lock_run_dir=True, driver=True) as run:
@@ -163,8 +163,8 @@ def test_a_launched_rank_cut_off_the_tracking_server_leaves_a_failure_to_its_dri
     the run: its driver ends it with the job's error. A rank that reaches it ends it itself."""
     import keras_dl.run.run as run_module
     from keras_dl.errors import StoreUnavailable
-    from keras_dl.run.mlflow_run import create_run
     from keras_dl.runlock import HELD_BY_LAUNCHER, launcher_key
+    from keras_dl.tracking import create_run
 
     exp = _exp(tmp_path, mlflow_uri)
     monkeypatch.setenv(HELD_BY_LAUNCHER, launcher_key(exp.runtime.run_dir))

@@ -105,7 +105,7 @@ def test_digits_trains_with_its_table_run_dir_and_model_on_s3(s3, monkeypatch, t
     import mlflow
 
     from keras_dl.errors import ConfigError
-    from keras_dl.run.tracking import setup_mlflow
+    from keras_dl.tracking import setup_mlflow
     from tests.conftest import train_digits
 
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "")  # so that the teardown restores it

@@ -60,7 +60,7 @@ def test_a_killed_trials_mlflow_run_ends_killed_even_before_the_trial_names_it(t
     import mlflow
 
     from keras_dl.config import Experiment, resolve
-    from keras_dl.run.mlflow_run import create_run
+    from keras_dl.tracking import create_run
     from keras_dl.tuning.trial import RUN_ATTR, STATE_TAG, TRIAL_TAG, end_stale_runs
     from tests.conftest import seed_store
 

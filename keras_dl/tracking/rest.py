@@ -1,4 +1,4 @@
-"""The few MLflow calls MLflowLogger's sending thread makes, without the client's long retries.
+"""The few MLflow calls MLflowLogger's sending thread (and a rank's quick check) makes, without the client's long retries.
 
 MLflow's HTTP client retries a refused connection with exponential backoff for minutes. The
 logger has its own retry loop, so against a tracking server it checks ``/health`` first and

@@ -1,7 +1,10 @@
-"""The MLflow run of one training: created or attached, with its config, tags and end status.
+"""The MLflow run: one training's run in the tracking store, created or attached, with its
+config, tags and end status. (The one module that does this; keras_dl's own run, with its folder
+and lock, is :class:`keras_dl.run.Run`, which calls these.)
 
-:class:`keras_dl.run.Run` calls these; a run is created once (by ``fit`` on the chief, or by the
-Horovod launcher's driver, which passes its id to the ranks) and ended once.
+A training's run is created once (by ``fit`` on the chief, or by the Horovod launcher's driver,
+which passes its id to the ranks) and ended once; the tuning and scaling studies create and end
+theirs with the same functions.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from keras_dl.config import Experiment, to_dict, to_flat_dict
-from keras_dl.run.tracking import (
+from keras_dl.tracking.client import client as _client
+from keras_dl.tracking.store import (
     FAILURE_REASON_TAG,
     FAILURE_TAG,
     PREEMPTED_TAG,
@@ -45,7 +49,7 @@ def start_run(exp: Experiment, tags: Mapping[str, str], run_id: str | None = Non
     nested = mlflow.active_run() is not None
     run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id, nested=nested)
     if run_id is None:
-        _log_config(mlflow.MlflowClient(exp.tracking.uri), run.info.run_id, exp)
+        _log_config(_client(exp.tracking.uri), run.info.run_id, exp)
     mlflow.set_tags(run_tags(exp, tags))
     return run.info.run_id
 
@@ -54,12 +58,10 @@ def create_run(exp: Experiment, tags: Mapping[str, str]) -> str:
     """Create, without activating it in this process, the run of ``exp`` with its config (as
     params and the ``config.yaml`` artifact) and ``tags``: how a launcher makes the run its
     ranks attach to. Returns the run id."""
-    import mlflow
-
     experiment_id = setup_mlflow(
         exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location
     )
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = _client(exp.tracking.uri)
     run = client.create_run(experiment_id, tags=run_tags(exp, tags))
     _log_config(client, run.info.run_id, exp)
     return run.info.run_id
@@ -83,9 +85,7 @@ STALE_ON_FINISH = (FAILURE_TAG, FAILURE_REASON_TAG, PREEMPTED_TAG)
 def terminate_run(uri: str, run_id: str, status: str, tags: Mapping[str, str] = ()) -> None:
     """End run ``run_id`` (not active in this process) with ``status`` and ``tags``; a
     FINISHED end deletes the failure tags an earlier attempt left (:data:`STALE_ON_FINISH`)."""
-    import mlflow
-
-    client = mlflow.MlflowClient(uri)
+    client = _client(uri)
     for key, value in dict(tags).items():
         client.set_tag(run_id, key, value)
     if status == "FINISHED":
@@ -120,7 +120,7 @@ def end_run(
         except Exception as exc:  # the status below matters more than the tag
             log.warning("Could not tag the run with its failure (%s).", exc)
     if status == "FINISHED":
-        _clear_stale_tags(mlflow.MlflowClient(), mlflow.active_run().info.run_id)
+        _clear_stale_tags(_client(), mlflow.active_run().info.run_id)
     mlflow.end_run(status=status)
 
 

@@ -15,7 +15,7 @@ from tests.conftest import REPO, runs_in
 SCRIPT = """
 import sys
 import mlflow
-from keras_dl.run.tracking import setup_mlflow
+from keras_dl.tracking import setup_mlflow
 setup_mlflow(sys.argv[1], "shared")
 with mlflow.start_run():
     mlflow.log_param("p", 1)
@@ -39,7 +39,7 @@ def test_processes_creating_one_fresh_store_at_once_all_succeed(tmp_path):
 @pytest.mark.parametrize("where", ["checkout", "elsewhere", "on_path", "none"])
 def test_the_ui_hint_names_this_environments_mlflow(tmp_path, monkeypatch, where):
     """It printed .venv/bin/mlflow whatever the install (wrong after pip install keras-dl)."""
-    from keras_dl.run.tracking import ui_command
+    from keras_dl.tracking import ui_command
 
     work = tmp_path / "work"
     work.mkdir()

@@ -1,4 +1,5 @@
-"""MLflow: one run per training, holding the config, lineage, metrics, model and registry version.
+"""The tracking store: pointing MLflow at it (and checking it answers), the tags keras_dl sets
+on a run, and the ``mlflow ui`` hint. The MLflow run itself is :mod:`keras_dl.tracking.mlflow_run`.
 
 Only the chief calls these. The default store is a SQLite file in the working directory, with
 artifacts in ``mlartifacts/`` next to it, so a run is self-contained on a laptop or in a test.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +18,6 @@ from pathlib import Path
 from keras_dl import storage
 from keras_dl.config import Experiment, to_dict
 from keras_dl.errors import ConfigError, DivergenceError
-from keras_dl.model.publish import git_tags
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +187,22 @@ def _mlflow_script() -> str:
         return "mlflow"  # what the shell runs already
     rel = os.path.relpath(script)
     return rel if not rel.startswith("..") else script
+
+
+def git_tags() -> dict[str, str]:
+    """``mlflow.source.git.commit`` for the code's git checkout, when there is one."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"mlflow.source.git.commit": commit} if commit else {}
 
 
 def _location(uri: str) -> str:

@@ -1,0 +1,49 @@
+"""Tracking: the one home of MLflow in keras_dl (an import contract in ``.importlinter`` keeps
+it so). The rest of keras_dl talks to this small interface, never to ``mlflow`` itself.
+
+- :func:`client`: an ``MlflowClient`` for a tracking URI (:mod:`keras_dl.tracking.client`).
+- :mod:`keras_dl.tracking.store`: pointing MLflow at the store, checking it answers, the tags
+  keras_dl sets on runs, the ``mlflow ui`` hint.
+- :mod:`keras_dl.tracking.mlflow_run`: the MLflow run (start, create, end, terminate).
+- :mod:`keras_dl.tracking.rest`: the few calls MLflowLogger's sending thread makes without the
+  client's long retries.
+"""
+
+from keras_dl.tracking.client import client
+from keras_dl.tracking.mlflow_run import create_run, end_run, start_run, terminate_run
+from keras_dl.tracking.rest import is_reachable
+from keras_dl.tracking.store import (
+    FAILURE_REASON_TAG,
+    FAILURE_TAG,
+    GATE_TAG,
+    NOT_REGISTERED_TAG,
+    PREEMPTED_TAG,
+    check_reachable,
+    describe_version,
+    failure_tags,
+    failure_text,
+    git_tags,
+    setup_mlflow,
+    ui_command,
+)
+
+__all__ = [
+    "FAILURE_REASON_TAG",
+    "FAILURE_TAG",
+    "GATE_TAG",
+    "NOT_REGISTERED_TAG",
+    "PREEMPTED_TAG",
+    "check_reachable",
+    "client",
+    "create_run",
+    "describe_version",
+    "end_run",
+    "failure_tags",
+    "failure_text",
+    "git_tags",
+    "is_reachable",
+    "setup_mlflow",
+    "start_run",
+    "terminate_run",
+    "ui_command",
+]
