@@ -20,6 +20,7 @@ import math
 import keras
 import numpy as np
 
+from keras_dl import tracking
 from keras_dl.distribute.world import current_world
 from keras_dl.divergence import above_trivial, loss_grew, trivial_message
 
@@ -229,13 +230,10 @@ class EarlyStopping(keras.callbacks.Callback):
     def _log_to_mlflow(self) -> None:
         """Log the reason and epoch; failures warn (logging must never kill training)."""
         try:
-            import mlflow
-
-            run_id = self.run_id or getattr(mlflow.active_run(), "info", None)
+            run_id = self.run_id or tracking.active_run_id()
             if run_id is None:
                 return
-            run_id = run_id if isinstance(run_id, str) else run_id.run_id
-            client = mlflow.MlflowClient()
+            client = tracking.client()
             metrics = {}
             if self.stopped_epoch is not None:
                 metrics["early_stopping.stopped_epoch"] = self.stopped_epoch

@@ -28,6 +28,7 @@ from typing import Any
 
 import keras
 
+from keras_dl import tracking
 from keras_dl.callbacks.mlflow_sender import MLflowSender
 from keras_dl.distribute.world import current_world
 from keras_dl.tracking.rest import is_reachable
@@ -107,13 +108,11 @@ class MLflowLogger(keras.callbacks.Callback):
             if self.model.optimizer
             else 0
         )
-        import mlflow
-
-        uri = self.tracking_uri or mlflow.get_tracking_uri()
-        self._client = mlflow.MlflowClient(uri)
+        uri = self.tracking_uri or tracking.tracking_uri()
+        self._client = tracking.client(uri)
         self._uri = uri
-        if self.run_id is None and mlflow.active_run() is not None:
-            self.run_id = mlflow.active_run().info.run_id
+        if self.run_id is None and tracking.active_run_id() is not None:
+            self.run_id = tracking.active_run_id()
         self._sender = MLflowSender(
             self._client, uri, self.run_id, self._create_run, self.retry_interval
         )
@@ -264,8 +263,6 @@ class MLflowLogger(keras.callbacks.Callback):
         self._fit_params = dict(params or {})
 
     def _log_model(self) -> None:
-        import mlflow
-
         from keras_dl.model.publish import log_keras_model
 
         sample = (
@@ -273,11 +270,11 @@ class MLflowLogger(keras.callbacks.Callback):
         )
 
         def log():
-            active = mlflow.active_run()
-            if active is not None and active.info.run_id == self.run_id:
+            active = tracking.active_run_id()
+            if active is not None and active == self.run_id:
                 log_keras_model(self.model, sample, self.registered_model_name)
                 return
-            with mlflow.start_run(run_id=self.run_id):
+            with tracking.activate(self.run_id):
                 log_keras_model(self.model, sample, self.registered_model_name)
             if not (self._started_run and self.end_run):  # the with-block ended it: reopen
                 self._client.update_run(self.run_id, status="RUNNING")
@@ -288,11 +285,7 @@ class MLflowLogger(keras.callbacks.Callback):
 
 def autolog_logs_epochs() -> bool:
     """True when MLflow's TensorFlow or Keras autolog is on: it logs each epoch's logs itself."""
-    try:
-        from mlflow.utils.autologging_utils import autologging_is_disabled
-    except ImportError:  # an MLflow without it: log as usual
-        return False
-    return any(not autologging_is_disabled(flavor) for flavor in ("tensorflow", "keras"))
+    return any(tracking.autolog_on(flavor) for flavor in ("tensorflow", "keras"))
 
 
 def _zeros_like_inputs(model):

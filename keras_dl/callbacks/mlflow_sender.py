@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 
-from keras_dl.tracking.rest import is_reachable, is_rejection, send_batch
+from keras_dl.tracking.rest import is_reachable, is_rejection, metric, param, send_batch
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +189,11 @@ class MLflowSender:
         return chunk
 
     def _send(self, chunk: list) -> None:
-        from mlflow.entities import Metric, Param
-
         if chunk[0][0] == "params":
-            params, metrics = [Param(k, v) for k, v in chunk[0][1].items()], []
+            params, metrics = [param(k, v) for k, v in chunk[0][1].items()], []
         else:
             params = []
             metrics = [
-                Metric(k, v, ts, step) for _, vals, step, ts in chunk for k, v in vals.items()
+                metric(k, v, ts, step) for _, vals, step, ts in chunk for k, v in vals.items()
             ]
         send_batch(self.client, self.uri, self.run_id, metrics, params)

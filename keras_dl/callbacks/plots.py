@@ -25,6 +25,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_dl import tracking
 from keras_dl.distribute.world import current_world
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,10 @@ class Plots(keras.callbacks.Callback):
 
     # -- internals ---------------------------------------------------------------------------
     def _mlflow(self):
-        import mlflow
-
-        run_id = self.run_id or getattr(mlflow.active_run(), "info", None)
+        run_id = self.run_id or tracking.active_run_id()
         if run_id is None:
             return None, None
-        run_id = run_id if isinstance(run_id, str) else run_id.run_id
-        return mlflow.MlflowClient(self.tracking_uri), run_id
+        return tracking.client(self.tracking_uri), run_id
 
     def _full_history(self, client, run_id) -> dict[str, dict[int, float]]:
         history = {k: dict(v) for k, v in self.history.items()}

@@ -29,6 +29,7 @@ import warnings
 
 import keras
 
+from keras_dl import tracking
 from keras_dl.callbacks.mlflow_logger import autolog_logs_epochs
 
 log = logging.getLogger(__name__)
@@ -80,9 +81,7 @@ class RunTensorBoard(keras.callbacks.TensorBoard):
         Returns:
             True when the logs are in the run.
         """
-        import mlflow
-
-        run_id = self.run_id or (mlflow.active_run().info.run_id if mlflow.active_run() else None)
+        run_id = self.run_id or tracking.active_run_id()
         if run_id is None:
             warnings.warn(
                 f"RunTensorBoard: no MLflow run to upload {self.log_dir} to; the logs stay there.",
@@ -90,7 +89,7 @@ class RunTensorBoard(keras.callbacks.TensorBoard):
             )
             return False
         try:
-            client = mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
+            client = tracking.client(self.tracking_uri or tracking.tracking_uri())
             client.log_artifacts(run_id, self.log_dir, ARTIFACT_PATH)
         except Exception as exc:  # logging must not fail training
             warnings.warn(
@@ -109,6 +108,4 @@ def _tensorflow_autolog_on() -> bool:
     """mlflow.tensorflow.autolog (not keras'): the one that adds and uploads TensorBoard logs."""
     if not autolog_logs_epochs():
         return False
-    from mlflow.utils.autologging_utils import autologging_is_disabled
-
-    return not autologging_is_disabled("tensorflow")
+    return tracking.autolog_on("tensorflow")

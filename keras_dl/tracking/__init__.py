@@ -2,6 +2,8 @@
 it so). The rest of keras_dl talks to this small interface, never to ``mlflow`` itself.
 
 - :func:`client`: an ``MlflowClient`` for a tracking URI (:mod:`keras_dl.tracking.client`).
+- :mod:`keras_dl.tracking.active`: this process's active run (its id, tags and params, the
+  tracking URI, whether MLflow's autolog is on).
 - :mod:`keras_dl.tracking.store`: pointing MLflow at the store, checking it answers, the tags
   keras_dl sets on runs, the ``mlflow ui`` hint.
 - :mod:`keras_dl.tracking.mlflow_run`: the MLflow run (start, create, end, terminate).
@@ -9,6 +11,15 @@ it so). The rest of keras_dl talks to this small interface, never to ``mlflow`` 
   client's long retries.
 """
 
+from keras_dl.tracking.active import (
+    activate,
+    active_run_id,
+    autolog_on,
+    log_params,
+    set_tag,
+    set_tags,
+    tracking_uri,
+)
 from keras_dl.tracking.client import client
 from keras_dl.tracking.mlflow_run import create_run, end_run, start_run, terminate_run
 from keras_dl.tracking.rest import is_reachable
@@ -33,6 +44,9 @@ __all__ = [
     "GATE_TAG",
     "NOT_REGISTERED_TAG",
     "PREEMPTED_TAG",
+    "activate",
+    "active_run_id",
+    "autolog_on",
     "check_reachable",
     "client",
     "create_run",
@@ -42,8 +56,12 @@ __all__ = [
     "failure_text",
     "git_tags",
     "is_reachable",
+    "log_params",
+    "set_tag",
+    "set_tags",
     "setup_mlflow",
     "start_run",
     "terminate_run",
+    "tracking_uri",
     "ui_command",
 ]
