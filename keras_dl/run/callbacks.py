@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from keras_dl import tracking
 from keras_dl.callbacks.checkpoint import Checkpoint, SaveAtEpochEnd
 from keras_dl.callbacks.early_stopping import EarlyStopping
 from keras_dl.callbacks.mlflow_logger import MLflowLogger
@@ -170,9 +171,7 @@ def make_callbacks(run, data) -> RunCallbacks:
 def restart_count(tracking_uri: str, run_id: str) -> int:
     """The launcher's automatic restarts of this run so far (its ``keras_dl.restarts``
     metric, logged before each restart by :mod:`keras_dl.launch.job`)."""
-    import mlflow
-
-    history = mlflow.MlflowClient(tracking_uri).get_metric_history(run_id, "keras_dl.restarts")
+    history = tracking.client(tracking_uri).get_metric_history(run_id, "keras_dl.restarts")
     return int(max((m.value for m in history), default=0))
 
 

@@ -4,6 +4,7 @@ Only the chief calls these."""
 
 from __future__ import annotations
 
+from keras_dl import tracking
 from keras_dl.data.splits import DataSplits
 from keras_dl.run.run import Run
 
@@ -12,13 +13,11 @@ def log_inputs(run: Run, data: DataSplits) -> None:
     """The run's inputs: each split's table, version, columns and rows (MLflow's Datasets),
     and its training manifest (:mod:`keras_dl.lineage.record`): the exact rows of each split,
     whose fingerprints are the datasets' digests."""
-    import mlflow
-
     from keras_dl.lineage.record import build_manifest, log_manifest
-    from keras_dl.run.datasets import log_datasets, range_params
+    from keras_dl.tracking.datasets import log_datasets, range_params
 
     splits = (("train", data.train), ("validation", data.validation), ("test", data.test))
-    client = mlflow.MlflowClient(run.exp.tracking.uri)
+    client = tracking.client(run.exp.tracking.uri)
     # A mixed train split (data.sources) has a manifest per source instead: train/NAME.
     read = [
         (n, None if s is None or (n == "train" and data.sources) else s.snapshot) for n, s in splits
@@ -39,8 +38,6 @@ def log_data_params(run: Run, data: DataSplits, resume, header: dict | None, rep
     otherwise change a param, which MLflow refuses). A resume on other ranks prints one line and
     tags the run with it.
     """
-    import mlflow
-
     from keras_dl.run.position import RESUME_TAG, resume_note
 
     exp, world, stats = run.exp, run.world, data.train.stats
@@ -58,19 +55,19 @@ def log_data_params(run: Run, data: DataSplits, resume, header: dict | None, rep
         "data.padded_rows_per_epoch": data.train.padded_rows,
         "runtime.world_size": world.size,
     }
-    logged = mlflow.MlflowClient(exp.tracking.uri).get_run(run.run_id).data.params
+    logged = tracking.client(exp.tracking.uri).get_run(run.run_id).data.params
     fresh = {k: v for k, v in {**params, **per_ranks}.items() if k not in logged}
     if fresh:
-        mlflow.log_params(fresh)
+        tracking.log_params(fresh)
     step = int((header or {}).get("global_step", 0))
-    mlflow.log_metrics({k: float(v) for k, v in per_ranks.items()}, step=step)
+    tracking.log_metrics({k: float(v) for k, v in per_ranks.items()}, step=step)
     if resume is None or header is None:
         return
     scaled = world.size * replicas
     note = resume_note(resume, header, stats.rows, exp.runtime.lr_scaling, scaled)
     if note:
         print(note)
-        mlflow.set_tag(RESUME_TAG, note)
+        tracking.set_tag(RESUME_TAG, note)
 
 
 def _skipping_params(data) -> dict:

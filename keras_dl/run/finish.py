@@ -51,8 +51,6 @@ def finish(run, model, data, checkpoint: Checkpoint):
         DivergenceError: A test metric is NaN or infinite (nothing is logged or registered).
         ConfigError: ``registry.min_metric`` names a metric the run does not have.
     """
-    import mlflow
-
     exp, run_id, folder = run.exp, run.run_id, run.folder
     chief = run.world.is_chief
     if chief:
@@ -75,7 +73,7 @@ def finish(run, model, data, checkpoint: Checkpoint):
             metrics["data.bad_images_skipped"] = float(skipped)
         if chief:
             if metrics:
-                mlflow.log_metrics(metrics)
+                tracking.log_metrics(metrics)
             folder.record_finishing(test_metrics=metrics)
     if exp.runtime.strategy in ("horovod", "multiworker") and run.world.size > 1:
         # Every rank's test shard evaluated before the chief logs the model and marks the run
@@ -101,7 +99,7 @@ def finish(run, model, data, checkpoint: Checkpoint):
             folder.record_finishing(registered_version=version)
     alias = exp.registry.set_alias
     if version is not None and alias and done.get("alias") != alias:
-        mlflow.MlflowClient().set_registered_model_alias(name, alias, str(version))
+        tracking.client().set_registered_model_alias(name, alias, str(version))
         folder.record_finishing(alias=alias)
     if refused is not None:
         return metrics, model_uri, None, refused  # not COMPLETE: a rerun decides again
@@ -135,19 +133,17 @@ def evaluate(model, split, prefix: str) -> dict[str, float]:
 def register_earned(exp, model, data, metrics, run_id, model_uri) -> tuple[int | None, str | None]:
     """Register the logged model when the gate passes it: ``(version, None)``, or
     ``(None, reason)`` with the run tagged ``keras_dl.not_registered``."""
-    import mlflow
-
     decision = gate.decide(exp, model, data, metrics)
     if decision.metrics:  # the champion's figures (and the whole validation split's)
-        mlflow.log_metrics(dict(decision.metrics))
-    mlflow.set_tag(tracking.GATE_TAG, tracking.failure_text(decision.summary))
+        tracking.log_metrics(dict(decision.metrics))
+    tracking.set_tag(tracking.GATE_TAG, tracking.failure_text(decision.summary))
     name = exp.tracking.registered_model
     if not decision.passed:
         reason = f"not registered as {name}: {decision.reason}"
-        mlflow.set_tag(tracking.NOT_REGISTERED_TAG, tracking.failure_text(reason))
+        tracking.set_tag(tracking.NOT_REGISTERED_TAG, tracking.failure_text(reason))
         log.warning("The model is %s.", reason)
         return None, reason
-    client = mlflow.MlflowClient()
+    client = tracking.client()
     if tracking.NOT_REGISTERED_TAG in client.get_run(run_id).data.tags:
         client.delete_tag(run_id, tracking.NOT_REGISTERED_TAG)  # refused by an earlier attempt
     lineage = {**data.snapshot.lineage, "keras_dl.recipe": exp.recipe, "run_id": run_id}

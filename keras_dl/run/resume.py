@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 
+from keras_dl import tracking
 from keras_dl.checkpoints import Checkpoints
 from keras_dl.config import free_on_resume_keys, to_flat_dict
 from keras_dl.run.folder import RUN_FILE, RunFolder
@@ -26,11 +27,9 @@ def resume_run_id(exp, folder: RunFolder) -> str | None:
     run_id = folder.recorded_run_id()
     if run_id is None:
         return None
-    import mlflow
-
     record = folder.store.path(RUN_FILE)
     try:
-        mlflow.MlflowClient(exp.tracking.uri).get_run(run_id)
+        tracking.client(exp.tracking.uri).get_run(run_id)
     except Exception:
         log.warning(
             "Run %s recorded in %s is not in the tracking store %s: resuming the checkpoint "

@@ -27,7 +27,6 @@ from keras_dl.run.folder import RunFolder
 from keras_dl.run.resume import resume_run_id
 from keras_dl.runlock import held_by_launcher, open_run_lock
 from keras_dl.storage import watchdog
-from keras_dl.tracking import mlflow_run
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +88,9 @@ class Run:
         tracking.check_reachable(exp.tracking.uri)  # MLflow would retry for minutes
         attach = self._attach or resume_run_id(exp, self.folder)
         if self.driver:
-            self.run_id = attach or mlflow_run.create_run(exp, tags)
+            self.run_id = attach or tracking.create_run(exp, tags)
         else:
-            self.run_id = mlflow_run.start_run(exp, tags, run_id=attach)
+            self.run_id = tracking.start_run(exp, tags, run_id=attach)
         self.folder.record_run_id(self.run_id, exp.tracking.uri)
         if self._lock is not None:
             self._lock.update(self.run_id)  # a second run's error names it
@@ -102,19 +101,15 @@ class Run:
 
     def _killed_by_store(self, error: BaseException) -> None:
         tags = {tracking.PREEMPTED_TAG: "STORE_UNAVAILABLE", **tracking.failure_tags(error)}
-        mlflow_run.terminate_run(self.exp.tracking.uri, self.run_id, "KILLED", tags)
+        tracking.terminate_run(self.exp.tracking.uri, self.run_id, "KILLED", tags)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tag the active MLflow run (the chief's)."""
-        import mlflow
-
-        mlflow.set_tags(dict(tags))
+        tracking.set_tags(dict(tags))
 
     def log_params(self, params: Mapping[str, object]) -> None:
         """Log params to the active MLflow run (the chief's)."""
-        import mlflow
-
-        mlflow.log_params(dict(params))
+        tracking.log_params(dict(params))
 
     def end(self, error: BaseException | None = None) -> None:
         """End the MLflow run: FINISHED, KILLED for :class:`Preempted`, else FAILED.
@@ -134,7 +129,7 @@ class Run:
         else:
             status, tags = "FINISHED", {}
         if self.driver:
-            mlflow_run.terminate_run(self.exp.tracking.uri, self.run_id, status, tags)
+            tracking.terminate_run(self.exp.tracking.uri, self.run_id, status, tags)
         elif error is not None and self._launched and not _answers(self.exp.tracking.uri):
             # A rank cut off the tracking server (its host alone, say): MLflow would retry for
             # minutes while the job waits; the driver ends the run with the job's error.
@@ -142,7 +137,7 @@ class Run:
                 "MLflow at %s is not answering: the driver ends the run.", self.exp.tracking.uri
             )
         else:
-            mlflow_run.end_run(status, tags=tags)
+            tracking.end_run(status, tags=tags)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._unwatch()

@@ -4,6 +4,7 @@ it so). The rest of keras_dl talks to this small interface, never to ``mlflow`` 
 - :func:`client`: an ``MlflowClient`` for a tracking URI (:mod:`keras_dl.tracking.client`).
 - :mod:`keras_dl.tracking.active`: this process's active run (its id, tags and params, the
   tracking URI, whether MLflow's autolog is on).
+- :mod:`keras_dl.tracking.datasets`: the splits a run read, as MLflow dataset inputs.
 - :mod:`keras_dl.tracking.store`: pointing MLflow at the store, checking it answers, the tags
   keras_dl sets on runs, the ``mlflow ui`` hint.
 - :mod:`keras_dl.tracking.mlflow_run`: the MLflow run (start, create, end, terminate).
@@ -15,6 +16,7 @@ from keras_dl.tracking.active import (
     activate,
     active_run_id,
     autolog_on,
+    log_metrics,
     log_params,
     set_tag,
     set_tags,
@@ -56,6 +58,7 @@ __all__ = [
     "failure_text",
     "git_tags",
     "is_reachable",
+    "log_metrics",
     "log_params",
     "set_tag",
     "set_tags",

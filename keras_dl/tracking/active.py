@@ -51,6 +51,13 @@ def log_params(params: dict) -> None:
     mlflow.log_params(params)
 
 
+def log_metrics(metrics: dict, step: int | None = None) -> None:
+    """Log metrics (at ``step``) to the active run."""
+    import mlflow
+
+    mlflow.log_metrics(metrics, step=step)
+
+
 def autolog_on(flavor: str) -> bool:
     """True when MLflow's autolog of ``flavor`` ("tensorflow", "keras") is on; False with an
     MLflow that cannot say."""
