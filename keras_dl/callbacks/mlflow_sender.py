@@ -17,7 +17,8 @@ import time
 import warnings
 from collections.abc import Callable
 
-from keras_dl.tracking.rest import is_reachable, is_rejection, metric, param, send_batch
+from keras_dl.tracking.client import metric, param
+from keras_dl.tracking.rest import is_reachable, is_rejection, send_batch
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import mlflow
-
+    from keras_dl import tracking
     from keras_dl.erasure import mark, retrain
     from keras_dl.errors import ConfigError
     from keras_dl.lineage.cli import read_request
@@ -56,7 +55,7 @@ def run(args) -> int:
     ids = read_request(args, "keras-dl retrain-without")
     current = mark.check_erased(args.table, args.where)
     answers = find_versions(args.table, args.where, ids, args.tracking_uri, args.model)
-    client = mlflow.MlflowClient(args.tracking_uri)
+    client = tracking.client(args.tracking_uri)
     fp = mark.predicate_fingerprint(args.where, ids)
     trained = {(a.model, a.version): a for a in answers if a.status == TRAINED}
     report = {"table": args.table, "table_version": current, "predicate_sha256": fp}

@@ -204,7 +204,7 @@ def _metrics_relay(exp, run_id: str) -> MetricsRelay | None:
 
 def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
     """Say and record (metric keras_dl.restarts, tag keras_dl.restart.N) why the job restarts."""
-    import mlflow
+    from keras_dl import tracking
 
     engine = "multi-worker" if exp.runtime.strategy == "multiworker" else "Horovod"
     print(
@@ -212,6 +212,6 @@ def _log_restart(exp, run_id: str, count: int, cause: str) -> None:
         f"checkpoint in {exp.runtime.run_dir}, in MLflow run {run_id}. Cause: {cause}",
         flush=True,
     )
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     client.log_metric(run_id, "keras_dl.restarts", count, step=count)
     client.set_tag(run_id, f"keras_dl.restart.{count}", cause[:5000])

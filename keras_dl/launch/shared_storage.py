@@ -220,9 +220,9 @@ def _existing_location(exp) -> str | None:
     db = Path(exp.tracking.uri[len("sqlite:///") :])
     if not db.is_file():
         return None
-    import mlflow
+    from keras_dl import tracking
 
-    found = mlflow.MlflowClient(exp.tracking.uri).get_experiment_by_name(exp.tracking.experiment)
+    found = tracking.client(exp.tracking.uri).get_experiment_by_name(exp.tracking.experiment)
     return found.artifact_location if found is not None else None
 
 

@@ -97,9 +97,9 @@ def find_versions(
         tracking_uri: The MLflow store with the registry. Defaults to MLflow's.
         models: Only these registered models. Defaults to all of them.
     """
-    import mlflow
+    from keras_dl import tracking
 
-    client = mlflow.MlflowClient(tracking_uri)
+    client = tracking.client(tracking_uri)
     wanted = same_table(table)
     reader = TableReader()
     ids = np.asarray(sorted(set(int(i) for i in row_ids)), dtype=np.int64)
@@ -234,14 +234,14 @@ def _versions(client, name: str):
 def _manifests(stores: dict[str, str], client, location: str, into: str):
     """Each split manifest at ``location`` (``runs:/RUN/keras_dl_lineage/manifest.json``),
     downloaded under ``into``, with a loader of its lineage-column values."""
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from keras_dl.tracking import artifact_repository
 
     run_id, _, path = location[len("runs:/") :].partition("/")
     target = os.path.join(into, run_id)
     os.makedirs(target, exist_ok=True)
     # The run's own store, straight: runs:/ URIs also look for logged models (2x the time).
     root = stores.get(run_id) or client.get_run(run_id).info.artifact_uri
-    repo = get_artifact_repository(root)
+    repo = artifact_repository(root)
     folder = repo.download_artifacts(path.rsplit("/", 1)[0], target)
     with open(os.path.join(folder, "manifest.json")) as f:
         headers = json.load(f)["splits"]

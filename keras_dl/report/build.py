@@ -57,9 +57,7 @@ def log_run_report(run) -> None:
     its cause), on the chief; never raises. A preempted run is left without one until it has
     resumed and ended."""
     if run.world.is_chief and run.run_id is not None:
-        import mlflow
-
-        log_report(run.run_id, run.exp.tracking.uri or mlflow.get_tracking_uri())
+        log_report(run.run_id, run.exp.tracking.uri or tracking.tracking_uri())
 
 
 def write_report(run_id: str, tracking_uri: str | None = None, out: str | None = None) -> Path:
@@ -131,12 +129,10 @@ def run(args: argparse.Namespace) -> int:
 
 # -- helpers ----------------------------------------------------------------------------------
 def _client(tracking_uri: str | None):
-    import mlflow
-
     from keras_dl.config import default_tracking_uri
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-    return mlflow.MlflowClient(uri)
+    return tracking.client(uri)
 
 
 def metric_history(client, run_id: str, key: str) -> list[tuple[int, float, int]]:

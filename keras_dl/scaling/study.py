@@ -62,8 +62,7 @@ def run_study(exp: Experiment, setups: list[Setup], out: str | None = None) -> S
         DistributedError: Horovod is missing for an ``np`` setup (before any run starts).
         SetupFailed, KerasDLError: A setup's training failed (the parent ends FAILED).
     """
-    import mlflow
-
+    from keras_dl import tracking
     from keras_dl.distribute.slots import active_session
     from keras_dl.tracking import create_run, failure_text, terminate_run
 
@@ -74,7 +73,7 @@ def run_study(exp: Experiment, setups: list[Setup], out: str | None = None) -> S
         from keras_dl.distribute.horovod import import_horovod
 
         import_horovod()  # a clear error before any run exists
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     host = f"{socket.gethostname()}, {os.cpu_count()} CPUs"
     labels = ",".join(s.label for s in setups)
     tags = {"mlflow.runName": f"scaling-{exp.recipe}", page.SETUPS_TAG: labels, page.HOST_TAG: host}
@@ -147,7 +146,7 @@ def _run_worker(exp: Experiment, setup: Setup, run_id: str, client) -> None:
 
 def _log_figures(client, parent: str) -> list[page.SetupFigures]:
     """Each child's samples/s per replica and scaling efficiency; every setup's on the parent."""
-    from mlflow.entities import Metric
+    from keras_dl.tracking import metric
 
     figures = page.setup_figures(client, parent)
     base = page.baseline_of(figures)
@@ -165,8 +164,8 @@ def _log_figures(client, parent: str) -> list[page.SetupFigures]:
         own = ("samples_per_sec_per_replica", "scaling_efficiency")  # the rest it has
         client.log_batch(
             f.run_id,
-            metrics=[Metric(f"scaling.{k}", values[k], stamp, 0) for k in own if k in values],
+            metrics=[metric(f"scaling.{k}", values[k], stamp, 0) for k in own if k in values],
         )
-        on_parent += [Metric(f"{key}.{k}", v, stamp, 0) for k, v in values.items()]
+        on_parent += [metric(f"{key}.{k}", v, stamp, 0) for k, v in values.items()]
     client.log_batch(parent, metrics=on_parent)
     return figures

@@ -13,10 +13,9 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 import uuid
 
-from keras_dl import storage
+from keras_dl import storage, tracking
 from keras_dl.errors import ConfigError
 from keras_dl.run import RunFolder
 
@@ -25,19 +24,15 @@ PARENT_TAG = "mlflow.parentRunId"
 
 def active_run_id() -> str | None:
     """The MLflow run active in this thread, if any."""
-    mlflow = sys.modules.get("mlflow")  # not imported yet: no run can be active
-    run = mlflow.active_run() if mlflow is not None else None
-    return run.info.run_id if run else None
+    return tracking.active_run_id(load=False)  # MLflow not imported yet: no run can be active
 
 
 def running(exp, run_id: str | None) -> str | None:
     """``run_id`` if that MLflow run is still running (a tuning parent), else None."""
     if not run_id:
         return None
-    import mlflow
-
     try:
-        status = mlflow.MlflowClient(exp.tracking.uri).get_run(run_id).info.status
+        status = tracking.client(exp.tracking.uri).get_run(run_id).info.status
     except Exception:
         return None
     return run_id if status == "RUNNING" else None
@@ -45,18 +40,14 @@ def running(exp, run_id: str | None) -> str | None:
 
 def in_parent_experiment(exp, parent: str):
     """``exp`` set to train in the parent run's MLflow experiment (the UI nests runs within one)."""
-    import mlflow
-
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     name = client.get_experiment(client.get_run(parent).info.experiment_id).name
     return dataclasses.replace(exp, tracking=dataclasses.replace(exp.tracking, experiment=name))
 
 
 def tag_parent(exp, run_id: str, parent: str) -> None:
     """Make ``run_id`` a child of ``parent`` (a run started in a pool thread is top-level)."""
-    import mlflow
-
-    mlflow.MlflowClient(exp.tracking.uri).set_tag(run_id, PARENT_TAG, parent)
+    tracking.client(exp.tracking.uri).set_tag(run_id, PARENT_TAG, parent)
 
 
 def place_run_dir(exp, store: str, run_id: str | None):

@@ -1,9 +1,11 @@
 """Tracking: the one home of MLflow in keras_dl (an import contract in ``.importlinter`` keeps
 it so). The rest of keras_dl talks to this small interface, never to ``mlflow`` itself.
 
-- :func:`client`: an ``MlflowClient`` for a tracking URI (:mod:`keras_dl.tracking.client`).
+- :func:`client`: an ``MlflowClient`` for a tracking URI, and the entities (:func:`metric`,
+  :func:`param`) its ``log_batch`` takes (:mod:`keras_dl.tracking.client`).
 - :mod:`keras_dl.tracking.active`: this process's active run (its id, tags and params, the
   tracking URI, whether MLflow's autolog is on).
+- :mod:`keras_dl.tracking.models`: logged models, loaded back.
 - :mod:`keras_dl.tracking.datasets`: the splits a run read, as MLflow dataset inputs.
 - :mod:`keras_dl.tracking.store`: pointing MLflow at the store, checking it answers, the tags
   keras_dl sets on runs, the ``mlflow ui`` hint.
@@ -20,10 +22,12 @@ from keras_dl.tracking.active import (
     log_params,
     set_tag,
     set_tags,
+    set_tracking_uri,
     tracking_uri,
 )
-from keras_dl.tracking.client import client
+from keras_dl.tracking.client import artifact_repository, client, metric, param
 from keras_dl.tracking.mlflow_run import create_run, end_run, start_run, terminate_run
+from keras_dl.tracking.models import load_keras_model
 from keras_dl.tracking.rest import is_reachable
 from keras_dl.tracking.store import (
     FAILURE_REASON_TAG,
@@ -48,6 +52,7 @@ __all__ = [
     "PREEMPTED_TAG",
     "activate",
     "active_run_id",
+    "artifact_repository",
     "autolog_on",
     "check_reachable",
     "client",
@@ -58,10 +63,14 @@ __all__ = [
     "failure_text",
     "git_tags",
     "is_reachable",
+    "load_keras_model",
     "log_metrics",
     "log_params",
+    "metric",
+    "param",
     "set_tag",
     "set_tags",
+    "set_tracking_uri",
     "setup_mlflow",
     "start_run",
     "terminate_run",

@@ -4,14 +4,22 @@ it logs to, and whether MLflow's own autolog is on.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
-def active_run_id() -> str | None:
-    """The id of the run active in this thread, or None."""
-    import mlflow
+def active_run_id(load: bool = True) -> str | None:
+    """The id of the run active in this thread, or None.
 
-    run = mlflow.active_run()
+    Args:
+        load: Import MLflow to ask. Defaults to True; False: None while MLflow is not imported
+            yet (no run can be active), without paying for the import.
+    """
+    if load:
+        import mlflow
+    else:
+        mlflow = sys.modules.get("mlflow")
+    run = mlflow.active_run() if mlflow is not None else None
     return run.info.run_id if run is not None else None
 
 
@@ -20,6 +28,13 @@ def tracking_uri() -> str:
     import mlflow
 
     return mlflow.get_tracking_uri()
+
+
+def set_tracking_uri(uri: str) -> None:
+    """Point MLflow's fluent API (the active run) at ``uri``."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
 
 
 def activate(run_id: str) -> Any:

@@ -19,3 +19,25 @@ def client(uri: str | None = None) -> Any:
     import mlflow
 
     return mlflow.MlflowClient(uri)
+
+
+def metric(key: str, value: float, timestamp_ms: int, step: int | None) -> Any:
+    """An MLflow ``Metric`` entity, for a client's ``log_batch`` (or :func:`~keras_dl.tracking.rest.send_batch`)."""
+    from mlflow.entities import Metric
+
+    return Metric(key, value, timestamp_ms, step)
+
+
+def param(key: str, value: Any) -> Any:
+    """An MLflow ``Param`` entity, for a client's ``log_batch`` (or :func:`~keras_dl.tracking.rest.send_batch`)."""
+    from mlflow.entities import Param
+
+    return Param(key, value)
+
+
+def artifact_repository(root: str) -> Any:
+    """MLflow's artifact repository at ``root`` (a run's ``artifact_uri``): reads it straight,
+    where a ``runs:/`` URI would also look for logged models."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    return get_artifact_repository(root)

@@ -7,8 +7,6 @@ sends ``log-batch`` once; other stores (SQLite, files) go through ``MlflowClient
 
 from __future__ import annotations
 
-from typing import Any
-
 
 def is_http(uri: str) -> bool:
     """True for a tracking server URI (http or https)."""
@@ -67,20 +65,6 @@ def send_batch(client, uri: str, run_id: str, metrics: list, params: list) -> No
         json=json.loads(body),
     )
     verify_rest_response(response, endpoint)
-
-
-def metric(key: str, value: float, timestamp_ms: int, step: int | None) -> Any:
-    """An MLflow ``Metric`` entity, for :func:`send_batch`."""
-    from mlflow.entities import Metric
-
-    return Metric(key, value, timestamp_ms, step)
-
-
-def param(key: str, value: Any) -> Any:
-    """An MLflow ``Param`` entity, for :func:`send_batch`."""
-    from mlflow.entities import Param
-
-    return Param(key, value)
 
 
 def is_rejection(exc: Exception) -> bool:

@@ -40,9 +40,9 @@ class TuneResult:
 def finish_study(spec: TrialSpec, study):
     """Log the study to the parent run, register the best model if it earns it, and return
     the :class:`~keras_dl.tuning.study.TuneResult`."""
-    import mlflow
+    from keras_dl import tracking
 
-    client = mlflow.MlflowClient(spec.exp.tracking.uri)
+    client = tracking.client(spec.exp.tracking.uri)
     rows = trial_rows(study)
     result = TuneResult(spec.study, spec.storage, spec.parent_run_id, trials=rows)
     _log_tables(client, spec, rows)
@@ -132,8 +132,7 @@ def _plot(frame, spec: TrialSpec, path: Path) -> None:
 def _register_best(spec: TrialSpec, best, run_id: str, model_uri: str):
     """The registry gate on the best trial's model, its data and its test metrics, with the
     decision tagged on the trial's run (as ``train`` tags its own)."""
-    import mlflow
-
+    from keras_dl import tracking
     from keras_dl.data.splits import make_splits
     from keras_dl.recipe import configure, load_recipe
     from keras_dl.run.finish import register_earned
@@ -152,14 +151,14 @@ def _register_best(spec: TrialSpec, best, run_id: str, model_uri: str):
         preprocess=recipe.preprocess,
         class_weight=exp.train.class_weight,
     )
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     metrics = {
         k: v for k, v in client.get_run(run_id).data.metrics.items() if k.startswith("test_")
     }
-    model = mlflow.keras.load_model(model_uri)
+    model = tracking.load_keras_model(model_uri)
     with data.original_errors():
-        mlflow.set_tracking_uri(exp.tracking.uri)
-        with mlflow.start_run(run_id=run_id):
+        tracking.set_tracking_uri(exp.tracking.uri)
+        with tracking.activate(run_id):
             return register_earned(exp, model, data, metrics, run_id, model_uri)
 
 

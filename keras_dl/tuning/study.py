@@ -103,12 +103,11 @@ def _run(spec: TrialSpec, left: int, parallelism: int) -> None:
 
 def _parent_run(exp: Experiment, study, space, path: str) -> str:
     """The study's parent run: the one it records (a resume), else a new one."""
-    import mlflow
-
+    from keras_dl import tracking
     from keras_dl.tracking import create_run, setup_mlflow
 
     setup_mlflow(exp.tracking.uri, exp.tracking.experiment, exp.tracking.artifact_location)
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     parent = study.user_attrs.get(PARENT_ATTR)
     if parent is not None:
         client.update_run(parent, status="RUNNING")

@@ -75,9 +75,9 @@ def run_trial(spec: TrialSpec, study, task: str | None = None) -> int:
     :class:`~keras_dl.errors.KerasDLError` (e.g. it diverged) is FAIL; anything else is raised
     after the trial is marked FAIL."""
     import keras
-    import mlflow
     from optuna.trial import TrialState
 
+    from keras_dl import tracking
     from keras_dl.tracking import create_run
     from keras_dl.tuning.pruning import OptunaPruning
 
@@ -98,7 +98,7 @@ def run_trial(spec: TrialSpec, study, task: str | None = None) -> int:
         tags[GPUS_TAG] = os.environ[VISIBLE]
     child = create_run(exp, tags)
     trial.set_user_attr(RUN_ATTR, child)
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     pruning = OptunaPruning(trial, spec.metric, prune=exp.tune.pruning)
     keras.backend.clear_session()  # trials share this process: one graph each
     try:
@@ -129,15 +129,14 @@ def end_stale_runs(exp: Experiment, parent: str, stale: list) -> None:
     A trial records its run's id once the run exists: a kill in between leaves a RUNNING run
     the trial does not name, found by its parent and its trial tag instead.
     """
-    import mlflow
-
+    from keras_dl import tracking
     from keras_dl.tracking import terminate_run
 
     if not stale:
         return
     runs = {t.user_attrs[RUN_ATTR] for t in stale if t.user_attrs.get(RUN_ATTR)}
     numbers = {str(t.number) for t in stale}
-    client = mlflow.MlflowClient(exp.tracking.uri)
+    client = tracking.client(exp.tracking.uri)
     experiment = client.get_run(parent).info.experiment_id
     children = client.search_runs(
         [experiment],
