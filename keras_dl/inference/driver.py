@@ -51,9 +51,7 @@ def predict(
         DataError: When the DataFrame lacks the model's input columns or holds them with other
             types (the message lists expected and found columns).
     """
-    import mlflow
-    from mlflow.models import Model
-
+    from keras_dl import tracking
     from keras_dl.model.registry import resolve_model_uri
 
     if batch_size < 1:  # Spark reads 0 as "no limit": one batch of the whole partition
@@ -61,17 +59,17 @@ def predict(
 
     lineage = resolve_model_uri(model_uri, tracking_uri)
     pinned = f"models:/{lineage.name}/{lineage.version}"
-    local = mlflow.artifacts.download_artifacts(
+    local = tracking.download_artifacts(
         artifact_uri=pinned, dst_path=os.path.join(tempfile.mkdtemp(), f"model-{uuid.uuid4().hex}")
     )
-    logged = Model.load(local)
+    logged = tracking.logged_model(local)
     signature = logged.signature
     if signature is None:
         raise DataError(
             f"Model {pinned} was logged without a signature, so its input columns are unknown. "
             "Log it with one (keras_dl.model.publish.log_keras_model does)."
         )
-    run = mlflow.MlflowClient().get_run(lineage.run_id) if lineage.run_id else None
+    run = tracking.client().get_run(lineage.run_id) if lineage.run_id else None
     trained_on = (run.data.params.get("data.features", "") if run else "").split(",")
     classes = json.loads(run.data.tags.get("keras_dl.classes", "[]")) if run else []
     heads = ()

@@ -10,6 +10,7 @@ import os
 from functools import partial
 from typing import Any
 
+from keras_dl import tracking
 from keras_dl.distribute.gpus import use_task_gpus
 from keras_dl.errors import DataError
 from keras_dl.inference.plan import ScoringPlan, head_columns, probability_columns
@@ -103,7 +104,6 @@ def load_scorer(model_file: str, keras_flavor: bool):
     """
     use_task_gpus()  # this task's GPUs only, before TensorFlow starts in this worker
     import keras
-    import mlflow
     from pyspark import SparkFiles
 
     path = SparkFiles.get(model_file)
@@ -122,7 +122,7 @@ def load_scorer(model_file: str, keras_flavor: bool):
             call = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
             _MODELS[path] = partial(_direct, call, prepare)
         else:
-            _MODELS[path] = mlflow.pyfunc.load_model(path).predict
+            _MODELS[path] = tracking.load_pyfunc_model(path).predict
     return _MODELS[path]
 
 
@@ -132,11 +132,11 @@ DIRECT = (LOADER, "mlflow.keras")
 
 def _direct(call, prepare, inputs):
     if prepare is not None:
-        from mlflow.exceptions import MlflowException
-
         try:
             inputs = prepare(inputs)
-        except MlflowException as exc:  # a null or NaN feature: the loader's message names it
+        except Exception as exc:  # MLflow's, a null or NaN feature: the loader's message names it
+            if not tracking.is_mlflow_error(exc):
+                raise
             raise DataError(exc.message) from None
     out = call(inputs)
     if isinstance(out, dict):  # one output head per label
@@ -145,9 +145,7 @@ def _direct(call, prepare, inputs):
 
 
 def _pyfunc_conf(path: str) -> dict:
-    from mlflow.models import Model
-
-    return Model.load(os.path.join(path, "MLmodel")).flavors.get("python_function", {})
+    return tracking.logged_model(os.path.join(path, "MLmodel")).flavors.get("python_function", {})
 
 
 def _null_rows(column: str, missing) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_dl import tracking
 from keras_dl.data.stream.features import ColumnPlan
 from keras_dl.model.log import packed_input_model
 from keras_dl.model.registry import load_keras_model
@@ -64,10 +65,8 @@ def evaluate_champion(exp, model, plan: ColumnPlan, splits: Mapping[str, Any]) -
         The :class:`Champion`; its ``error`` says why it could not be evaluated (a failed load
         or evaluation does not raise: the gate refuses the model with that reason).
     """
-    import mlflow
-
     name, alias = exp.tracking.registered_model, exp.registry.must_beat
-    version = _version_of(mlflow.MlflowClient(), name, alias)
+    version = _version_of(tracking.client(), name, alias)
     if version is None:
         return Champion(name, alias, None)
     scores = {}
@@ -144,12 +143,10 @@ def compare_on_whole_split(exp, model, data, full: dict, champion: Champion, hea
 
 
 def _version_of(client, name: str, alias: str) -> str | None:
-    import mlflow
-
     try:
         return client.get_registered_model(name).aliases.get(alias)
-    except mlflow.exceptions.MlflowException as exc:
-        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+    except Exception as exc:  # all but MLflow's RESOURCE_DOES_NOT_EXIST is raised as is
+        if not tracking.is_mlflow_error(exc, "RESOURCE_DOES_NOT_EXIST"):
             raise
         return None
 

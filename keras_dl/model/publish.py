@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from keras_dl import tracking
 from keras_dl.tracking import git_tags
 
 
@@ -79,10 +80,8 @@ def register_model(
         tags: Tags set on the version (lineage); the git commit is added. Defaults to none.
         description: The version's description. Defaults to None.
     """
-    import mlflow
-
-    version = mlflow.register_model(model_uri, name).version
-    client = mlflow.MlflowClient()
+    version = tracking.register_model(model_uri, name)
+    client = tracking.client()
     for key, value in {**dict(tags), **git_tags()}.items():
         client.set_model_version_tag(name, str(version), key, str(value))
     if description:
@@ -99,7 +98,6 @@ def make_signature(sample_input: Any, prediction: Any):
     values score as is; the model casts to its own input dtype.
     """
     import numpy as np
-    from mlflow.models import infer_signature
 
     def widen(x):
         x = np.asarray(x)
@@ -109,6 +107,6 @@ def make_signature(sample_input: Any, prediction: Any):
         sample = {k: widen(v) for k, v in sample_input.items()}
     else:
         sample = widen(sample_input)
-    return infer_signature(
+    return tracking.infer_signature(
         sample, np.asarray(prediction) if not isinstance(prediction, dict) else prediction
     )

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_dl import tracking
 from keras_dl.config import MODEL_URI, valid_alias
 from keras_dl.errors import KerasDLError
 
@@ -120,11 +121,9 @@ def load_keras_model(uri: str):
     Args:
         uri: A pinned ``models:/NAME/VERSION`` (resolve an alias with :func:`resolve_model_uri`).
     """
-    import mlflow
-
-    if "keras" in mlflow.models.get_model_info(uri).flavors:
-        return mlflow.keras.load_model(uri)
-    return mlflow.pyfunc.load_model(uri).get_raw_model()
+    if "keras" in tracking.model_flavors(uri):
+        return tracking.load_keras_model(uri)
+    return tracking.load_pyfunc_model(uri).get_raw_model()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -148,13 +147,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _client(tracking_uri: str | None) -> Any:
-    import mlflow
-
     from keras_dl.config import default_tracking_uri
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-    mlflow.set_tracking_uri(uri)  # so that models:/ URIs resolve against the same store
-    return mlflow.MlflowClient(uri)
+    tracking.set_tracking_uri(uri)  # so that models:/ URIs resolve against the same store
+    return tracking.client(uri)
 
 
 def _check_model(client: Any, name: str) -> None:

@@ -5,7 +5,8 @@ it so). The rest of keras_dl talks to this small interface, never to ``mlflow`` 
   :func:`param`) its ``log_batch`` takes (:mod:`keras_dl.tracking.client`).
 - :mod:`keras_dl.tracking.active`: this process's active run (its id, tags and params, the
   tracking URI, whether MLflow's autolog is on).
-- :mod:`keras_dl.tracking.models`: logged models, loaded back.
+- :mod:`keras_dl.tracking.models`: logged and registered models (register a version, read
+  a logged model's MLmodel, load it back).
 - :mod:`keras_dl.tracking.datasets`: the splits a run read, as MLflow dataset inputs.
 - :mod:`keras_dl.tracking.store`: pointing MLflow at the store, checking it answers, the tags
   keras_dl sets on runs, the ``mlflow ui`` hint.
@@ -25,9 +26,17 @@ from keras_dl.tracking.active import (
     set_tracking_uri,
     tracking_uri,
 )
-from keras_dl.tracking.client import artifact_repository, client, metric, param
+from keras_dl.tracking.client import artifact_repository, client, is_mlflow_error, metric, param
 from keras_dl.tracking.mlflow_run import create_run, end_run, start_run, terminate_run
-from keras_dl.tracking.models import load_keras_model
+from keras_dl.tracking.models import (
+    download_artifacts,
+    infer_signature,
+    load_keras_model,
+    load_pyfunc_model,
+    logged_model,
+    model_flavors,
+    register_model,
+)
 from keras_dl.tracking.rest import is_reachable
 from keras_dl.tracking.store import (
     FAILURE_REASON_TAG,
@@ -58,16 +67,23 @@ __all__ = [
     "client",
     "create_run",
     "describe_version",
+    "download_artifacts",
     "end_run",
     "failure_tags",
     "failure_text",
     "git_tags",
+    "infer_signature",
+    "is_mlflow_error",
     "is_reachable",
     "load_keras_model",
+    "load_pyfunc_model",
     "log_metrics",
     "log_params",
+    "logged_model",
     "metric",
+    "model_flavors",
     "param",
+    "register_model",
     "set_tag",
     "set_tags",
     "set_tracking_uri",

@@ -35,6 +35,14 @@ def param(key: str, value: Any) -> Any:
     return Param(key, value)
 
 
+def is_mlflow_error(exc: BaseException, error_code: str | None = None) -> bool:
+    """True when ``exc`` is an ``MlflowException`` (with ``error_code``, when given, e.g.
+    ``RESOURCE_DOES_NOT_EXIST``)."""
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(exc, MlflowException) and error_code in (None, exc.error_code)
+
+
 def artifact_repository(root: str) -> Any:
     """MLflow's artifact repository at ``root`` (a run's ``artifact_uri``): reads it straight,
     where a ``runs:/`` URI would also look for logged models."""

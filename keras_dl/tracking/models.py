@@ -1,4 +1,5 @@
-"""Logged models, loaded back from MLflow."""
+"""Logged and registered models: registering a version, reading a logged model's MLmodel and
+signature, loading it back."""
 
 from __future__ import annotations
 
@@ -10,3 +11,46 @@ def load_keras_model(model_uri: str) -> Any:
     import mlflow.keras
 
     return mlflow.keras.load_model(model_uri)
+
+
+def load_pyfunc_model(model_uri: str) -> Any:
+    """The pyfunc model logged at ``model_uri`` (or in the model folder at that path)."""
+    import mlflow.pyfunc
+
+    return mlflow.pyfunc.load_model(model_uri)
+
+
+def model_flavors(model_uri: str) -> dict:
+    """The flavors of the model logged at ``model_uri`` (its MLmodel's, by name)."""
+    import mlflow.models
+
+    return mlflow.models.get_model_info(model_uri).flavors
+
+
+def logged_model(path: str) -> Any:
+    """MLflow's ``Model`` (the MLmodel file) of the model folder or MLmodel file at ``path``."""
+    from mlflow.models import Model
+
+    return Model.load(path)
+
+
+def register_model(model_uri: str, name: str) -> str:
+    """Register the model logged at ``model_uri`` as a new version of ``name``; its version."""
+    import mlflow
+
+    return mlflow.register_model(model_uri, name).version
+
+
+def infer_signature(model_input: Any, model_output: Any) -> Any:
+    """MLflow's signature inferred from ``model_input`` and ``model_output``."""
+    from mlflow.models import infer_signature
+
+    return infer_signature(model_input, model_output)
+
+
+def download_artifacts(artifact_uri: str, dst_path: str) -> str:
+    """Download ``artifact_uri`` (``models:/NAME/VERSION``, ``runs:/...``) under ``dst_path``;
+    the local path."""
+    import mlflow.artifacts
+
+    return mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=dst_path)
