@@ -90,6 +90,21 @@ def test_every_module_is_in_a_layer_of_importlinter():
     assert hook["forbidden_modules"].split() == ["keras_dl_petastorm_hook"]
 
 
+def test_every_package_but_tracking_is_forbidden_to_import_mlflow():
+    # keras_dl.tracking is MLflow's one home (contract tracking-home): a new package or module
+    # at the top of keras_dl must be one of the contract's sources, or it could import mlflow.
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    home = config["importlinter:contract:tracking-home"]
+    assert home["forbidden_modules"].split() == ["mlflow"]
+    top = {
+        f"keras_dl.{p.stem}"
+        for p in (REPO / "keras_dl").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    assert set(home["source_modules"].split()) == top - {"keras_dl.tracking"}
+
+
 @pytest.mark.parametrize("hook", [h.removesuffix(".py") for h in HOOKS])
 def test_the_import_hooks_import_only_the_standard_library(hook):
     # -S: no site-packages, so no .pth file loads anything first.
