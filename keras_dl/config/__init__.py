@@ -23,7 +23,13 @@ Example:
     3
 """
 
-from keras_dl.config.bounds import Bounds, bounded, free_on_resume_keys, setting
+from keras_dl.config.bounds import (
+    Bounds,
+    bounded,
+    chosen_by_recipe_keys,
+    free_on_resume_keys,
+    setting,
+)
 from keras_dl.config.dump import dumps, to_dict, to_flat_dict
 from keras_dl.config.overrides import resolve
 from keras_dl.config.parse import apply_mapping, parse_set, read_yaml, valid_keys
@@ -68,6 +74,7 @@ __all__ = [
     "TuneConfig",
     "apply_mapping",
     "bounded",
+    "chosen_by_recipe_keys",
     "free_on_resume_keys",
     "default_tracking_uri",
     "dumps",

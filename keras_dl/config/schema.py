@@ -203,9 +203,9 @@ class TrainConfig:
             ``data.weight_column`` when both are set. Defaults to () (no class weights).
     """
 
-    epochs: int | None = setting(10, 1, free_on_resume=True)
-    batch_size: int | None = setting(32, 1)
-    learning_rate: float = 1e-3
+    epochs: int | None = setting(10, 1, free_on_resume=True, chosen_by_recipe=True)
+    batch_size: int | None = setting(32, 1, chosen_by_recipe=True)
+    learning_rate: float = setting(1e-3, 0, low_open=True)
     optimizer: str = "adam"
     lr_schedule: Literal["constant", "cosine"] = "constant"
     mixed_precision: bool = False
