@@ -14,6 +14,8 @@ The package's modules, each with one job (lowest first):
   allows;
 - :mod:`~keras_dl.config.validate`: ranges and the rules between fields;
 - :mod:`~keras_dl.config.overrides`: :func:`resolve`, which applies them in order.
+- :mod:`~keras_dl.config.keytable`: docs/configuration.md's key tables, derived from the
+  schema's fields.
 
 Example:
     >>> from keras_dl.config import Experiment, DataConfig, resolve
