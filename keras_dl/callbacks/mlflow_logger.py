@@ -28,6 +28,7 @@ from typing import Any
 
 import keras
 
+from keras_dl.callbacks.mlflow_rest import is_reachable
 from keras_dl.callbacks.mlflow_sender import MLflowSender
 from keras_dl.distribute.world import current_world
 
@@ -153,19 +154,35 @@ class MLflowLogger(keras.callbacks.Callback):
         if self._started_run and self.end_run:
             self._call(lambda: self._client.set_terminated(self.run_id, "FINISHED"))
 
-    def flush(self) -> None:
+    def flush(self, stopped: bool = False) -> None:
         """Send what is queued (waiting up to ``flush_timeout``) and stop the sending thread.
 
         ``on_train_end`` calls it; call it yourself when ``fit`` raises, so the values of the
         steps and epochs before the error still reach the run. Idempotent.
+
+        Args:
+            stopped: Training has stopped on an error (``fit`` raised). A tracking server that
+                then fails its ``/health`` check gets one last attempt instead of the
+                ``flush_timeout`` wait, which would only hold the job's end (a host cut off the
+                server, say); a resumed run logs again the epoch its checkpoint holds.
         """
         sender = getattr(self, "_sender", None)
         if not getattr(self, "_active", False) or sender is None or not sender.running:
             return
-        self.unsent = sender.close(self.flush_timeout)
+        wait = self.flush_timeout
+        if stopped and not is_reachable(self._uri)[0]:
+            wait = 0.0
+        self.unsent = sender.close(wait)
         if self.run_id is None and sender.run_id is not None:  # created by the thread
             self.run_id = self._params_sent_to = sender.run_id
-        if self.unsent:
+        if self.unsent and wait == 0.0:
+            warnings.warn(
+                f"MLflowLogger: training stopped and MLflow at {self._uri} is not answering: "
+                f"{self.unsent} value(s) for run {self.run_id} could not be sent; they are not "
+                "in the run (a resumed run logs again the epoch its checkpoint holds).",
+                stacklevel=2,
+            )
+        elif self.unsent:
             warnings.warn(
                 f"MLflowLogger: {self.unsent} value(s) for run {self.run_id} could not be sent "
                 f"to MLflow at {self._uri} within {self.flush_timeout:.0f} s; they are not in "

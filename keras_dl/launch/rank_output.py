@@ -57,11 +57,18 @@ class RankOutputWriter:
         with self._lock:
             self._pending.append(text)
 
-    def close(self) -> None:
-        """Write the last lines (before the task returns its row, so the driver has them all)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Write the last lines (before the task returns its row, so the driver has them all),
+        waiting ``timeout`` seconds at most: a failed task's error carries its last lines to
+        the driver anyway, and must not wait on a store its host cannot reach."""
         if self._done.is_set():
             return
         self._done.set()
+        last = threading.Thread(target=self._last, daemon=True, name="keras_dl-output-last")
+        last.start()
+        last.join(timeout)
+
+    def _last(self) -> None:
         if self._thread.is_alive():
             self._thread.join()
         self._flush()

@@ -29,6 +29,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -40,15 +41,24 @@ from keras_dl.launch.rank_output import RankOutputTail, RankOutputWriter
 from keras_dl.launch.stage_start import POLL_SECONDS, collect_started
 from keras_dl.launch.worker_report import (
     WorkerFailed,
+    failed_report,
     failure_report,
     first_lines,
     keep_output,
     lost_peer,
+    lost_store,
     report_text,
+    stopped_for_peer,
 )
 from keras_dl.launch.worker_stop import StopWatch, stop_on_signal
 
 RANK = "KERAS_DL_RANK"  # a worker's index, for its failure report (TF_CONFIG holds it too)
+# A worker that stopped because of a peer fails its task this many seconds late, so the peer's
+# own report (its cause) reaches the driver first when the peer's task still runs: the first
+# failed task's error is the one Spark gives the driver, and a failed barrier task ends the
+# others' (this one's wait with them).
+PEER_GRACE = 10.0
+FAILED_FLUSH = 3.0  # seconds a failed task gives its last output lines to reach the store
 
 
 def tf_config(addresses: list[str], index: int) -> str:
@@ -178,9 +188,12 @@ def _task_function(payload: bytes, env: dict, folder: str | None, store_env: dic
             writer.start()
         try:
             result = _run_worker_in_task(ctx, payload, env, writer)
-        finally:
+        except BaseException:
             if writer is not None:
-                writer.close()
+                writer.close(timeout=FAILED_FLUSH)
+            raise
+        if writer is not None:
+            writer.close()
         if result is not None:
             yield result
 
@@ -241,12 +254,15 @@ def _run_worker_in_task(ctx, payload: bytes, env: dict, writer=None) -> bytes | 
             # chief's task enters the barrier only then.
             threading.Thread(target=_release_after_chief, args=(ctx, folder), daemon=True).start()
         code = proc.wait()
-        if watch is not None:
-            watch.ended(code)  # after a preemption: the chief's checkpoint is written first
         for t in pumps:
             t.join(timeout=10)
-        if code != 0:
-            raise RuntimeError(report_text(rank, host, code, folder, addresses))
+        report = None if code == 0 else failed_report(rank, host, code, folder, addresses)
+        if watch is not None:  # after a preemption: the chief's checkpoint is written first
+            watch.ended(code, store_lost=report is not None and lost_store(report))
+        if report is not None:
+            if stopped_for_peer(report):
+                time.sleep(PEER_GRACE)  # the peer's own report first, if its task still runs
+            raise RuntimeError(report_text(report))
         if rank != 0:
             return None
         result = Path(folder, "result").read_bytes()

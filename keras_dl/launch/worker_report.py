@@ -38,6 +38,7 @@ _LEADER_RE = re.compile(
     r"RPC: /tensorflow\.CoordinationService/Heartbeat"
 )
 _SECONDARY = " secondary=1 cause="  # keras_dl's failed line: the worker stopped for a peer
+_STORE_LOST = "StoreUnavailable: Object store "  # in its failed line: it stopped for the store
 
 
 class WorkerFailed(RuntimeError):
@@ -133,8 +134,9 @@ def first_lines(text: str, n: int = 3) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines()[:n])
 
 
-def report_text(rank: int, host: str, code: int, folder: Path, cluster: list[str]) -> str:
-    """A failed task's error: the words, then its report as one JSON line for the driver."""
+def failed_report(rank: int, host: str, code: int, folder: Path, cluster: list[str]) -> dict:
+    """A failed worker's report: its rank, host, exit status, the cluster's addresses and the
+    last lines of its output (``folder/stdout``, ``folder/stderr``)."""
     report: dict = {"rank": rank, "host": host, "code": code, "cluster": list(cluster)}
     for name in ("stdout", "stderr"):
         path = folder / name
@@ -142,7 +144,26 @@ def report_text(rank: int, host: str, code: int, folder: Path, cluster: list[str
         report[name] = [
             line if len(line) <= _LINE else line[:_LINE] + " ...\n" for line in lines[-_TAIL:]
         ]
+    return report
+
+
+def report_text(report: dict) -> str:
+    """A failed task's error: the words, then its report as one JSON line for the driver."""
     return (
-        f"Multi-worker worker {rank} on host {host} exited with status {code}.\n"
-        f"{_REPORT}{json.dumps(report)}"
+        f"Multi-worker worker {report['rank']} on host {report['host']} exited with status "
+        f"{report['code']}.\n{_REPORT}{json.dumps(report)}"
     )
+
+
+def stopped_for_peer(report: dict) -> bool:
+    """Whether the worker stopped because of a peer (keras_dl's failed line says
+    ``secondary=1``, or TF's coordination service declared a peer unhealthy): its report is
+    not the cause, and the peer's own, if its task still runs, should reach the driver first."""
+    text = "".join(report.get("stderr", []))
+    return _SECONDARY in text or _UNHEALTHY_RE.search(text) is not None
+
+
+def lost_store(report: dict) -> bool:
+    """Whether the worker stopped because the object store stayed unreachable from its host
+    (:class:`~keras_dl.errors.StoreUnavailable`): its task cannot reach that store either."""
+    return _STORE_LOST in "".join(report.get("stderr", []))

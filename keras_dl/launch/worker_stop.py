@@ -97,17 +97,27 @@ class StopWatch:
                     self.proc.send_signal(signal.SIGTERM)
                 return
 
-    def ended(self, code: int) -> None:
-        """The worker exited with ``code``: stop watching. The chief's task says it ended; a
-        task whose worker stopped as a preemption (asked here, or its own SIGTERM: exit 75)
-        waits for that (``CHIEF_GRACE`` at most), so the chief's checkpoint is written."""
+    def ended(self, code: int, store_lost: bool = False) -> None:
+        """The worker exited with ``code``: stop watching. The chief's task says it ended (a
+        failed chief's in the background: its report must reach the driver first, and the
+        store may be what it lost). A task whose worker stopped as a preemption (asked here, or
+        its own SIGTERM: exit 75) waits for that (``CHIEF_GRACE`` at most), so the chief's
+        checkpoint is written; not when its worker stopped because the store was unreachable
+        from its host (``store_lost``): the task cannot list the marker there either."""
         self._done.set()
         if self.rank == 0:
             name = storage.join(self.folder, _ended(0))
-            with contextlib.suppress(Exception):
-                retry.retrying(lambda: storage.write_atomic(name, b""), name)
+
+            def write() -> None:
+                with contextlib.suppress(Exception):
+                    retry.retrying(lambda: storage.write_atomic(name, b""), name)
+
+            if code == 0:
+                write()
+            else:
+                threading.Thread(target=write, daemon=True, name="keras_dl-ended").start()
             return
-        if code == 0 or not (self.asked or code == PREEMPTED_EXIT):
+        if code == 0 or store_lost or not (self.asked or code == PREEMPTED_EXIT):
             return
         deadline = time.monotonic() + CHIEF_GRACE
         while time.monotonic() < deadline:

@@ -58,10 +58,11 @@ class RunCallbacks:
 
     def after_failure(self) -> None:
         """Keras skips ``on_train_end`` when ``fit`` raises: stop the sampler's thread, and send
-        the steps and epochs logged before the error to the run."""
+        the steps and epochs logged before the error to the run (one last attempt, not the
+        logger's flush_timeout, when its tracking server is not answering)."""
         if self.system_metrics is not None:
             self.system_metrics.close()
-        self.logger.flush()
+        self.logger.flush(stopped=True)
         if self.prometheus is not None:
             self.prometheus.close()  # the end state: pushed, and scraped once more
 

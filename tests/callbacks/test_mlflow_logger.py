@@ -86,6 +86,43 @@ def test_no_server_at_all_never_fails_fit_and_says_what_was_lost(tmp_path):
     assert f"{logger.unsent} value(s) for run None could not be sent" in messages
 
 
+class _Fails(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise RuntimeError("training fails after epoch 1")
+
+
+def test_after_a_failed_fit_a_server_that_does_not_answer_is_not_waited_for(tmp_path):
+    """``flush(stopped=True)`` (keras_dl's runs call it when ``fit`` raises): one last attempt,
+    not the flush_timeout's wait, which would only delay the job's end (a rank whose host is cut
+    off the tracking server waited its 30 s); it says what is not in the run."""
+    from tests.callbacks.helpers import _free_port
+
+    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    logger = MLflowLogger(tracking_uri=uri, flush_timeout=60, retry_interval=0.2)
+    x, y = tiny_data()
+    with pytest.warns(UserWarning) as caught:
+        with pytest.raises(RuntimeError, match="training fails"):
+            tiny_model().fit(x, y, epochs=3, verbose=0, callbacks=[logger, _Fails()])
+        start = time.monotonic()
+        logger.flush(stopped=True)
+        took = time.monotonic() - start
+    assert took < 15, f"waited {took:.0f} s of the 60 s flush_timeout"
+    assert logger.unsent == 5 + 2  # the params, then epoch 1's loss and accuracy
+    messages = " ".join(str(w.message) for w in caught)
+    assert f"training stopped and MLflow at {uri} is not answering: 7 value(s)" in messages
+
+
+def test_after_a_failed_fit_a_server_that_answers_gets_every_value(mlflow_uri):
+    logger = MLflowLogger(flush_timeout=30, retry_interval=0.2)
+    x, y = tiny_data()
+    with pytest.raises(RuntimeError, match="training fails"):
+        tiny_model().fit(x, y, epochs=3, verbose=0, callbacks=[logger, _Fails()])
+    logger.flush(stopped=True)
+    assert logger.unsent == 0
+    data = mlflow.MlflowClient(mlflow_uri).get_run(logger.run_id).data
+    assert {"loss", "accuracy"} <= set(data.metrics)
+
+
 class _Outage(keras.callbacks.Callback):
     """Stops the tracking server after epoch ``down`` and starts it again after epoch ``up``."""
 

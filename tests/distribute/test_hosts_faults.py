@@ -1,4 +1,5 @@
-"""Network faults under Horovod on Spark across two hosts (tests/fixtures/hosts.py).
+"""Network faults under Horovod on Spark across two hosts (tests/fixtures/hosts.py), and under
+the multi-worker strategy (its own tests, at the end).
 
 The driver runs on host 1 as in tests/distribute/test_hosts_horovod.py; the fault lands on host 2
 once rank 0 has written epoch 1's checkpoint (its PUT in moto's log, which the test process can
@@ -31,6 +32,7 @@ GRACE = 5  # keras_dl.storage.watchdog.GRACE
 # Measured 2026-12-02, from the store cut to the job's end: 27-35 s with rank 1 on host 2 (it
 # retried opening its test shard's reader for 16-17 s); 56-59 s with rank 0 there (17 s of
 # retries, then its MLflow logger waited its flush_timeout, 30 s, for the server it cannot reach).
+# The multi-worker strategy's, 2026-12-04: 35 s with worker 1 on host 2, 55 s with worker 0.
 MARGIN = 45
 END_BOUND = LEASE + GRACE + MARGIN  # seconds from the store cut to the job's end
 
@@ -122,8 +124,9 @@ def test_a_20_s_link_cut_is_ridden_out_and_the_store_cut_from_one_host_ends_resu
     check_store_cut(cluster)
 
 
-def check_store_cut(cluster) -> None:
-    """The shared store unreachable from one host only, under Horovod on Spark across two hosts.
+def check_store_cut(cluster, strategy: str = "horovod") -> None:
+    """The shared store unreachable from one host only, under ``strategy`` on Spark across two
+    hosts (Horovod, or the multi-worker strategy: :func:`test_multiworker_the_store_cut_...`).
 
     The driver runs on host 1, one rank per host, the table and ``runtime.run_dir`` on the services
     host's S3 (moto) and the tracking on its MLflow server (tests/fixtures/cluster.py). Once epoch
@@ -151,9 +154,10 @@ def check_store_cut(cluster) -> None:
     h1, h2 = cluster.network.hosts
     svc = cluster.network.services
     sets = (f"train.epochs={EPOCHS}", f"runtime.lease_seconds={LEASE}")
-    watch = RankWatch(cluster.network.hosts)
+    rank_var = "KERAS_DL_RANK" if strategy == "multiworker" else "HOROVOD_RANK"
+    watch = RankWatch(cluster.network.hosts, rank_var)
     try:
-        proc = start_training(cluster, h1, "cut", *sets)
+        proc = start_training(cluster, h1, "cut", *sets, strategy=strategy)
         wait_for_checkpoint(cluster, "cut", proc)
         time.sleep(1)  # into epoch 2
         cut, cut_wall = time.monotonic(), time.time()
@@ -187,11 +191,22 @@ def check_store_cut(cluster) -> None:
     after = [t - cut_wall for t in late if t > cut_wall + LEASE + 1]  # the log has whole seconds
     assert not after, f"checkpoints written {after} s after the cut (lease {LEASE} s)"
 
-    again = start_training(cluster, h1, "cut", *sets)
+    again = start_training(cluster, h1, "cut", *sets, strategy=strategy)
     assert again.wait(timeout=900) == 0, driver_output(cluster, "cut")
     (run,) = runs_of(cluster, h1, "cut")
     assert run["status"] == "FINISHED", run["tags"]
+    assert run["params"]["runtime.strategy"] == strategy
     check_every_row_once(run, EPOCHS)
+
+
+def test_multiworker_the_store_cut_from_one_host_ends_resumable(host_cluster):
+    """The store cut of :func:`check_store_cut` under TF's multi-worker strategy: the same
+    lease rules and bound, exit 75 naming the store (not "worker 0 stopped answering" with the
+    chief on host 2: its own report must reach the driver before worker 1's broken collective),
+    and the rerun finishes the run, every row once."""
+    cluster = host_cluster(2)
+    ingest_digits(cluster, cluster.network.hosts[0], cluster.s3_uri("digits"))
+    check_store_cut(cluster, "multiworker")
 
 
 def runs_of(cluster, host, run: str) -> list[dict]:

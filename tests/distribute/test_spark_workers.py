@@ -21,7 +21,8 @@ def _failed_task_error(tmp_path, stderr: str, rank: int = 1) -> str:
     (tmp_path / "stdout").write_text(f"[{rank}]<stdout>:Epoch 1/2\n")
     (tmp_path / "stderr").write_text(stderr)
     host = CLUSTER[rank].split(":")[0]
-    task = spark_workers.report_text(rank, host, 1, tmp_path, CLUSTER)
+    report = spark_workers.failed_report(rank, host, 1, tmp_path, CLUSTER)
+    task = spark_workers.report_text(report)
     return (
         "An error occurred while calling o42.collectAndServe.\n: org.apache.spark.SparkException:"
         " Job aborted due to stage failure: Could not recover from a failed barrier ResultStage."
@@ -123,6 +124,31 @@ def test_a_worker_that_failed_on_its_own_is_not_a_lost_host(tmp_path):
     stderr = "[1]<stderr>:ValueError: worker 1 fails\n"
     report = spark_workers.failure_report(_failed_task_error(tmp_path, stderr))
     assert spark_workers.lost_peer(report, 60.0) is None
+
+
+# Worker 0's failed line on the two-host cluster when the store was cut from its host
+# (2026-12-03): it retried the checkpoint's write for its share of the lease.
+STORE_LOST = """\
+[0]<stderr>:keras_dl rank failed: rank=0 secondary=0 cause=StoreUnavailable: Object store \
+s3://lake unreachable for 16 s, longer than two thirds of runtime.lease_seconds=24: ...
+"""
+
+
+def test_a_worker_that_stopped_for_a_peer_is_told_from_one_that_stopped_for_a_cause(tmp_path):
+    """Its task waits PEER_GRACE before failing (keras_dl.launch.spark_workers): the peer's
+    own report, the cause, reaches the driver first. One that lost the store skips the wait
+    for the chief's end marker, on that store."""
+
+    def report(stderr: str, rank: int = 1) -> dict:
+        return spark_workers.failure_report(_failed_task_error(tmp_path, stderr, rank=rank))
+
+    for stderr, rank in ((DROPPED, 1), (UNHEALTHY, 0), (LEADER_GONE, 1)):
+        assert spark_workers.stopped_for_peer(report(stderr, rank)), stderr
+        assert not spark_workers.lost_store(report(stderr, rank)), stderr
+    assert not spark_workers.stopped_for_peer(report(DROPPED.replace("secondary=1", "secondary=0")))
+    assert not spark_workers.stopped_for_peer(report("[1]<stderr>:ValueError: worker 1 fails\n"))
+    lost = report(STORE_LOST, rank=0)
+    assert spark_workers.lost_store(lost) and not spark_workers.stopped_for_peer(lost)
 
 
 def test_spark_text_without_a_report_is_none():

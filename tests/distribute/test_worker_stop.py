@@ -4,12 +4,18 @@ tests/distribute/test_resume_spark.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
+import pytest
+
+from keras_dl.errors import PREEMPTED_EXIT
+from keras_dl.launch.rank_output import RankOutputWriter
 from keras_dl.launch.worker_stop import STOP, StopWatch, stop_on_signal
 
 
@@ -54,3 +60,42 @@ def test_a_task_sends_its_worker_sigterm_once_the_marker_is_there(tmp_path):
         assert watch.asked
     finally:
         worker.kill()
+
+
+@pytest.fixture
+def silent_store(monkeypatch):
+    """An S3 endpoint on loopback that takes connections and never answers (a store a host can
+    no longer reach, as far as a client can tell): every call waits out its timeouts."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)  # the kernel completes the handshakes; nothing reads the requests
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "silent")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "silent")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        yield "s3://silent-store/out"
+
+
+@contextlib.contextmanager
+def _exited(code: int):
+    worker = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    worker.wait()
+    yield worker
+
+
+def test_a_failed_tasks_end_does_not_wait_on_a_store_it_cannot_reach(silent_store):
+    """The chief's failed task, and a task whose worker stopped because the store was
+    unreachable from its host, go on to fail (their report is the driver's cause) at once: a
+    call to this store takes a request timeout at least, and keras_dl's retries a minute."""
+    with _exited(PREEMPTED_EXIT) as worker:
+        for rank, store_lost in ((0, False), (1, True)):
+            watch = StopWatch(silent_store, rank, worker)
+            start = time.monotonic()
+            watch.ended(PREEMPTED_EXIT, store_lost=store_lost)
+            assert time.monotonic() - start < 1.0, (rank, store_lost)
+
+    writer = RankOutputWriter(silent_store, 0)  # not started: its start marker would wait
+    writer.add("[0]<stderr>:keras_dl rank failed: rank=0 secondary=0 cause=...\n")
+    start = time.monotonic()
+    writer.close(timeout=0.5)
+    assert time.monotonic() - start < 1.5
