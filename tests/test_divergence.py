@@ -34,7 +34,7 @@ def test_a_diverging_run_fails_with_its_reason_and_registers_nothing(digits_tabl
     [
         ("train.learning_rate=nan", r"train.learning_rate must be a finite number, got nan"),
         ("train.learning_rate=inf", r"train.learning_rate must be a finite number, got inf"),
-        ("train.learning_rate=-1", r"train.learning_rate must be a finite number > 0"),
+        ("train.learning_rate=-1", r"train.learning_rate=-1.0 is outside the allowed range > 0"),
         ("train.epochs=0", r"train.epochs=0 is outside the allowed range >= 1"),
         ("runtime.warmup_epochs=nan", r"runtime.warmup_epochs must be a finite number"),
         ("callbacks.min_delta=nan", r"callbacks.min_delta must be a finite number"),

@@ -14,6 +14,8 @@ The package's modules, each with one job (lowest first):
   allows;
 - :mod:`~keras_dl.config.validate`: ranges and the rules between fields;
 - :mod:`~keras_dl.config.overrides`: :func:`resolve`, which applies them in order.
+- :mod:`~keras_dl.config.keytable`: docs/configuration.md's key tables, derived from the
+  schema's fields.
 
 Example:
     >>> from keras_dl.config import Experiment, DataConfig, resolve
@@ -23,7 +25,13 @@ Example:
     3
 """
 
-from keras_dl.config.bounds import Bounds, bounded, free_on_resume_keys, setting
+from keras_dl.config.bounds import (
+    Bounds,
+    bounded,
+    chosen_by_recipe_keys,
+    free_on_resume_keys,
+    setting,
+)
 from keras_dl.config.dump import dumps, to_dict, to_flat_dict
 from keras_dl.config.overrides import resolve
 from keras_dl.config.parse import apply_mapping, parse_set, read_yaml, valid_keys
@@ -68,6 +76,7 @@ __all__ = [
     "TuneConfig",
     "apply_mapping",
     "bounded",
+    "chosen_by_recipe_keys",
     "free_on_resume_keys",
     "default_tracking_uri",
     "dumps",

@@ -11,6 +11,8 @@ schema's own sections use :func:`setting`, which also says ``free_on_resume``.
   created.
 - :func:`free_on_resume_keys` names the settings a resumed training may change (how the data is
   read, how long to train), which ``keras_dl.run.resume``'s config fingerprint leaves out.
+- :func:`chosen_by_recipe_keys` names the settings a recipe may leave null in its defaults, to
+  choose them from the table itself (``train.epochs``, ``train.batch_size``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from keras_dl.errors import ConfigError
 
 BOUNDS = "keras_dl.bounds"  # the field-metadata keys
 FREE_ON_RESUME = "keras_dl.free_on_resume"
+CHOSEN_BY_RECIPE = "keras_dl.chosen_by_recipe"
 
 
 @dataclass(frozen=True)
@@ -80,25 +83,39 @@ def setting(
     low_open: bool = False,
     high_open: bool = False,
     free_on_resume: bool = False,
+    chosen_by_recipe: bool = False,
 ) -> Any:
     """A dataclass field with ``default``, the range :func:`bounded` takes (none when ``low``
-    and ``high`` are both None), and whether a resumed training may change it."""
+    and ``high`` are both None), whether a resumed training may change it, and whether a recipe
+    may leave it null to choose it from the table."""
     metadata: dict[str, Any] = {}
     if low is not None or high is not None:
         metadata[BOUNDS] = Bounds(low, high, low_open, high_open)
     if free_on_resume:
         metadata[FREE_ON_RESUME] = True
+    if chosen_by_recipe:
+        metadata[CHOSEN_BY_RECIPE] = True
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def _keys(sections: dict[str, Any], fact: str) -> tuple[str, ...]:
+    """``section.key`` of every field declaring ``fact``, in field order."""
+    return tuple(
+        f"{name}.{f.name}"
+        for name, section in sections.items()
+        for f in dataclasses.fields(section)
+        if f.metadata.get(fact)
+    )
 
 
 def free_on_resume_keys(sections: dict[str, Any]) -> set[str]:
     """``section.key`` of every field declared ``free_on_resume``, in ``{name: section}``."""
-    return {
-        f"{name}.{f.name}"
-        for name, section in sections.items()
-        for f in dataclasses.fields(section)
-        if f.metadata.get(FREE_ON_RESUME)
-    }
+    return set(_keys(sections, FREE_ON_RESUME))
+
+
+def chosen_by_recipe_keys(sections: dict[str, Any]) -> tuple[str, ...]:
+    """``section.key`` of every field declared ``chosen_by_recipe``, in ``{name: section}``."""
+    return _keys(sections, CHOSEN_BY_RECIPE)
 
 
 def check_bounds(sections: dict[str, Any]) -> None:

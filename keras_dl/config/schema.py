@@ -99,15 +99,18 @@ class DataConfig:
         lineage_columns: Columns whose values for the rows each split read are kept in the
             run's training manifest (zstd Parquet), e.g. ("customer_id",), so ``keras-dl
             lineage --where`` can still answer on them after VACUUM removed the trained
-            files. Defaults to () (the answer then needs the trained version to be readable).
+            files (see docs/lineage.md). Defaults to () (the answer then needs the trained
+            version to be readable).
         cache_dir: Copy the table's files to this local folder once and read them from there
             (for remote or slow storage): copied in the background while the first epoch
             streams from the store, read from the folder by the epochs after. The folder is a
             cache shared by the processes and runs of the host, keyed by each file's URI, size
-            and modification time (see docs/storage.md). Defaults to None (read in place).
+            and modification time (see docs/storage.md#the-local-disk-cache). Defaults to None
+            (read in place).
         cache_dir_max_bytes: Bytes of files ``cache_dir`` holds at most: the least recently
             used entries no process on the host is reading are evicted to make room, and a
-            file that still does not fit is read in place. Defaults to None (no bound).
+            file that still does not fit is read in place. Needs ``cache_dir``. Defaults to
+            None (no bound).
         cache: "auto" keeps a split's decoded rows in memory after its first epoch when they
             fit ``cache_max_bytes`` (later epochs skip the reader; rows stay exactly once per
             epoch and reshuffled), "never" reads every epoch from the table. Defaults to "auto".
@@ -117,20 +120,26 @@ class DataConfig:
         on_bad_image: "fail" on an undecodable image, or "skip" it and count it (logged to
             MLflow as data.bad_images_skipped). Defaults to "fail".
         sources: Train on several tables mixed by weight instead of ``data.table`` alone: a
-            list of :class:`SourceConfig` (``name``, ``table``, ``weight``, and each its own
-            ``version``, ``since_version`` and ``filters``). In YAML a list of mappings; with
-            ``--set``, the same list in YAML's flow style, e.g. ``--set 'data.sources=[{name:
-            old, table: t1, weight: 0.7}, {name: new, table: t2, weight: 0.3}]'``. Each epoch
-            holds each source's share of ``epoch_rows`` exactly (largest remainder), drawn
-            without replacement (a smaller source repeats whole passes). ``data.table``, when
-            set, is then only the evaluation splits' table. Defaults to () (``data.table``).
-        epoch_rows: Rows per epoch of a mixed training split. Defaults to None: every source's
-            rows together (with ``replay``: the new rows' count divided by ``1 - replay``, so
-            each new row trains once an epoch).
-        replay: With ``since_version``: this share of each epoch's rows comes from the rows of
-            the table at ``since_version`` (sampled anew each epoch), the rest from the rows
-            added since: a two-source mix ("replay" and "new") of the same table. Defaults to
-            None (the new rows alone).
+            list of :class:`SourceConfig` (``name``, ``table`` in any format ``data.table``
+            takes, ``weight``: its share of each epoch, relative to the others', >= 0, and each
+            its own ``version``, ``since_version`` and ``filters``). In YAML a list of mappings
+            (or a mapping of name to source); with ``--set``, the same list in YAML's flow
+            style, e.g. ``--set 'data.sources=[{name: old, table: t1, weight: 0.7}, {name: new,
+            table: t2, weight: 0.3}]'``. Each epoch holds each source's share of
+            ``data.epoch_rows`` exactly (largest remainder), each source's rows drawn without
+            replacement (a smaller source repeats as whole passes, then a remainder),
+            interleaved by the seeded shuffle; logged as ``rows_trained/<name>``. Errors name
+            the source (``data.sources[0] ('old').weight=...``). ``data.table``, when set, is
+            then only the evaluation splits' table. Defaults to () (``data.table`` alone).
+        epoch_rows: Rows per epoch of a mixed training split (``data.sources`` or
+            ``data.replay``); at least 1. Defaults to None: every source's rows together (with
+            ``data.replay``: the new rows' count divided by ``1 - replay``, so each new row
+            trains once an epoch).
+        replay: With ``data.since_version``: this share of each epoch's rows comes from the
+            rows of the table at ``since_version`` (sampled anew each epoch), the rest from the
+            rows added since: a two-source mix ("replay" and "new") of ``data.table``, e.g.
+            ``--set data.replay=0.3``. Between 0 and 1, exclusive. Defaults to None (the new
+            rows alone).
         trust_petastorm_metadata: Load a Petastorm dataset's Unischema with Petastorm's own
             unpickler, which runs whatever code the pickle in ``_common_metadata`` names. Only
             for tables whose writer you trust. Defaults to False: only Petastorm's, numpy's and
@@ -203,9 +212,9 @@ class TrainConfig:
             ``data.weight_column`` when both are set. Defaults to () (no class weights).
     """
 
-    epochs: int | None = setting(10, 1, free_on_resume=True)
-    batch_size: int | None = setting(32, 1)
-    learning_rate: float = 1e-3
+    epochs: int | None = setting(10, 1, free_on_resume=True, chosen_by_recipe=True)
+    batch_size: int | None = setting(32, 1, chosen_by_recipe=True)
+    learning_rate: float = setting(1e-3, 0, low_open=True)
     optimizer: str = "adam"
     lr_schedule: Literal["constant", "cosine"] = "constant"
     mixed_precision: bool = False
@@ -220,7 +229,8 @@ class RuntimeConfig:
 
     Args:
         strategy: "auto", "none", "mirrored", "horovod" or "multiworker" (TF's
-            MultiWorkerMirroredStrategy, one worker per process). Defaults to "auto".
+            MultiWorkerMirroredStrategy, one worker per process, ``np`` of them; see
+            docs/distributed.md). Defaults to "auto".
         np: Horovod ranks or multi-worker processes: < 0 runs -np on this host, > 0 runs np
             Spark tasks (one rank or worker per task). Defaults to 0.
         run_dir: Folder for the resolved config and checkpoints: a local path, an ``s3://`` or
@@ -234,8 +244,8 @@ class RuntimeConfig:
             Defaults to 0.
         fp16_allreduce: Horovod: send gradients as float16 (half the bytes). Defaults to False.
         start_timeout: Horovod and multiworker: seconds to wait for all processes or Spark
-            tasks to start before failing (a waiting barrier stage is cancelled). Defaults
-            to 120.
+            tasks to start before failing (a waiting barrier stage is cancelled; on Spark
+            Connect too for Horovod). Defaults to 120.
         max_restarts: Horovod: relaunch the job from its newest checkpoint, in the same MLflow
             run, when a rank dies or is preempted, up to this many times. Python errors are
             never retried. Defaults to 0 (as TF Model Garden's ``recovery_max_trials``).
@@ -258,7 +268,9 @@ class RuntimeConfig:
         check_shared_storage: With ``np > 0``: before training, check that every host of the
             Spark cluster sees the local folders rank 0 writes to (``run_dir``, a SQLite or file
             ``tracking.uri``, a local artifact root) as this one does, and refuse them by name
-            otherwise (:mod:`keras_dl.launch.shared_storage`). Set it to False only where the
+            otherwise (:mod:`keras_dl.launch.shared_storage`; see
+            docs/distributed.md#local-ranks-spark-tasks-and-shared-folders-checked-before-training).
+            Set it to False only where the
             check's Spark stage cannot run and the folders are known to be shared.
             Defaults to True.
     """
@@ -310,16 +322,17 @@ class TrackingConfig:
         tensorboard: Rank 0 writes TensorBoard logs, uploaded to the run's
             ``tensorboard_logs/`` at the end (one writer, also beside
             ``mlflow.tensorflow.autolog``). Defaults to False.
-        prometheus_port: Rank 0 serves the run's live figures in Prometheus' text format at
-            ``/metrics`` on this port while it trains (0: a free port, printed); None is off
-            (docs/monitoring.md). Defaults to None.
-        prometheus_bind: The address ``/metrics`` listens on; 0.0.0.0 for every interface.
-            Defaults to "127.0.0.1" (this host only).
-        prometheus_pushgateway: A Pushgateway URL (``http://host:9091``) rank 0 pushes the
-            figures to at each epoch end and at the end of training; "" does not push.
-            Defaults to "".
+        prometheus_port: The run's live figures in Prometheus' text format at ``/metrics`` on
+            this port while it trains, served by the training process (a Horovod job: the
+            launcher's process, fed by rank 0; rank 0 itself on Spark Connect); 0 picks a free
+            port and prints it (docs/monitoring.md). Defaults to None (off).
+        prometheus_bind: The IPv4 address ``/metrics`` listens on; 0.0.0.0 for every
+            interface. Defaults to "127.0.0.1" (this host only).
+        prometheus_pushgateway: A Pushgateway URL (``http://host:9091``): rank 0 pushes the
+            figures, one group per rank, at each epoch end and at the end of training.
+            Defaults to "" (no push).
         prometheus_final_scrape_seconds: At the end of training, keep ``/metrics`` up until it
-            is scraped once more, at most this long, so the final values are not lost.
+            is scraped once more, at most this long, so the final values reach Prometheus.
             Defaults to 0.
     """
 

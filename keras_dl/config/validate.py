@@ -15,7 +15,7 @@ import math
 import re
 from pathlib import Path
 
-from keras_dl.config.bounds import check_bounds
+from keras_dl.config.bounds import check_bounds, chosen_by_recipe_keys
 from keras_dl.config.choices import check_choices
 from keras_dl.config.monitoring import check_prometheus
 from keras_dl.config.schema import Experiment, RegistryConfig
@@ -29,10 +29,6 @@ def validate(exp: Experiment) -> Experiment:
     _check_finite(exp)  # a NaN passes every "<" and ">" test below
     check_choices(exp.sections())  # every Literal[...] field, from the schema's types
     check_bounds(exp.sections())  # every field with a range, e.g. train.epochs, model.dropout
-    if not exp.train.learning_rate > 0:
-        raise ConfigError(
-            f"train.learning_rate must be a finite number > 0, got {exp.train.learning_rate}."
-        )
     if exp.runtime.np != 0 and exp.runtime.strategy not in ("horovod", "multiworker"):
         raise ConfigError(
             f"runtime.np={exp.runtime.np} launches Horovod ranks or multi-worker processes, but "
@@ -146,7 +142,7 @@ def default_tracking_uri() -> str:
 
 
 # Settings a recipe may leave null in its defaults, to choose them from the table itself.
-CHOSEN_BY_RECIPE = ("train.epochs", "train.batch_size")
+CHOSEN_BY_RECIPE = chosen_by_recipe_keys(Experiment().sections())
 
 
 def check_chosen_by_recipe(defaults: Experiment, exp: Experiment) -> None:

@@ -4,9 +4,11 @@ import pytest
 import yaml
 
 from keras_dl.config import (
+    CHOSEN_BY_RECIPE,
     DataConfig,
     Experiment,
     TrainConfig,
+    chosen_by_recipe_keys,
     dumps,
     free_on_resume_keys,
     resolve,
@@ -262,6 +264,24 @@ def test_each_count_and_offset_is_refused_below_its_bound_and_accepted_at_it(key
         resolve(defaults(), sets=[*extra, f"{key}={low - 1}"])
     text = str(err.value)
     assert f"{key}={low - 1}" in text and f">= {low}" in text and f"--set {key}=" in text
+
+
+def test_the_learning_rate_is_refused_at_0_and_below_by_its_field():
+    resolve(defaults(), sets=["train.learning_rate=1e-9"])
+    for value in ("0", "-1"):
+        with pytest.raises(
+            ConfigError,
+            match=r"train\.learning_rate=-?[01]\.0 is outside the "
+            r"allowed range > 0\. .*--set train\.learning_rate=0\.001",
+        ):
+            resolve(defaults(), sets=[f"train.learning_rate={value}"])
+
+
+def test_the_settings_a_recipe_may_choose_are_declared_on_their_fields():
+    # Null is refused for every other setting; these two a recipe may leave null in its
+    # defaults and choose from the table (keras_dl.recipe.configured).
+    assert CHOSEN_BY_RECIPE == ("train.epochs", "train.batch_size")
+    assert chosen_by_recipe_keys(defaults().sections()) == CHOSEN_BY_RECIPE
 
 
 def test_the_settings_a_resume_may_change_are_declared_on_their_fields():

@@ -20,8 +20,9 @@ What stays the same with the cache on:
 
 With one shard, the first epoch reads every row group whole and fills the cache as it streams.
 With several shards a rank reads only its rows, so the cache is filled by one read of the whole
-split (at the first epoch served from memory). A split larger than the budget is noticed while
-filling: the partial cache is dropped and every epoch streams.
+split (at the first epoch served from memory), which stops at the row group that goes over
+the budget. A split larger than the budget is noticed while filling: the partial cache is
+dropped and every epoch streams.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class EpochCache:
         self, chunks: Iterator[tuple[Piece, dict]], emit: bool = True
     ) -> Iterator[tuple[Piece, dict]]:
         """Pass ``chunks`` on (when ``emit``) and keep them, if they are every row group whole
-        and fit the budget; the cache is complete only once the last chunk went by."""
+        and fit the budget; the cache is complete only once the last chunk went by. Not
+        emitting, it stops reading ``chunks`` (and closes them) at the first chunk that cannot
+        be kept: nothing is passed on, and the rest would be read for nothing."""
         kept: list | None = []
         size = 0
         for piece, chunk in chunks:
@@ -79,6 +82,9 @@ class EpochCache:
                     kept.append((piece, chunk))
             if emit:
                 yield piece, chunk
+            elif kept is None:
+                getattr(chunks, "close", lambda: None)()  # the reader's threads stop
+                return
         if kept is not None and not self.disabled:
             self._keep(kept)
             self.nbytes = size

@@ -41,6 +41,27 @@ def test_a_split_over_budget_or_read_in_part_is_never_cached():
     assert not EpochCache(max_bytes=0).ready and EpochCache(max_bytes=0).disabled
 
 
+def test_a_fill_that_passes_nothing_on_stops_reading_at_the_chunk_over_budget():
+    """The several-shard fill (one read of the whole split, nothing emitted) reads no further
+    than the row group that goes over the budget, and closes the read."""
+    read, closed = [], []
+
+    def chunks():
+        try:
+            for piece, chunk in _chunks():
+                read.append(piece.row_group)
+                yield piece, chunk
+        finally:
+            closed.append(True)
+
+    over = EpochCache(max_bytes=100)  # the third chunk of 40 bytes goes over
+    assert list(over.fill(chunks(), emit=False)) == []
+    assert len(read) == 3 and closed == [True] and over.disabled and not over.ready
+    fits = EpochCache(max_bytes=10_000)
+    read.clear()
+    assert list(fits.fill(chunks(), emit=False)) == [] and len(read) == 6 and fits.ready
+
+
 def test_binary_columns_count_their_bytes():
     chunk = {"b": np.array([b"abc", b"de"], dtype=object)}
     assert chunk_bytes(chunk) == chunk["b"].nbytes + 5
@@ -88,6 +109,35 @@ def test_cached_training_epochs_are_exact_reshuffled_and_resume_where_they_stopp
     resumed.start_at(at)
     expected = rows[2000 + (at - 2 * split.steps) * 32 :][:1000]
     np.testing.assert_array_equal(_rows(resumed, split.steps), expected)
+
+
+def test_a_rank_whose_split_is_over_budget_stops_its_whole_split_read_early(tmp_path):
+    """With several shards the cache is filled by one read of the whole split: over the
+    budget, that read stops at the row group that goes over, not after all ten."""
+    import functools
+
+    from keras_dl.data.stream.epoch_stream import EpochStream
+    from keras_dl.data.stream.shard_epochs import read_pieces
+
+    snap = _table(str(tmp_path / "t"))  # 10 row groups of 100 rows
+    whole = []
+
+    def reads(snapshot, columns, pieces, *args, **kwargs):
+        counted = whole if len(pieces) == 10 else []
+        for item in read_pieces(snapshot, columns, pieces, *args, **kwargs):
+            counted.append(item[0])
+            yield item
+
+    options = ReadOptions(
+        32, training=True, shard=0, num_shards=2, cache_max_bytes=2000, shuffle_buffer=100
+    )
+    stream = functools.partial(EpochStream, reads=reads)
+    split = make_dataset(snap, plan_columns(snap, ("f",), "label"), options, stream=stream)
+    batches = list(split.dataset.take(split.steps))  # (x, y, weight): padding weighs 0
+    rows = np.concatenate([x.numpy()[w.numpy() > 0] for x, _, w in batches])
+    assert split.stream.cache.disabled and not split.stream.cache.ready
+    assert 1 <= len(whole) < 10, f"the whole-split read went on to row group {len(whole)}"
+    assert len(set(rows.tolist())) == len(rows) == 500  # this shard's epoch, every row once
 
 
 def test_cache_off_reads_the_table_every_epoch(tmp_path, monkeypatch):
