@@ -24,10 +24,9 @@ import tempfile
 import warnings
 from typing import Any
 
-import mlflow.pyfunc
-
 from keras_dl.data.stream.packing import input_name, is_packed
 from keras_dl.model import pyfunc
+from keras_dl.tracking import models as tracked
 
 IMPUTE_ATTRIBUTE = pyfunc.IMPUTE_ATTRIBUTE
 LOADER = pyfunc.LOADER
@@ -129,12 +128,8 @@ def log_model(model: Any, signature, frame: bool, input_example: Any = None):
         input_example: A row or two of real input (a DataFrame when ``frame``, else an array),
             saved with the model; MLflow checks the model scores it. Defaults to None.
     """
-    from mlflow.models import Model
-
-    return Model.log(
-        artifact_path=None,
-        name="model",
-        flavor=_Flavor,
+    return tracked.log_model(
+        _Flavor,
         keras_model=model,
         frame=frame,
         signature=signature,
@@ -158,7 +153,7 @@ class _Flavor:
                 shutil.copy(pyfunc.__file__, code)
                 data = os.path.join(tmp, "data")
                 _write_data(keras_model, data)
-                mlflow.pyfunc.save_model(
+                tracked.save_pyfunc_model(
                     path,
                     loader_module=LOADER,
                     data_path=data,
@@ -169,10 +164,8 @@ class _Flavor:
                     pip_requirements=pip_requirements,
                 )
             return
-        import mlflow.keras as mlflow_keras
-
         os.makedirs(path, exist_ok=True)  # MLflow's Keras flavor writes the example before it
-        mlflow_keras.save_model(
+        tracked.save_keras_model(
             keras_model,
             path,
             mlflow_model=mlflow_model,
@@ -203,8 +196,6 @@ def frame_signature(model: Any, sample_input: dict):
     columns (those with a fill value) declared ``required=False``."""
     import numpy as np
     import pandas as pd
-    from mlflow.models import ModelSignature, infer_signature
-    from mlflow.types import ColSpec, Schema
 
     frame = pd.DataFrame({k: _widen(np.asarray(v)) for k, v in sample_input.items()})
     prediction = model.predict(to_model_inputs(model, frame), verbose=0)
@@ -212,12 +203,8 @@ def frame_signature(model: Any, sample_input: dict):
         prediction = pyfunc.to_columns(prediction)
     else:
         prediction = np.asarray(prediction)
-    inferred = infer_signature(frame, prediction)
     optional = set(getattr(model, IMPUTE_ATTRIBUTE, None) or {})
-    inputs = Schema(
-        [ColSpec(c.type, c.name, required=c.name not in optional) for c in inferred.inputs.inputs]
-    )
-    return ModelSignature(inputs=inputs, outputs=inferred.outputs)
+    return tracked.column_signature(frame, prediction, optional)
 
 
 def _widen(values):

@@ -1,5 +1,6 @@
-"""Logged and registered models: registering a version, reading a logged model's MLmodel and
-signature, loading it back."""
+"""Logged and registered models: writing and logging a model folder with MLflow's flavors
+(keras_dl.model.log puts its own loader around them), its signature, registering a version,
+reading a logged model's MLmodel, loading it back."""
 
 from __future__ import annotations
 
@@ -54,3 +55,40 @@ def download_artifacts(artifact_uri: str, dst_path: str) -> str:
     import mlflow.artifacts
 
     return mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=dst_path)
+
+
+def log_model(flavor: Any, **kwargs) -> Any:
+    """Log a model to the active run as ``model``, its folder written by ``flavor`` (an object
+    with a flavor module's ``save_model``, which gets ``kwargs``); MLflow's ``ModelInfo``."""
+    from mlflow.models import Model
+
+    return Model.log(artifact_path=None, name="model", flavor=flavor, **kwargs)
+
+
+def save_pyfunc_model(path: str, **kwargs) -> None:
+    """Write a pyfunc model folder at ``path`` (``mlflow.pyfunc.save_model``'s arguments)."""
+    import mlflow.pyfunc
+
+    mlflow.pyfunc.save_model(path, **kwargs)
+
+
+def save_keras_model(model: Any, path: str, **kwargs) -> None:
+    """Write a model folder with MLflow's Keras flavor at ``path``
+    (``mlflow.keras.save_model``'s arguments)."""
+    import mlflow.keras
+
+    mlflow.keras.save_model(model, path, **kwargs)
+
+
+def column_signature(model_input: Any, model_output: Any, optional=frozenset()) -> Any:
+    """The column-based signature inferred from ``model_input`` (a DataFrame) and
+    ``model_output``, the columns in ``optional`` declared ``required=False``."""
+    from mlflow.models import ModelSignature
+    from mlflow.models import infer_signature as infer
+    from mlflow.types import ColSpec, Schema
+
+    inferred = infer(model_input, model_output)
+    inputs = Schema(
+        [ColSpec(c.type, c.name, required=c.name not in optional) for c in inferred.inputs.inputs]
+    )
+    return ModelSignature(inputs=inputs, outputs=inferred.outputs)
