@@ -27,6 +27,7 @@ from keras_dl.errors import ConfigError
 BOUNDS = "keras_dl.bounds"  # the field-metadata keys
 FREE_ON_RESUME = "keras_dl.free_on_resume"
 CHOSEN_BY_RECIPE = "keras_dl.chosen_by_recipe"
+EXAMPLE = "keras_dl.example"  # the value an out-of-range error suggests, when not the default
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,15 @@ def setting(
     high_open: bool = False,
     free_on_resume: bool = False,
     chosen_by_recipe: bool = False,
+    example: Any = None,
 ) -> Any:
     """A dataclass field with ``default``, the range :func:`bounded` takes (none when ``low``
-    and ``high`` are both None), whether a resumed training may change it, and whether a recipe
-    may leave it null to choose it from the table."""
+    and ``high`` are both None), whether a resumed training may change it, whether a recipe
+    may leave it null to choose it from the table, and the ``example`` in its range an error
+    suggests (defaults to None: the default, which a setting that is off by default lacks)."""
     metadata: dict[str, Any] = {}
+    if example is not None:
+        metadata[EXAMPLE] = example
     if low is not None or high is not None:
         metadata[BOUNDS] = Bounds(low, high, low_open, high_open)
     if free_on_resume:
@@ -133,7 +138,8 @@ def check_bounds(sections: dict[str, Any]) -> None:
             items = value if isinstance(value, tuple) else (value,)
             for item in items:
                 if not _is_number(item) or not bounds.allows(item):
-                    raise _bounds_error(f"{name}.{f.name}", value, item, bounds, f.default)
+                    example = f.metadata.get(EXAMPLE, f.default)
+                    raise _bounds_error(f"{name}.{f.name}", value, item, bounds, example)
 
 
 def _is_number(value: Any) -> bool:
@@ -144,14 +150,14 @@ def _is_number(value: Any) -> bool:
     )
 
 
-def _bounds_error(key: str, value: Any, item: Any, bounds: Bounds, default: Any) -> ConfigError:
+def _bounds_error(key: str, value: Any, item: Any, bounds: Bounds, example: Any) -> ConfigError:
     def text(v):
         return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
     where = f"{key}={text(value)}"
     if item is not value:
         where += f" has {item!r}, which"
-    example = "..." if default is None else text(default)  # a setting that is off by default
+    example = "..." if example is None else text(example)
     return ConfigError(
         f"{where} is outside the allowed range {bounds}"
         f"{' (each value)' if isinstance(value, tuple) else ''}. Set a value in it, for example "

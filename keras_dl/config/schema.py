@@ -132,13 +132,13 @@ class DataConfig:
             the source (``data.sources[0] ('old').weight=...``). ``data.table``, when set, is
             then only the evaluation splits' table. Defaults to () (``data.table`` alone).
         epoch_rows: Rows per epoch of a mixed training split (``data.sources`` or
-            ``data.replay``); at least 1. Defaults to None: every source's rows together (with
+            ``data.replay``). Defaults to None: every source's rows together (with
             ``data.replay``: the new rows' count divided by ``1 - replay``, so each new row
             trains once an epoch).
         replay: With ``data.since_version``: this share of each epoch's rows comes from the
             rows of the table at ``since_version`` (sampled anew each epoch), the rest from the
             rows added since: a two-source mix ("replay" and "new") of ``data.table``, e.g.
-            ``--set data.replay=0.3``. Between 0 and 1, exclusive. Defaults to None (the new
+            ``--set data.replay=0.3``. Defaults to None (the new
             rows alone).
         trust_petastorm_metadata: Load a Petastorm dataset's Unischema with Petastorm's own
             unpickler, which runs whatever code the pickle in ``_common_metadata`` names. Only
@@ -178,8 +178,8 @@ class DataConfig:
     on_bad_image: Literal["fail", "skip"] = "fail"
     trust_petastorm_metadata: bool = False
     sources: tuple[SourceConfig, ...] = ()
-    epoch_rows: int | None = None
-    replay: float | None = None
+    epoch_rows: int | None = setting(None, 1, example=10000)
+    replay: float | None = setting(None, 0, 1, low_open=True, high_open=True, example=0.3)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -414,14 +414,14 @@ class RegistryConfig:
             ``data.since_timestamp``), the new model is evaluated on the changed rows and on
             the whole test split at the new version; there it may be worse than the champion
             by at most this share of the champion's figure (0.01: accuracy 0.90 allows 0.891,
-            MSE 2.0 allows 2.02), so a model that forgot the older rows is refused. In [0, 1).
-            Defaults to 0.01.
+            MSE 2.0 allows 2.02), so a model that forgot the older rows is refused. Defaults
+            to 0.01.
     """
 
     min_metric: str = ""
     must_beat: str = ""
     set_alias: str = ""
-    forgetting_tolerance: float = 0.01
+    forgetting_tolerance: float = setting(0.01, 0, 1, high_open=True)
 
 
 @dataclass(frozen=True)

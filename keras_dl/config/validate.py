@@ -237,12 +237,6 @@ def valid_alias(alias: str) -> bool:
 def _check_registry(registry: RegistryConfig) -> None:
     if registry.min_metric:
         parse_min_metric(registry.min_metric)
-    if not 0 <= registry.forgetting_tolerance < 1:
-        raise ConfigError(
-            f"registry.forgetting_tolerance={registry.forgetting_tolerance:g} must be in [0, 1): "
-            "the share of the champion's figure on the whole test split the new model may lose, "
-            "e.g. --set registry.forgetting_tolerance=0.01 (0: no worse at all)."
-        )
     for key in ("must_beat", "set_alias"):
         alias = getattr(registry, key)
         if alias and not valid_alias(alias):

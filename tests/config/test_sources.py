@@ -65,8 +65,12 @@ def test_sources_come_from_a_config_file_and_its_dump_reads_back(tmp_path):
             r"since_version=2 must be below",
         ),
         (["data.epoch_rows=10"], r"neither data.sources nor data.replay"),
+        (["data.epoch_rows=0"], r"data.epoch_rows=0 is outside the allowed range >= 1"),
         (["data.replay=0.3"], r"data.since_version, which is not set"),
-        (["data.replay=1", "data.since_version=1"], r"data.replay=1.0 must be between 0 and 1"),
+        (
+            ["data.replay=1", "data.since_version=1"],
+            r"data.replay=1.0 is outside the allowed range \(0, 1\).*--set data.replay=0.3",
+        ),
     ],
 )
 def test_bad_mixes_are_refused_naming_the_source_and_key(sets, message):

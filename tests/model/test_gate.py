@@ -407,8 +407,14 @@ def test_find_divergence_compares_with_the_first_epoch():
         ("registry.must_beat=latest", r"registry.must_beat='latest' is not a valid alias"),
         ("registry.set_alias=9lives", r"registry.set_alias='9lives' is not a valid alias"),
         ("callbacks.divergence_factor=0.5", r"must be 0 \(off\) or greater than 1"),
-        ("registry.forgetting_tolerance=1", r"registry.forgetting_tolerance=1 must be in \[0, 1\)"),
-        ("registry.forgetting_tolerance=-0.1", r"forgetting_tolerance=-0.1 must be in \[0, 1\)"),
+        (
+            "registry.forgetting_tolerance=1",
+            r"forgetting_tolerance=1(\.0)? is outside the allowed range \[0, 1\)",
+        ),
+        (
+            "registry.forgetting_tolerance=-0.1",
+            r"forgetting_tolerance=-0.1 is outside the allowed range \[0, 1\)",
+        ),
         ("registry.floor=1", r"Unknown config key 'registry.floor'"),
     ],
 )
