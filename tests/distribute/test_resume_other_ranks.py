@@ -4,7 +4,8 @@ Real processes, as a user reruns a command after the cluster lost or gained a no
 stopped by SIGTERM early in epoch 2, rerun on 3 ranks (the rest of epoch 2) and stopped as epoch
 3 starts, rerun on 1 process to the end. (Epochs read in three segments are the property test's,
 in tests/data/stream/test_epoch_position.py.) One MLflow run, FINISHED, with every epoch logged once and ``rows_trained`` equal to the
-split's rows in every epoch (the interrupted ones included)."""
+split's rows in every epoch (the interrupted ones included); and the same three legs for a
+training split mixed from two sources, every epoch each source's share."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ pytestmark = HEAVY  # see tests/conftest.py
 EPOCHS = 4
 
 
-def _command(table, tmp_path, uri, np_: int, strategy: str = "horovod") -> list[str]:
+def _command(table, tmp_path, uri, np_: int, strategy: str = "horovod", *sets: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -42,6 +43,7 @@ def _command(table, tmp_path, uri, np_: int, strategy: str = "horovod") -> list[
         *("--set", "train.batch_size=12", "--set", "runtime.lr_scaling=linear"),
         *("--set", f"train.epochs={EPOCHS}", "--set", "train.verbose=2"),
         *("--set", "tracking.log_model=false", "--set", "callbacks.plots=false"),
+        *(arg for item in sets for arg in ("--set", item)),
     ]
 
 
@@ -151,5 +153,63 @@ def test_multi_worker_stopped_on_two_workers_resumed_on_one_trains_every_row_onc
         (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rows_trained")
     ]
     assert sorted(trained) == [(e, rows) for e in range(EPOCHS)], trained
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    assert sorted(m.step for m in losses) == list(range(EPOCHS))  # every epoch once
+
+
+# Two sources of one table (its labels split), 70/30 of 1,200 rows an epoch: 100 steps of 12.
+MIXED = (
+    "data.sources=[{name: low, table: TABLE, weight: 0.7, filters: [label < 5]},"
+    " {name: high, table: TABLE, weight: 0.3, filters: [label >= 5]}]",
+    "data.epoch_rows=1200",
+)
+
+
+@pytest.mark.slow
+def test_a_mixed_epoch_stopped_on_two_ranks_resumed_on_three_then_one_trains_each_share_once(
+    digits_table, tmp_path
+):
+    """A training split mixed from two sources (data.sources), stopped by SIGTERM inside epoch 2
+    on 2 ranks, rerun on 3 and stopped as epoch 3 starts, rerun on 1 to the end (as the
+    single-table test above): each resumed epoch trains the rest of each source's share (its
+    rows_trained/<name> counts the rows before the stop too), and every epoch holds each
+    source's share exactly, 840 and 360 rows. (Which rows: the plan's properties in
+    tests/data/stream/test_mix.py, a stop at any step resumed on other ranks.)"""
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    ckpts = tmp_path / "run" / "checkpoints"
+    mixed = [m.replace("TABLE", digits_table) for m in MIXED]
+    two = _command(digits_table, tmp_path, uri, -2, "horovod", *mixed)
+    _stop_at(two, "Epoch 2/", tmp_path / "two.log")
+    first = read_header(list_checkpoints(ckpts)[-1])
+    assert first["world_size"] == 2 and first["rank_batch"] == 6, first
+    assert first["data_position"]["epoch"] == 1 and first["step"] > 0, first  # inside epoch 2
+    three = _command(digits_table, tmp_path, uri, -3, "horovod", *mixed)
+    output = _stop_at(three, "Epoch 3/", tmp_path / "three.log")
+    assert re.search(r"Resuming epoch 2 at \d+% on 3 rank\(s\) \(checkpoint written on 2\)", output)
+    second = read_header(list_checkpoints(ckpts)[-1])
+    assert second["world_size"] == 3 and second["rank_batch"] == 4, second
+    stopped_in = second["data_position"]["epoch"] + 1
+
+    last = subprocess.run(
+        _command(digits_table, tmp_path, uri, -1, "horovod", *mixed),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = last.stdout + last.stderr
+    assert last.returncode == 0, text[-3000:]
+    pattern = rf"Resuming epoch {stopped_in} at \d+% on 1 rank\(s\) \(checkpoint written on 3\)"
+    assert re.search(pattern, text) or second["step"] == 0, text[-3000:]
+    (run,) = runs_in(uri)
+    assert run.info.status == "FINISHED"
+    client = mlflow.MlflowClient(uri)
+    for key, share in (
+        ("rows_trained/low", 840),
+        ("rows_trained/high", 360),
+        ("rows_trained", 1200),
+    ):
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        assert history == [(e, share) for e in range(EPOCHS)], (key, history)
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert sorted(m.step for m in losses) == list(range(EPOCHS))  # every epoch once
