@@ -82,6 +82,9 @@ _SECONDARY = (
     "HorovodInternalError",
     "The tasks have crashed",  # UnavailableError of a collective whose peer task died
     "Collective ops is aborted by",  # the other collectives of that step, aborted with it
+    # DeadlineExceededError of a collective whose timeout (runtime.stall_timeout) ran out: a
+    # peer never joined it (its host died before TF's heartbeats told; 2026-12-04).
+    "Collective has timed out waiting for other workers",
 )
 
 

@@ -37,6 +37,8 @@ _LEADER_RE = re.compile(
     r"DEADLINE_EXCEEDED: Deadline Exceeded\s*(?:\[\d+\]<\w+>:\s*)*"
     r"RPC: /tensorflow\.CoordinationService/Heartbeat"
 )
+# A collective whose timeout (runtime.stall_timeout) ran out before every worker joined it.
+_TIMED_OUT = "Collective has timed out waiting for other workers"
 _SECONDARY = " secondary=1 cause="  # keras_dl's failed line: the worker stopped for a peer
 _STORE_LOST = "StoreUnavailable: Object store "  # in its failed line: it stopped for the store
 
@@ -67,29 +69,34 @@ def failure_report(text: str) -> dict | None:
 def lost_peer(report: dict, heartbeat: float) -> HostLost | None:
     """:class:`HostLost` for the peer a failed worker's report says it lost, or None.
 
-    Three kinds of evidence, in the words of a worker that stopped because of that peer (TF's
+    Four kinds of evidence, in the words of a worker that stopped because of that peer (TF's
     coordination service, or its ``keras_dl rank failed`` line saying ``secondary=1``): the
     service declared the peer unhealthy (no heartbeat for ``heartbeat`` seconds); a
     collective's call to the peer failed with gRPC's UNAVAILABLE (a connection reset or closed:
-    TF's collectives do not reconnect); or the worker's own heartbeat to the service, which
-    worker 0 runs, timed out (worker 0 is the peer). The peer's own task could not report
-    first (its host, its process or the network to it went down), so this report is the
-    stage's.
+    TF's collectives do not reconnect); the worker's own heartbeat to the service, which
+    worker 0 runs, timed out (worker 0 is the peer); or a collective waited its timeout
+    (``runtime.stall_timeout``) for a peer that never joined, which names the peer only in a
+    cluster of two workers (of more, None: the report then stands as the worker's own). The
+    peer's own task could not report first (its host, its process or the network to it went
+    down), so this report is the stage's.
     """
     text = "".join(report.get("stderr", []))
     unhealthy = _UNHEALTHY_RE.search(text)
     secondary = _SECONDARY in text
     dropped = _DROPPED_RE.search(text) if unhealthy is None and secondary else None
     leader = _LEADER_RE.search(text) if secondary else None
+    cluster = report.get("cluster") or []
+    timed_out = secondary and _TIMED_OUT in text and len(cluster) == 2
     if unhealthy is not None or dropped is not None:
         peer = int((unhealthy or dropped).group(1))
     elif leader is not None:
         peer = 0  # the coordination service's leader: worker 0 (a cluster of workers only)
+    elif timed_out:
+        peer = 1 - report["rank"]  # the other of two
     else:
         return None
     if peer == report["rank"]:
         return None
-    cluster = report.get("cluster") or []
     at = cluster[peer] if peer < len(cluster) else "(not in the report)"
     me = f"worker {report['rank']} on host {report['host']}"
     waited = f"{heartbeat:.0f} s (runtime.stall_timeout)" if heartbeat else "its timeout"
@@ -104,6 +111,11 @@ def lost_peer(report: dict, heartbeat: float) -> HostLost | None:
             f"{me} lost its connection to it ({at}) in a collective (gRPC: "
             f"{why.group(1) if why else 'UNAVAILABLE'}), and TF's collectives do not reconnect: "
             "its host, its process or the network between them went down"
+        )
+    elif leader is None:
+        silence = (
+            f"{me} waited {waited} for it in a collective and it never joined (TF: {_TIMED_OUT}), "
+            "so its host, its process or the network to it is gone, or it hung"
         )
     else:
         silence = (

@@ -145,3 +145,17 @@ def test_a_bad_file_read_by_rank_1_exits_the_cli_with_data_errors_code(tmp_path)
     (run,) = runs_in(sets["tracking.uri"])
     assert run.info.status == "FAILED"
     assert run.data.tags["keras_dl.failure"].startswith("DataError: Horovod rank 1 failed: ")
+
+
+def test_a_collective_that_timed_out_waiting_for_other_workers_is_a_secondary_failure(
+    capsys, monkeypatch
+):
+    """TF's DeadlineExceededError of a collective whose timeout (runtime.stall_timeout) ran out:
+    a peer never joined, so this worker's failure is not the cause (its failed line says
+    secondary=1, and the driver looks for the peer's report or the lost peer)."""
+    cause = (
+        "Graph execution error:\n\nDetected at node adam/CollectiveReduceV2 defined at ...\n"
+        "Collective has timed out waiting for other workers.\n\t [[{{node adam/CollectiveReduceV2}}]]"
+    )
+    text = _reported(capsys, monkeypatch, RuntimeError(cause))
+    assert "keras_dl rank failed: rank=1 secondary=1 cause=RuntimeError: Graph execution" in text

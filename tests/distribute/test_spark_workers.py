@@ -120,6 +120,40 @@ def test_a_heartbeat_the_coordination_leader_never_answered_is_worker_0_lost(tmp
     assert "which worker 0 runs (10.0.0.1:41000), and got no answer within 60 s" in text, text
 
 
+# Worker 1's output on the two-host cluster once host 2, worker 0's, was killed (fresh clone,
+# 2026-12-04): its collective's timeout (runtime.stall_timeout) ran out before TF's heartbeats
+# told; keras_dl's failed line then said secondary=0, and the job ended 2 as worker 1's failure.
+TIMED_OUT = """\
+[1]<stderr>:keras_dl rank started: rank=1 host=h1 pid=25056 iface=- address=- hostname=-
+[1]<stderr>:E0000 00:00:1796358708.195444   29001 base_collective_executor.cc:252] \
+BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Collective has timed out waiting for other \
+workers.
+[1]<stderr>:keras_dl rank failed: rank=1 secondary=1 cause=DeadlineExceededError: Graph execution \
+error: Detected at node adam/CollectiveReduceV2 ... Collective has timed out waiting for other \
+workers. [[{{node adam/CollectiveReduceV2}}]] [Op:__inference_multi_step_on_iterator_2638]
+"""
+
+
+def test_a_collective_that_timed_out_waiting_for_the_other_of_two_is_that_worker_lost(tmp_path):
+    report = spark_workers.failure_report(_failed_task_error(tmp_path, TIMED_OUT, rank=1))
+    lost = spark_workers.lost_peer(report, 60.0)
+    assert isinstance(lost, HostLost) and lost.exit_code == PREEMPTED_EXIT, report
+    assert (lost.rank, lost.host) == (0, "10.0.0.1")
+    text = str(lost)
+    assert text.startswith("Multi-worker worker 0 on host 10.0.0.1 stopped answering: "), text
+    assert "worker 1 on host 10.0.0.2 waited 60 s (runtime.stall_timeout) for it" in text, text
+    assert "never joined (TF: Collective has timed out waiting for other workers)" in text
+    assert spark_workers.stopped_for_peer(report)
+    # Of three workers, the timeout does not say which one never joined: no guess.
+    three = {**report, "cluster": [*CLUSTER, "10.0.0.3:41002"]}
+    assert spark_workers.lost_peer(three, 60.0) is None
+    # Nor is it a lost peer when keras_dl's failed line says the worker failed on its own.
+    own = spark_workers.failure_report(
+        _failed_task_error(tmp_path, TIMED_OUT.replace("secondary=1", "secondary=0"), rank=1)
+    )
+    assert spark_workers.lost_peer(own, 60.0) is None
+
+
 def test_a_worker_that_failed_on_its_own_is_not_a_lost_host(tmp_path):
     stderr = "[1]<stderr>:ValueError: worker 1 fails\n"
     report = spark_workers.failure_report(_failed_task_error(tmp_path, stderr))
