@@ -74,21 +74,21 @@ def _stop_at(cmd: list[str], marker: str, log_path) -> str:
     return output
 
 
-@pytest.mark.slow
-def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
-    digits_table, tmp_path
-):
-    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+def _two_then_three_then_one(table, tmp_path, uri, *sets: str):
+    """The three legs on Horovod: 2 ranks stopped by SIGTERM inside epoch 2, 3 ranks stopped as
+    epoch 3 starts, 1 process to the end; each leg's resume checked. The one MLflow run."""
     ckpts = tmp_path / "run" / "checkpoints"
-    _stop_at(_command(digits_table, tmp_path, uri, -2), "Epoch 2/", tmp_path / "two.log")
+    two = _command(table, tmp_path, uri, -2, "horovod", *sets)
+    _stop_at(two, "Epoch 2/", tmp_path / "two.log")
     first = read_header(list_checkpoints(ckpts)[-1])
-    assert first["world_size"] == 2 and first["rank_batch"] == 6
+    assert first["world_size"] == 2 and first["rank_batch"] == 6, first
     assert first["data_position"]["epoch"] == 1 and first["step"] > 0, first  # inside epoch 2
     # Stopped as epoch 3 starts: the resumed epoch 2 (its first, traced step included) is done,
     # and a signal during that first step's tracing could outlast Horovod's 5 s grace.
-    three = _stop_at(_command(digits_table, tmp_path, uri, -3), "Epoch 3/", tmp_path / "three.log")
-    assert re.search(r"Resuming epoch 2 at \d+% on 3 rank\(s\) \(checkpoint written on 2\)", three)
-    assert "The learning rate scales to 3 replica(s)" in three
+    three = _command(table, tmp_path, uri, -3, "horovod", *sets)
+    output = _stop_at(three, "Epoch 3/", tmp_path / "three.log")
+    assert re.search(r"Resuming epoch 2 at \d+% on 3 rank\(s\) \(checkpoint written on 2\)", output)
+    assert "The learning rate scales to 3 replica(s)" in output
     second = read_header(list_checkpoints(ckpts)[-1])
     assert second["world_size"] == 3 and second["rank_batch"] == 4, second
     stopped_in = second["data_position"]["epoch"] + 1
@@ -96,7 +96,7 @@ def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
     last = subprocess.run(
         # np=-1, one local process: np=1 would be one Spark task, which starts a local Spark
         # session (a JVM and its Python workers, about 15 CPU-s) for the same one rank.
-        _command(digits_table, tmp_path, uri, -1),
+        _command(table, tmp_path, uri, -1, "horovod", *sets),
         env=_env(),
         capture_output=True,
         text=True,
@@ -106,9 +106,17 @@ def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
     assert last.returncode == 0, text[-3000:]
     pattern = rf"Resuming epoch {stopped_in} at \d+% on 1 rank\(s\) \(checkpoint written on 3\)"
     assert re.search(pattern, text) or second["step"] == 0, text[-3000:]
-
     (run,) = runs_in(uri)
     assert run.info.status == "FINISHED"
+    return run
+
+
+@pytest.mark.slow
+def test_stopped_on_two_ranks_resumed_on_three_then_one_trains_every_row_once(
+    digits_table, tmp_path
+):
+    uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = _two_then_three_then_one(digits_table, tmp_path, uri)
     client = mlflow.MlflowClient(uri)
     history = {
         key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
@@ -176,33 +184,8 @@ def test_a_mixed_epoch_stopped_on_two_ranks_resumed_on_three_then_one_trains_eac
     source's share exactly, 840 and 360 rows. (Which rows: the plan's properties in
     tests/data/stream/test_mix.py, a stop at any step resumed on other ranks.)"""
     uri = seed_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    ckpts = tmp_path / "run" / "checkpoints"
     mixed = [m.replace("TABLE", digits_table) for m in MIXED]
-    two = _command(digits_table, tmp_path, uri, -2, "horovod", *mixed)
-    _stop_at(two, "Epoch 2/", tmp_path / "two.log")
-    first = read_header(list_checkpoints(ckpts)[-1])
-    assert first["world_size"] == 2 and first["rank_batch"] == 6, first
-    assert first["data_position"]["epoch"] == 1 and first["step"] > 0, first  # inside epoch 2
-    three = _command(digits_table, tmp_path, uri, -3, "horovod", *mixed)
-    output = _stop_at(three, "Epoch 3/", tmp_path / "three.log")
-    assert re.search(r"Resuming epoch 2 at \d+% on 3 rank\(s\) \(checkpoint written on 2\)", output)
-    second = read_header(list_checkpoints(ckpts)[-1])
-    assert second["world_size"] == 3 and second["rank_batch"] == 4, second
-    stopped_in = second["data_position"]["epoch"] + 1
-
-    last = subprocess.run(
-        _command(digits_table, tmp_path, uri, -1, "horovod", *mixed),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    text = last.stdout + last.stderr
-    assert last.returncode == 0, text[-3000:]
-    pattern = rf"Resuming epoch {stopped_in} at \d+% on 1 rank\(s\) \(checkpoint written on 3\)"
-    assert re.search(pattern, text) or second["step"] == 0, text[-3000:]
-    (run,) = runs_in(uri)
-    assert run.info.status == "FINISHED"
+    run = _two_then_three_then_one(digits_table, tmp_path, uri, *mixed)
     client = mlflow.MlflowClient(uri)
     for key, share in (
         ("rows_trained/low", 840),
