@@ -29,8 +29,9 @@ from keras_dl.errors import DistributedError
 
 LOOPBACK = "127.0.0.1"
 # Spark's Python worker daemon for keras_dl's sessions: pyspark's, with TensorFlow, Keras and
-# MLflow imported once before it forks the workers (see the module).
-DAEMON = "keras_dl.distribute.spark_daemon"
+# MLflow imported once before it forks the workers (see the module). A name for Spark's
+# configuration, never imported here: the daemon is an entry point at the top of the layers.
+DAEMON = "keras_dl.spark_daemon"
 _lock = threading.Lock()
 
 
@@ -100,7 +101,7 @@ def spark_conf(master: str | None, *, bind_address: str = LOOPBACK, ui: bool = F
 
     Returns:
         ``{key: value}`` to pass to ``SparkSession.builder.config``. On every master, Spark's
-        Python workers fork from :mod:`keras_dl.distribute.spark_daemon`, which has imported
+        Python workers fork from :mod:`keras_dl.spark_daemon`, which has imported
         TensorFlow, Keras and MLflow once.
     """
     conf = {"spark.ui.enabled": "true" if ui else "false", "spark.python.daemon.module": DAEMON}

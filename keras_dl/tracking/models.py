@@ -7,6 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def preload() -> None:
+    """Import MLflow's model loading (``mlflow.pyfunc``) now: for a process that forks workers
+    which load models (keras_dl.spark_daemon), so each starts with it in memory."""
+    import mlflow.pyfunc  # noqa: F401
+
+
 def load_keras_model(model_uri: str) -> Any:
     """The Keras model logged at ``model_uri`` (MLflow's Keras flavor)."""
     import mlflow.keras

@@ -106,7 +106,7 @@ def test_a_local_spark_session_made_by_keras_dl_listens_on_loopback_without_ui()
 
 
 def test_spark_conf_binds_the_driver_to_loopback_only_on_local_masters():
-    daemon = {"spark.python.daemon.module": "keras_dl.distribute.spark_daemon"}
+    daemon = {"spark.python.daemon.module": "keras_dl.spark_daemon"}
     assert spark_conf("local[2]") == {
         "spark.ui.enabled": "false",
         "spark.driver.bindAddress": "127.0.0.1",

@@ -1,5 +1,5 @@
 """keras_dl's Spark sessions fork their Python workers from a daemon that imported TensorFlow,
-Keras and MLflow once (keras_dl.distribute.spark_daemon), and that daemon keeps Spark's channel
+Keras and MLflow once (keras_dl.spark_daemon), and that daemon keeps Spark's channel
 clean. Scoring, tuning and the estimator on these workers are the other Spark tests."""
 
 import os
@@ -37,7 +37,7 @@ def test_workers_fork_from_the_daemon_that_imported_tensorflow(spark):
 PRELOAD = textwrap.dedent(
     """
     import sys
-    from keras_dl.distribute import spark_daemon
+    from keras_dl import spark_daemon
 
     def noisy():
         print("printed by an import")
@@ -66,9 +66,30 @@ def test_preload_keeps_the_daemons_stdout_for_spark_and_leaves_failures_to_the_w
 
 
 def test_a_gpu_host_leaves_tensorflow_to_each_worker():
-    from keras_dl.distribute.spark_daemon import preloads
+    from keras_dl.spark_daemon import preloads
 
     names = [name for name, _ in preloads(gpu_host=False)]
     assert names == ["pyarrow, pandas", "tensorflow", "keras", "mlflow"]
     # CUDA cannot serve a process forked after it was initialized.
     assert [name for name, _ in preloads(gpu_host=True)] == ["pyarrow, pandas", "mlflow"]
+
+
+GPU_HOST_PRELOAD = textwrap.dedent(
+    """
+    import sys
+    from keras_dl import spark_daemon
+
+    failed = spark_daemon.preload(spark_daemon.preloads(gpu_host=True))
+    loaded = [name for name in ("tensorflow", "keras", "mlflow.pyfunc") if name in sys.modules]
+    sys.stdout.write("FAILED " + ",".join(failed) + " LOADED " + ",".join(loaded))
+    """
+)
+
+
+def test_a_gpu_hosts_daemon_loads_mlflow_through_tracking_without_tensorflow():
+    """MLflow's one home (keras_dl.tracking) must not pull TensorFlow or Keras in behind the
+    daemon's back: on a GPU host a forked worker could not then use CUDA."""
+    out = subprocess.run(
+        [REAL_PYTHON, "-c", GPU_HOST_PRELOAD], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == "FAILED  LOADED mlflow.pyfunc", (out.stdout, out.stderr[-2000:])

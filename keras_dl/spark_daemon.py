@@ -7,7 +7,8 @@ tuning trial or fits the Spark ML estimator imports TensorFlow, Keras and MLflow
 4-5 CPU-s a worker on 2 cores, every time, and the next scoring job a minute later pays again.
 
 keras_dl's sessions run this module as the daemon instead (``spark.python.daemon.module``, set
-by :func:`keras_dl.distribute.loopback.spark_conf`): it imports those packages once, then runs
+by :func:`keras_dl.distribute.loopback.spark_conf`, which names it but never imports it): it
+imports those packages once, then runs
 pyspark's own daemon, so every forked worker starts with them already in memory
 (copy-on-write). Only imports run here, no TensorFlow op: no device, thread pool or session
 exists before the fork, and each task still picks its GPUs (``CUDA_VISIBLE_DEVICES``) before
@@ -17,6 +18,9 @@ initialized, and keras_dl does not bet on TensorFlow's import leaving it alone. 
 stdout is its channel to Spark (it writes its port there), so whatever the imports print goes
 to stderr. A package that fails to import is left to the worker that needs it, which reports the
 error as it would without this module.
+
+It is an entry point, as ``keras_dl.cli`` is: a process Spark starts, at the top of the layers,
+so it may load MLflow through keras_dl.tracking, MLflow's one home in keras_dl.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ def _keras():
 
 
 def _mlflow():
-    import mlflow.pyfunc  # noqa: F401
+    from keras_dl.tracking.models import preload
+
+    preload()
 
 
 def _arrow_and_pandas():
