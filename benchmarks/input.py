@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tables",
         default=None,
         help="which tables to measure (default: narrow,wide,images,mixed; mixed: two narrow "
-        "tables mixed by weight beside each alone; with --store s3|azure: issue34,wide)",
+        "tables mixed by weight beside each alone; with --store s3|azure: floats40,wide)",
     )
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
     p.add_argument(

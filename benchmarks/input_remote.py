@@ -5,7 +5,7 @@ Starts an emulator on loopback, moto's S3 (``--store s3``) or Azurite's Blob ser
 client-to-server chunk for D ms (:mod:`benchmarks.remote_store`, :mod:`benchmarks.latency_proxy`).
 It writes the tables ``--tables`` names (default both) to the store and to local disk:
 
-- ``issue34``: issue 34's table, 240,000 rows of 40 float32 columns and an int64 label, 12 files
+- ``floats40``: 240,000 rows of 40 float32 columns and an int64 label, 12 files
   of 4 row groups (``--quick``: 24,000 rows in 4 files of 2);
 - ``wide``: the wide table of ``keras-dl bench input``, 100,000 rows of 200 float32 columns and a
   label, one file of row groups of 8,192 rows (``--quick``: 1,024 rows in groups of 256).
@@ -47,11 +47,11 @@ from benchmarks.remote_store import azure_behind_proxy, s3_behind_proxy
 
 SIZES = {
     "full": {
-        "issue34": {"rows": 240_000, "columns": 40, "files": 12, "groups_per_file": 4},
+        "floats40": {"rows": 240_000, "columns": 40, "files": 12, "groups_per_file": 4},
         "wide": {"rows": 100_000, "columns": input_tables.WIDE_COLUMNS, "rows_per_group": 8_192},
     },
     "quick": {
-        "issue34": {"rows": 24_000, "columns": 40, "files": 4, "groups_per_file": 2},
+        "floats40": {"rows": 24_000, "columns": 40, "files": 4, "groups_per_file": 2},
         "wide": {"rows": 1_024, "columns": input_tables.WIDE_COLUMNS, "rows_per_group": 256},
     },
 }
@@ -65,7 +65,7 @@ STORES = {
 }
 PATHS = ("keras_dl", "keras_dl_io_off", "pyarrow_scan")
 LOCAL_PATHS = ("keras_dl_disk_cache", "keras_dl_local_disk")  # no store, no latency: no "@"
-TARGETS = {  # issue 34, at D ms
+TARGETS = {  # at D ms
     ("keras_dl@D", "keras_dl@0"): 0.8,
     ("keras_dl@D", "pyarrow_scan@D"): 1.0,
     ("keras_dl_disk_cache", "keras_dl_local_disk"): 0.9,
@@ -86,9 +86,9 @@ def add_arguments(p) -> None:
         "--store",
         choices=("local", *STORES),
         default="local",
-        help="local: the tables on disk (default); s3, azure: issue 34's table and the wide "
+        help="local: the tables on disk (default); s3, azure: the floats40 table and the wide "
         "table on moto's S3 or on Azurite behind a loopback latency proxy, streamed at 0 and "
-        "--latency-ms (with --tables: issue34, wide, or both, the default)",
+        "--latency-ms (with --tables: floats40, wide, or both, the default)",
     )
     p.add_argument(
         "--latency-ms",
@@ -158,7 +158,7 @@ def _tables(said: str | None) -> tuple[str, ...]:
 def _write_table(name: str, uri: str, size: dict) -> str:
     if name == "wide":
         return input_tables.write_wide(uri, size["rows"], size["rows_per_group"], label=True)
-    return input_tables.write_issue34(uri, **size)
+    return input_tables.write_floats40(uri, **size)
 
 
 def _measure(store, uris: dict[str, str], local: str, delay: float, rounds: int) -> dict:

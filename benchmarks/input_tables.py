@@ -2,7 +2,7 @@
 
 - narrow: a float, an int and a 16-float list per row (Delta);
 - wide: 200 float columns (Delta);
-- issue34: issue 34's table, 40 float columns and a label, one Delta commit (one file) at a time
+- floats40: 40 float columns and a label, one Delta commit (one file) at a time
   (``keras-dl bench input --store s3|azure``);
 - images: 64x64 JPEGs plus a label, written once as a Petastorm dataset (Unischema with
   ``CompressedImageCodec``, through ``materialize_dataset`` on a local Spark) and once as a Delta
@@ -63,8 +63,8 @@ def write_wide(
     return path
 
 
-def write_issue34(uri: str, rows: int, columns: int, files: int, groups_per_file: int) -> str:
-    """Issue 34's table at ``uri``: ``columns`` float32 columns and an int64 ``label`` of 10
+def write_floats40(uri: str, rows: int, columns: int, files: int, groups_per_file: int) -> str:
+    """The floats40 table at ``uri``: ``columns`` float32 columns and an int64 ``label`` of 10
     classes, one Delta commit per file, so it has ``files`` files of ``groups_per_file`` row
     groups."""
     from keras_dl.data.ingest import write_table

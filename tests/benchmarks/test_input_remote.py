@@ -119,7 +119,7 @@ def _check_tables(report: dict, stderr: str, rows: dict[str, int]) -> None:
 def test_the_quick_s3_bench_reports_every_path_at_both_latencies(tmp_path):
     out = tmp_path / "remote.json"
     done = run_cli(
-        "bench", "input", "--store", "s3", "--latency-ms", "20", "--quick", "--tables", "issue34",
+        "bench", "input", "--store", "s3", "--latency-ms", "20", "--quick", "--tables", "floats40",
         "--out", str(out), timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -127,9 +127,9 @@ def test_the_quick_s3_bench_reports_every_path_at_both_latencies(tmp_path):
     config = report["config"]
     assert config["latency_ms"] == [0.0, 20.0] and config["mode"] == "quick"
     assert config["store"].startswith("s3 ")
-    assert config["tables"]["issue34"]["rows"] == 24_000
-    assert config["tables"]["issue34"]["files"] == 4
-    _check_tables(report, done.stderr, {"issue34": 24_000})
+    assert config["tables"]["floats40"]["rows"] == 24_000
+    assert config["tables"]["floats40"]["files"] == 4
+    _check_tables(report, done.stderr, {"floats40": 24_000})
 
 
 @pytest.mark.slow
@@ -142,11 +142,11 @@ def test_the_quick_azure_bench_reports_every_path_of_both_tables(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["config"]["store"].startswith("azure ")  # Azurite, at abfss://
-    _check_tables(report, done.stderr, {"issue34": 24_000, "wide": 1_024})
+    _check_tables(report, done.stderr, {"floats40": 24_000, "wide": 1_024})
 
 
 def test_the_remote_bench_names_the_tables_it_knows():
-    assert input_remote._tables(None) == ("issue34", "wide")
+    assert input_remote._tables(None) == ("floats40", "wide")
     assert input_remote._tables("wide") == ("wide",)
-    with pytest.raises(SystemExit, match=r"--tables 'narrow'.* are issue34, wide .* not narrow"):
+    with pytest.raises(SystemExit, match=r"--tables 'narrow'.* are floats40, wide .* not narrow"):
         input_remote._tables("narrow")
